@@ -1,0 +1,29 @@
+# Two front-door commands: `make run` (set up, start the service) and `make test`.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+export YOLO_OFFLINE := 1
+
+.PHONY: setup system-deps run test lint clean
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml requirements/cpu.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -r requirements/cpu.txt -e ".[dev,nvidia]"
+	touch $@
+
+# Debian packages the tests use: promtool and the Prometheus server (deploy tests).
+system-deps:
+	@command -v prometheus >/dev/null && command -v promtool >/dev/null || \
+	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null; }
+
+run: setup
+	$(VENV)/bin/campusguard serve
+
+test: setup system-deps
+	$(PY) -m pytest
+
+clean:
+	rm -rf $(VENV) .cache .pytest_cache

@@ -1,0 +1,42 @@
+"""Loading Ultralytics checkpoints and architectures (shared by torch backend and export)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from app.errors import ConfigError
+
+
+def coco_names() -> dict[int, str]:
+    import yaml
+    from ultralytics.utils import ROOT
+
+    data = yaml.safe_load((ROOT / "cfg/datasets/coco.yaml").read_text())
+    return {int(k): str(v) for k, v in data["names"].items()}
+
+
+def load_detection_model(weights: Path):
+    """An Ultralytics ``DetectionModel`` from a .pt checkpoint or an architecture .yaml.
+
+    A .yaml name such as ``yolov8m.yaml`` builds random weights (benchmarks only: speed and
+    memory do not depend on weight values); it is looked up in Ultralytics' bundled configs
+    when it is not a path on disk. Nothing is ever downloaded.
+    """
+    from ultralytics.nn.tasks import DetectionModel
+
+    suffix = weights.suffix.lower()
+    if suffix in {".yaml", ".yml"}:
+        model = DetectionModel(str(weights), nc=80, verbose=False)
+        model.names = coco_names()
+        return model
+    if not weights.is_file():
+        raise ConfigError(f"weights file not found: {weights} (set CAMPUSGUARD_WEIGHTS)")
+    from ultralytics import YOLO
+
+    try:
+        model = YOLO(str(weights), task="detect").model
+    except Exception as exc:
+        raise ConfigError(f"could not load weights {weights}: {exc}") from exc
+    if not hasattr(model, "names"):
+        raise ConfigError(f"{weights} is not an Ultralytics detection checkpoint")
+    return model

@@ -1,0 +1,87 @@
+"""PyTorch runtime: the network's forward on a letterboxed batch, no per-image predict.
+
+On ROCm builds of torch ``cuda:N`` is the AMD GPU, so one class serves CPU, NVIDIA and AMD.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from app.config import Settings
+from app.devices import DeviceInfo, GpuInventory, MemoryStats, process_memory, torch_inventory, torch_memory, validate_device
+from app.errors import OutOfMemory
+from app.backends.models import load_detection_model
+
+_LIBC = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6") if ctypes.util.find_library("c") else None
+
+
+def trim_host_heap() -> None:
+    """Return freed heap pages to the OS (glibc); the CPU analogue of empty_cache()."""
+    if _LIBC is not None and hasattr(_LIBC, "malloc_trim"):
+        _LIBC.malloc_trim(0)
+
+
+class TorchDetector:
+    backend = "torch"
+
+    def __init__(self, weights: Path, device: str = "cpu", imgsz: int = 640, half: bool = False,
+                 threads: int = 1, model_name: str | None = None) -> None:
+        torch.set_num_threads(threads)
+        inventory = torch_inventory() if device != "cpu" else GpuInventory("none")
+        self._device_info = validate_device(device, inventory)
+        self.device = torch.device(device)
+        self.half = half and self.device.type == "cuda"
+        model = load_detection_model(weights)
+        self.names: dict[int, str] = {int(k): str(v) for k, v in model.names.items()}
+        model = model.fuse() if hasattr(model, "fuse") else model
+        model = model.to(self.device).eval()
+        if self.half:
+            model = model.half()
+        for param in model.parameters():
+            param.requires_grad_(False)
+        self.model = model
+        self.imgsz = imgsz
+        self.model_name = model_name or weights.stem
+        self.provider = f"torch-{self._device_info.platform}"
+        torch.set_num_threads(threads)  # model loading may touch it (ultralytics select_device)
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> "TorchDetector":
+        return cls(settings.weights, settings.device, settings.imgsz, settings.half,
+                   settings.resolved_threads, settings.display_model_name)
+
+    def infer(self, batch: np.ndarray) -> np.ndarray:
+        x = torch.from_numpy(batch).to(self.device, non_blocking=True)
+        if self.half:
+            x = x.half()
+        try:
+            with torch.inference_mode():
+                out = self.model(x)
+        except torch.cuda.OutOfMemoryError as exc:
+            raise OutOfMemory(f"device out of memory at batch {len(batch)}") from exc
+        out = out[0] if isinstance(out, (list, tuple)) else out
+        return out.float().cpu().numpy()
+
+    def device_info(self) -> DeviceInfo:
+        return self._device_info
+
+    def memory(self) -> MemoryStats:
+        if self.device.type == "cuda":
+            return torch_memory(self._device_info.index or 0)
+        return process_memory()
+
+    def release_cache(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+        else:
+            trim_host_heap()
+
+    def close(self) -> None:
+        self.model = None
+        self.release_cache()
+

@@ -1,0 +1,54 @@
+"""`campusguard serve | export | eval | bench | loadtest | soak`.
+
+Each command lives in its own module exposing ``configure(parser)`` and ``run(args) ->
+int``; this file only wires them together, so adding a command is one line in COMMANDS.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from app import __version__
+from app.errors import ServiceError
+
+COMMANDS: dict[str, tuple[str, str]] = {
+    "serve": ("app.commands.serve", "run the HTTP service (uvicorn) with settings from the environment"),
+    "export": ("app.commands.export", "export weights to a fixed-shape ONNX model"),
+    "eval": ("app.commands.eval", "COCO mAP of a backend over a YOLO-format dataset"),
+    "detect": ("app.commands.detect", "detect objects in image files and print JSON"),
+    "bench": ("app.bench.command", "benchmark backends x sizes x batches (the migration table)"),
+    "loadtest": ("app.bench.loadtest", "HTTP concurrency sweep against a running server"),
+    "soak": ("app.bench.soak", "long mixed-size run against a running server, tracking memory"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="campusguard", description="CampusGuard Detector")
+    parser.add_argument("--version", action="version", version=f"campusguard {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, (module_name, help_text) in COMMANDS.items():
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name and module_name.startswith(exc.name):
+                continue  # command not built yet in this checkout
+            raise
+        cmd = sub.add_parser(name, help=help_text, description=(module.__doc__ or help_text).strip().splitlines()[0])
+        module.configure(cmd)
+        cmd.set_defaults(_run=module.run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args._run(args) or 0)
+    except ServiceError as exc:
+        print(f"campusguard {args.command}: error: {exc.message}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,26 @@
+"""Options shared by commands that load a backend."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from app.config import Settings
+
+
+def add_backend_options(parser: argparse.ArgumentParser, weights_required: bool = False) -> None:
+    parser.add_argument("--backend", choices=["torch", "onnx"], default=None, help="default: CAMPUSGUARD_BACKEND or torch")
+    parser.add_argument("--weights", type=Path, default=None, required=weights_required,
+                        help=".pt, .onnx or architecture .yaml (default: CAMPUSGUARD_WEIGHTS)")
+    parser.add_argument("--device", default=None, help="cpu or cuda:N (default: CAMPUSGUARD_DEVICE or cpu)")
+    parser.add_argument("--imgsz", type=int, default=None, help="fixed square input size (default 640)")
+    parser.add_argument("--threads", type=int, default=None, help="CPU threads (default: all cores)")
+    parser.add_argument("--half", action="store_true", default=None, help="fp16 (GPU only)")
+
+
+def settings_from_args(args: argparse.Namespace, **overrides) -> Settings:
+    """Environment settings, overridden by the flags that were given."""
+    given = {k: getattr(args, k) for k in ("backend", "weights", "device", "imgsz", "threads", "half")
+             if getattr(args, k, None) is not None}
+    given.update(overrides)
+    return Settings(**given)

@@ -1,0 +1,151 @@
+"""Service settings, read once from the environment (prefix ``CAMPUSGUARD_``) or ``.env``.
+
+Validators fail fast at startup: a typo in a device string or a threshold out of range
+stops the process with a message that names the variable, instead of a 500 on the first
+frame. Tests build ``Settings(...)`` directly and hand it to ``create_app``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from typing_extensions import Annotated
+
+DEFAULT_WEIGHTS = Path("../shared/models/yolov8n.pt")
+ONNX_PROVIDER_ALIASES = {
+    "migraphx": "MIGraphXExecutionProvider",
+    "rocm": "ROCMExecutionProvider",
+    "cuda": "CUDAExecutionProvider",
+    "tensorrt": "TensorrtExecutionProvider",
+    "cpu": "CPUExecutionProvider",
+}
+_DEVICE_RE = re.compile(r"^(cpu|cuda(:\d+)?)$")
+
+
+def _split_csv(value: object) -> object:
+    if isinstance(value, str):
+        return [item.strip() for item in value.split(",") if item.strip()]
+    return value
+
+
+class Settings(BaseSettings):
+    """Every knob of the service. The README's settings table mirrors this class."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="CAMPUSGUARD_", env_file=".env", extra="ignore", validate_default=True
+    )
+
+    # --- model and backend -------------------------------------------------------------
+    backend: Literal["torch", "onnx"] = "torch"
+    weights: Path = Field(DEFAULT_WEIGHTS, description=".pt, .onnx or an architecture .yaml")
+    model_name: str | None = Field(None, description="Name reported in replies; default: weights stem")
+    device: str = Field("cpu", description="cpu or cuda:N (cuda:N is the AMD GPU on ROCm torch)")
+    imgsz: int = Field(640, ge=32, le=4096, description="Fixed square letterbox size")
+    half: bool = Field(False, description="fp16 inference (GPU only)")
+    threads: int = Field(0, ge=0, description="CPU threads for the backend; 0 = all cores")
+    onnx_providers: Annotated[list[str], NoDecode] = Field(
+        default_factory=lambda: ["migraphx", "rocm", "cuda", "cpu"],
+        description="Ordered execution-provider preference; the first available is used",
+    )
+    onnx_cache_dir: Path = Field(Path(".cache/campusguard"), description="ONNX exports and MIGraphX compiled models")
+    migraphx_fp16: bool = False
+
+    # --- detection defaults ------------------------------------------------------------
+    conf: float = Field(0.25, ge=0.0, le=1.0)
+    iou: float = Field(0.7, ge=0.0, le=1.0)
+    max_det: int = Field(300, ge=1, le=10000)
+
+    # --- engine --------------------------------------------------------------------------
+    max_batch_size: int = Field(8, ge=1, le=256)
+    max_queue_delay_ms: float = Field(5.0, ge=0.0, le=10_000)
+    queue_size: int = Field(64, ge=1)
+    request_timeout_s: float = Field(10.0, gt=0, description="Deadline from arrival to start of inference")
+    inference_timeout_s: float = Field(60.0, gt=0, description="Watchdog: longest one batch may run")
+    cache_clear_every: int = Field(500, ge=0, description="Release the allocator cache every N inferences; 0 = never")
+    warmup_iters: int = Field(2, ge=0)
+    preprocess_workers: int = Field(0, ge=0, description="Decode/letterbox threads; 0 = cores")
+    drain_timeout_s: float = Field(30.0, ge=0)
+    watchdog_exit: bool = Field(True, description="Exit non-zero when the watchdog trips (orchestrator restarts)")
+
+    # --- input limits ----------------------------------------------------------------
+    max_body_bytes: int = Field(20 * 1024 * 1024, ge=1024)
+    max_pixels: int = Field(40_000_000, ge=1)
+    max_batch_images: int = Field(16, ge=1)
+
+    # --- security / exposure -----------------------------------------------------------
+    api_keys: Annotated[list[SecretStr], NoDecode] = Field(default_factory=list)
+    open_health: bool = True
+    open_metrics: bool = True
+    cors_origins: Annotated[list[str], NoDecode] = Field(default_factory=list)
+
+    # --- observability -----------------------------------------------------------------
+    log_format: Literal["text", "json"] = "text"
+    log_level: str = "INFO"
+    metrics_max_cameras: int = Field(100, ge=0)
+
+    # --- server ------------------------------------------------------------------------
+    host: str = "0.0.0.0"
+    port: int = Field(8000, ge=0, le=65535)
+
+    # --- rules (issue: campus-security rules) -------------------------------------------
+    site_config: Path | None = None
+
+    # --- test-only fault injection (never set in production) ---------------------------
+    debug_infer_delay_ms: float = Field(0.0, ge=0.0)
+    debug_fault: Literal["", "raise_once", "oom_once", "hang", "crash_worker"] = ""
+
+    @field_validator("onnx_providers", mode="before")
+    @classmethod
+    def _providers(cls, value: object) -> object:
+        value = _split_csv(value)
+        if isinstance(value, list):
+            out = []
+            for item in value:
+                name = ONNX_PROVIDER_ALIASES.get(str(item).lower(), str(item))
+                if not name.endswith("ExecutionProvider"):
+                    raise ValueError(f"unknown onnx provider {item!r}; use {sorted(ONNX_PROVIDER_ALIASES)}")
+                out.append(name)
+            return out
+        return value
+
+    @field_validator("api_keys", "cors_origins", mode="before")
+    @classmethod
+    def _csv(cls, value: object) -> object:
+        return _split_csv(value)
+
+    @field_validator("device")
+    @classmethod
+    def _device(cls, value: str) -> str:
+        value = value.strip().lower()
+        if value.isdigit():
+            value = f"cuda:{value}"
+        if not _DEVICE_RE.match(value):
+            raise ValueError(f"device must be 'cpu' or 'cuda:N', got {value!r}")
+        return "cuda:0" if value == "cuda" else value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "Settings":
+        if self.half and self.device == "cpu" and self.backend == "torch":
+            raise ValueError("half=true needs a GPU device (fp16 is not supported on CPU)")
+        suffix = self.weights.suffix.lower()
+        if suffix not in {".pt", ".onnx", ".yaml", ".yml"}:
+            raise ValueError(f"weights must be a .pt, .onnx or .yaml file, got {self.weights}")
+        if self.backend == "torch" and suffix == ".onnx":
+            raise ValueError("backend 'torch' cannot load an .onnx file; use backend=onnx")
+        return self
+
+    @property
+    def resolved_threads(self) -> int:
+        return self.threads or (os.cpu_count() or 1)
+
+    @property
+    def display_model_name(self) -> str:
+        return self.model_name or self.weights.stem
+
+    def key_values(self) -> list[bytes]:
+        return [key.get_secret_value().encode() for key in self.api_keys]

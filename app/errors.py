@@ -1,0 +1,128 @@
+"""One error family for the whole service.
+
+Every failure a client can cause or observe is a ``ServiceError`` subclass carrying its
+HTTP status and a stable machine-readable ``code``. The HTTP layer maps them in one place
+(``app.api.errors``); the library and CLI raise the same types, so a caller of the engine
+never has to parse messages.
+"""
+
+from __future__ import annotations
+
+
+class ServiceError(Exception):
+    """Base class: ``status`` is the HTTP status, ``code`` a stable identifier."""
+
+    status: int = 500
+    code: str = "internal_error"
+    retry_after: float | None = None
+
+    def __init__(self, message: str | None = None, *, code: str | None = None) -> None:
+        super().__init__(message or self.__class__.__doc__ or self.code)
+        if code is not None:
+            self.code = code
+
+    @property
+    def message(self) -> str:
+        return str(self.args[0])
+
+
+class InvalidImage(ServiceError):
+    """The image could not be decoded."""
+
+    status, code = 400, "invalid_image"
+
+
+class ImageTooLarge(ServiceError):
+    """The image has more pixels than the configured limit (decompression bomb guard)."""
+
+    status, code = 413, "image_too_large"
+
+
+class PayloadTooLarge(ServiceError):
+    """The request body is larger than the configured byte limit."""
+
+    status, code = 413, "payload_too_large"
+
+
+class UnsupportedMediaType(ServiceError):
+    """The body is not an image format this service decodes."""
+
+    status, code = 415, "unsupported_media_type"
+
+
+class InvalidParameter(ServiceError):
+    """A request parameter is missing or out of range."""
+
+    status, code = 422, "invalid_parameter"
+
+
+class Unauthorized(ServiceError):
+    """No API key was given."""
+
+    status, code = 401, "unauthorized"
+
+
+class Forbidden(ServiceError):
+    """The API key is not valid."""
+
+    status, code = 403, "forbidden"
+
+
+class NotFound(ServiceError):
+    """The resource does not exist."""
+
+    status, code = 404, "not_found"
+
+
+class NotReady(ServiceError):
+    """The model is not loaded and warmed up yet, or the inference worker is down."""
+
+    status, code, retry_after = 503, "not_ready", 1.0
+
+
+class QueueFull(ServiceError):
+    """The inference queue is full; retry later."""
+
+    status, code, retry_after = 503, "queue_full", 1.0
+
+
+class ShuttingDown(ServiceError):
+    """The server is draining for shutdown."""
+
+    status, code, retry_after = 503, "shutting_down", 1.0
+
+
+class DeadlineExceeded(ServiceError):
+    """The request waited longer than its deadline before inference started."""
+
+    status, code = 504, "deadline_exceeded"
+
+
+class InferenceFailed(ServiceError):
+    """The inference backend failed on this batch."""
+
+    status, code = 500, "inference_failed"
+
+
+class OutOfMemory(ServiceError):
+    """The device ran out of memory for this batch, even after a retry at a smaller size."""
+
+    status, code, retry_after = 503, "out_of_memory", 1.0
+
+
+class InferenceTimeout(ServiceError):
+    """The inference did not finish within the watchdog limit (hung device)."""
+
+    status, code, retry_after = 503, "inference_timeout", 5.0
+
+
+class ConfigError(ServiceError):
+    """The configuration is invalid (raised at startup, never to a client)."""
+
+    status, code = 500, "config_error"
+
+
+class DeviceError(ConfigError):
+    """The requested device does not exist or is not usable."""
+
+    code = "device_error"

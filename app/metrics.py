@@ -1,0 +1,96 @@
+"""One Prometheus registry per app and every metric the service exports.
+
+The registry is an instance, not a module global, so each ``create_app`` (and each test)
+gets clean counters. Dashboards and alert rules in ``deploy/`` may only use names defined
+here; a test scrapes a real server and checks that.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, ProcessCollector, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from app.devices import MemoryStats
+
+NAMESPACE = "campusguard"
+LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 10.0)
+BATCH_BUCKETS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 64)
+STAGES = ("decode", "queue_wait", "preprocess", "inference", "postprocess")
+OTHER_CAMERA = "_other"
+
+
+class Metrics:
+    """Metric families of the service, bound to one registry."""
+
+    content_type = CONTENT_TYPE_LATEST
+
+    def __init__(self, max_cameras: int = 100) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r, ns = self.registry, NAMESPACE
+        ProcessCollector(namespace=ns, registry=r)
+        self.requests = Counter("requests", "HTTP requests by route and status", ["route", "status"], namespace=ns, registry=r)
+        self.request_latency = Histogram("request_duration_seconds", "End-to-end request latency",
+                                         ["route"], namespace=ns, registry=r, buckets=LATENCY_BUCKETS)
+        self.stage_latency = Histogram("stage_duration_seconds", "Per-image latency of each pipeline stage",
+                                       ["stage"], namespace=ns, registry=r, buckets=LATENCY_BUCKETS)
+        self.batch_size = Histogram("batch_size", "Images per inference call (micro-batch size)",
+                                    namespace=ns, registry=r, buckets=BATCH_BUCKETS)
+        self.queue_depth = Gauge("queue_depth", "Images waiting for the inference worker", namespace=ns, registry=r)
+        self.queue_capacity = Gauge("queue_capacity", "Configured queue size", namespace=ns, registry=r)
+        self.inferences = Counter("inferences", "Inference calls (batches)", namespace=ns, registry=r)
+        self.images = Counter("images", "Images inferred", namespace=ns, registry=r)
+        self.cache_clears = Counter("cache_clears", "Allocator cache releases", namespace=ns, registry=r)
+        self.last_cache_clear = Gauge("last_cache_clear_timestamp_seconds", "Unix time of the last cache release",
+                                      namespace=ns, registry=r)
+        self.detections = Counter("detections", "Detections returned, by class", ["class_name"], namespace=ns, registry=r)
+        self.camera_detections = Counter("camera_detections", "Detections by camera and class (cameras capped)",
+                                         ["camera_id", "class_name"], namespace=ns, registry=r)
+        self.rejected = Counter("rejected_requests", "Requests refused before inference, by reason",
+                                ["reason"], namespace=ns, registry=r)
+        self.inference_errors = Counter("inference_errors", "Failed inference batches, by error code",
+                                        ["code"], namespace=ns, registry=r)
+        self.oom_retries = Counter("oom_retries", "Batches retried at a smaller size after device OOM",
+                                   namespace=ns, registry=r)
+        self.worker_restarts = Counter("worker_restarts", "Inference worker restarts", namespace=ns, registry=r)
+        self.watchdog_trips = Counter("watchdog_trips", "Inferences that exceeded the watchdog limit",
+                                      namespace=ns, registry=r)
+        self.ready = Gauge("ready", "1 when the model is loaded, warm and the worker is alive", namespace=ns, registry=r)
+        self.in_flight = Gauge("in_flight_requests", "Requests being handled", namespace=ns, registry=r)
+        labels = ["device"]
+        self.memory_used = Gauge("device_memory_used_bytes", "Device memory in use (tensors; RSS on CPU)",
+                                 labels, namespace=ns, registry=r)
+        self.memory_reserved = Gauge("device_memory_reserved_bytes", "Device memory reserved by the allocator",
+                                     labels, namespace=ns, registry=r)
+        self.memory_total = Gauge("device_memory_total_bytes", "Device memory capacity", labels, namespace=ns, registry=r)
+        self.build_info = Info("build", "Version, backend, provider, model and device", namespace=ns, registry=r)
+        # campus-security rules
+        self.events = Counter("events", "Rule events started", ["camera_id", "zone", "rule"], namespace=ns, registry=r)
+        self.zone_objects = Gauge("zone_objects", "Objects currently inside each zone", ["camera_id", "zone"],
+                                  namespace=ns, registry=r)
+        self.rule_latency = Histogram("rule_evaluation_seconds", "Rule evaluation time per frame",
+                                      namespace=ns, registry=r, buckets=LATENCY_BUCKETS)
+        self.webhook_deliveries = Counter("webhook_deliveries", "Webhook delivery attempts by outcome",
+                                          ["outcome"], namespace=ns, registry=r)
+        self.outbox_depth = Gauge("webhook_outbox_depth", "Events waiting for webhook delivery", namespace=ns, registry=r)
+        self._max_cameras = max_cameras
+        self._cameras: set[str] = set()
+        for stage in STAGES:  # so every stage series exists from the first scrape
+            self.stage_latency.labels(stage)
+
+    def camera_label(self, camera_id: str) -> str:
+        """Cap the number of distinct camera labels (cardinality guard)."""
+        if camera_id in self._cameras:
+            return camera_id
+        if len(self._cameras) < self._max_cameras:
+            self._cameras.add(camera_id)
+            return camera_id
+        return OTHER_CAMERA
+
+    def observe_memory(self, device: str, stats: MemoryStats) -> None:
+        self.memory_used.labels(device).set(stats.used)
+        self.memory_reserved.labels(device).set(stats.reserved)
+        if stats.total is not None:
+            self.memory_total.labels(device).set(stats.total)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

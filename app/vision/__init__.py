@@ -1,0 +1,1 @@
+"""Pixels in, tensors out, and back: decoding, letterboxing, head decoding and NMS."""

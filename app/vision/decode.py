@@ -1,0 +1,97 @@
+"""Turn untrusted bytes into an RGB ``uint8`` array, or a typed error.
+
+The container format is sniffed from magic bytes (never from the client's Content-Type),
+and the declared dimensions are read from the header with Pillow *before* OpenCV
+allocates the full frame, so a 50000x50000 PNG of a few kilobytes is refused without
+allocating gigabytes.
+"""
+
+from __future__ import annotations
+
+import io
+import warnings
+
+import cv2
+import numpy as np
+from PIL import Image
+
+from app.errors import ImageTooLarge, InvalidImage, UnsupportedMediaType
+
+SUPPORTED_FORMATS = ("jpeg", "png", "bmp", "webp")
+MEDIA_TYPES = {"jpeg": "image/jpeg", "png": "image/png", "bmp": "image/bmp", "webp": "image/webp"}
+
+
+def sniff_format(data: bytes) -> str | None:
+    """Name of the image format from its magic bytes, or None for anything else."""
+    if data[:3] == b"\xff\xd8\xff":
+        return "jpeg"
+    if data[:8] == b"\x89PNG\r\n\x1a\n":
+        return "png"
+    if data[:2] == b"BM":
+        return "bmp"
+    if len(data) >= 12 and data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return "webp"
+    return None
+
+
+def declared_size(data: bytes) -> tuple[int, int]:
+    """(width, height) from the header alone; Pillow reads lazily and decodes nothing."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            with Image.open(io.BytesIO(data)) as img:
+                return img.size
+    except Image.DecompressionBombError as exc:  # pragma: no cover - guarded by our own limit
+        raise ImageTooLarge(str(exc)) from exc
+    except Exception as exc:
+        raise InvalidImage(f"image header could not be read: {exc.__class__.__name__}") from exc
+
+
+def to_rgb8(img: np.ndarray) -> np.ndarray:
+    """Normalise what ``IMREAD_UNCHANGED`` yields (gray, BGRA, 16-bit) to RGB uint8."""
+    if img.dtype == np.uint16:
+        img = (img >> 8).astype(np.uint8)
+    elif img.dtype != np.uint8:
+        img = cv2.normalize(img, None, 0, 255, cv2.NORM_MINMAX).astype(np.uint8)
+    if img.ndim == 2:
+        return cv2.cvtColor(img, cv2.COLOR_GRAY2RGB)
+    channels = img.shape[2]
+    if channels == 1:
+        return cv2.cvtColor(img[:, :, 0], cv2.COLOR_GRAY2RGB)
+    if channels == 4:
+        return cv2.cvtColor(img, cv2.COLOR_BGRA2RGB)
+    if channels == 3:
+        return cv2.cvtColor(img, cv2.COLOR_BGR2RGB)
+    raise InvalidImage(f"unsupported channel count {channels}")
+
+
+def decode_image(data: bytes, max_pixels: int) -> np.ndarray:
+    """Decode ``data`` to an HxWx3 RGB uint8 array.
+
+    Raises ``InvalidImage`` (empty, garbage, truncated), ``UnsupportedMediaType`` (not
+    JPEG/PNG/BMP/WebP) or ``ImageTooLarge`` (more than ``max_pixels`` declared pixels).
+    """
+    if not data:
+        raise InvalidImage("empty image")
+    fmt = sniff_format(data)
+    if fmt is None:
+        raise UnsupportedMediaType(f"not a supported image (expected one of {', '.join(SUPPORTED_FORMATS)})")
+    width, height = declared_size(data)
+    if width <= 0 or height <= 0:
+        raise InvalidImage("image has no pixels")
+    if width * height > max_pixels:
+        raise ImageTooLarge(f"image is {width}x{height} = {width * height} pixels; the limit is {max_pixels}")
+    buf = np.frombuffer(data, dtype=np.uint8)
+    img = cv2.imdecode(buf, cv2.IMREAD_UNCHANGED | cv2.IMREAD_ANYDEPTH)
+    if img is None or img.size == 0:
+        raise InvalidImage(f"{fmt} data could not be decoded (corrupt or truncated)")
+    if fmt == "jpeg" and not _jpeg_complete(data):
+        # libjpeg fills a truncated scan with grey and only warns; a half frame would
+        # give confident nonsense, so refuse it.
+        raise InvalidImage("jpeg data is truncated")
+    return to_rgb8(img)
+
+
+def _jpeg_complete(data: bytes) -> bool:
+    """A complete JPEG ends with an EOI marker (some encoders pad a few bytes after it)."""
+    return b"\xff\xd9" in data[-64:]

@@ -1,0 +1,136 @@
+"""Decode the YOLOv8 head and apply our NMS policy.
+
+One implementation, in numpy, for every backend: the ROCm migration found duplicate boxes
+on one platform because each runtime brought its own NMS. Ours is class-aware, exact
+greedy NMS with a deterministic tie-break (equal scores: the lower anchor index wins), and
+vectorised: suppression is solved as the fixed point of a boolean matrix equation rather
+than by a Python loop over boxes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+DEFAULT_IOU = 0.7
+MAX_CANDIDATES = 4096  # pre-NMS top-k by score; bounds the IoU matrix at 16M cells
+
+
+@dataclass(slots=True)
+class Detections:
+    """Detections of one image: xyxy boxes, scores and class ids, best score first."""
+
+    boxes: np.ndarray  # (N, 4) float32
+    scores: np.ndarray  # (N,) float32
+    class_ids: np.ndarray  # (N,) int64
+
+    def __len__(self) -> int:
+        return len(self.scores)
+
+    @classmethod
+    def empty(cls) -> "Detections":
+        return cls(np.zeros((0, 4), np.float32), np.zeros(0, np.float32), np.zeros(0, np.int64))
+
+
+def xywh_to_xyxy(xywh: np.ndarray) -> np.ndarray:
+    out = np.empty_like(xywh)
+    half_w, half_h = xywh[:, 2] / 2, xywh[:, 3] / 2
+    out[:, 0] = xywh[:, 0] - half_w
+    out[:, 1] = xywh[:, 1] - half_h
+    out[:, 2] = xywh[:, 0] + half_w
+    out[:, 3] = xywh[:, 1] + half_h
+    return out
+
+
+def pairwise_iou(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """IoU matrix between xyxy boxes ``a`` (N,4) and ``b`` (M,4)."""
+    area_a = (a[:, 2] - a[:, 0]).clip(0) * (a[:, 3] - a[:, 1]).clip(0)
+    area_b = (b[:, 2] - b[:, 0]).clip(0) * (b[:, 3] - b[:, 1]).clip(0)
+    lt = np.maximum(a[:, None, :2], b[None, :, :2])
+    rb = np.minimum(a[:, None, 2:], b[None, :, 2:])
+    wh = (rb - lt).clip(0)
+    inter = wh[..., 0] * wh[..., 1]
+    union = area_a[:, None] + area_b[None, :] - inter
+    return np.divide(inter, union, out=np.zeros_like(inter), where=union > 0)
+
+
+def greedy_keep(boxes: np.ndarray, iou_threshold: float) -> np.ndarray:
+    """Greedy NMS over boxes already sorted best-first; returns a keep mask.
+
+    Box i is kept iff no kept box before it overlaps it by more than the threshold:
+    ``keep = ~any(S & keep[:, None], axis=0)`` with ``S`` the strictly upper-triangular
+    suppression matrix. Iterating that from all-True reaches the greedy answer after
+    (longest suppression chain + 1) vectorised steps, usually two or three.
+    """
+    n = len(boxes)
+    suppress = np.triu(pairwise_iou(boxes, boxes) > iou_threshold, k=1)
+    keep = np.ones(n, dtype=bool)
+    for _ in range(n):
+        new_keep = ~(suppress & keep[:, None]).any(axis=0)
+        if np.array_equal(new_keep, keep):
+            break
+        keep = new_keep
+    return keep
+
+
+def nms(boxes: np.ndarray, scores: np.ndarray, class_ids: np.ndarray, iou_threshold: float) -> np.ndarray:
+    """Class-aware greedy NMS; returns kept indices, best score first.
+
+    Equal scores are ordered by index (stable sort), so the result never depends on the
+    platform's sort. Classes never suppress each other, so each class is solved on its own
+    small matrix (a loop over classes present, at most nc, never over boxes).
+    """
+    if len(scores) == 0:
+        return np.zeros(0, dtype=np.int64)
+    order = np.argsort(-scores.astype(np.float64), kind="stable")
+    sorted_boxes = boxes[order].astype(np.float32)
+    sorted_classes = class_ids[order]
+    keep = np.zeros(len(order), dtype=bool)
+    for cls in np.unique(sorted_classes):
+        members = np.flatnonzero(sorted_classes == cls)
+        keep[members] = greedy_keep(sorted_boxes[members], iou_threshold)
+    return order[keep]
+
+
+def postprocess(
+    pred: np.ndarray,
+    conf: float = 0.25,
+    iou: float = DEFAULT_IOU,
+    max_det: int = 300,
+    classes: frozenset[int] | None = None,
+    max_candidates: int = MAX_CANDIDATES,
+    multi_label: bool = False,
+) -> Detections:
+    """One image's head output (4+nc, anchors), xywh in input pixels -> Detections.
+
+    By default each anchor contributes its best class only (Ultralytics' predict); with
+    ``multi_label`` every class above ``conf`` does (Ultralytics' val, used for mAP).
+    """
+    pred = np.asarray(pred, dtype=np.float32)
+    if pred.ndim != 2 or pred.shape[0] < 5:
+        raise ValueError(f"expected a (4+nc, anchors) head output, got shape {pred.shape}")
+    class_scores = pred[4:]
+    if classes is not None:
+        mask = np.zeros(class_scores.shape[0], dtype=bool)
+        mask[[c for c in classes if 0 <= c < class_scores.shape[0]]] = True
+        class_scores = np.where(mask[:, None], class_scores, 0.0)
+    if multi_label:
+        # every (anchor, class) pair above conf is a candidate, as Ultralytics' val does
+        cls_idx, anchor_idx = np.nonzero(class_scores > conf)
+        scores = class_scores[cls_idx, anchor_idx]
+    else:
+        cls_idx = class_scores.argmax(axis=0)
+        scores = np.take_along_axis(class_scores, cls_idx[None, :], axis=0)[0]
+        anchor_idx = np.flatnonzero(scores > conf)
+        cls_idx, scores = cls_idx[anchor_idx], scores[anchor_idx]
+    if scores.size == 0:
+        return Detections.empty()
+    if scores.size > max_candidates:
+        top = np.sort(np.argsort(-scores, kind="stable")[:max_candidates])
+        anchor_idx, cls_idx, scores = anchor_idx[top], cls_idx[top], scores[top]
+    boxes = xywh_to_xyxy(pred[:4, anchor_idx].T)
+    cand_scores = scores.astype(np.float32)
+    cand_classes = cls_idx.astype(np.int64)
+    keep = nms(boxes, cand_scores, cand_classes, iou)[:max_det]
+    return Detections(boxes[keep], cand_scores[keep], cand_classes[keep])
