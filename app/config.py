@@ -93,7 +93,13 @@ class Settings(BaseSettings):
     port: int = Field(8000, ge=0, le=65535)
 
     # --- rules (issue: campus-security rules) -------------------------------------------
-    site_config: Path | None = None
+    site_config: Path | None = Field(None, description="Site YAML (cameras, zones, rules); none = rules off")
+    events_db_url: str = Field("sqlite:///.cache/campusguard/events.db", description="SQLAlchemy URL of the event store")
+    snapshot_dir: Path = Field(Path(".cache/campusguard/snapshots"), description="Annotated JPEG per event")
+    webhook_urls: Annotated[list[str], NoDecode] = Field(default_factory=list, description="Event webhooks (comma list)")
+    webhook_secret: SecretStr = Field(SecretStr(""), description="HMAC-SHA256 key for X-CampusGuard-Signature")
+    webhook_timeout_s: float = Field(5.0, gt=0)
+    webhook_max_backoff_s: float = Field(60.0, gt=0)
 
     # --- test-only fault injection (never set in production) ---------------------------
     debug_infer_delay_ms: float = Field(0.0, ge=0.0)
@@ -113,7 +119,7 @@ class Settings(BaseSettings):
             return out
         return value
 
-    @field_validator("api_keys", "cors_origins", mode="before")
+    @field_validator("api_keys", "cors_origins", "webhook_urls", mode="before")
     @classmethod
     def _csv(cls, value: object) -> object:
         return _split_csv(value)

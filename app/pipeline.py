@@ -48,6 +48,7 @@ class Prepared:
     letterbox: Letterbox
     decode_ms: float = 0.0
     preprocess_ms: float = 0.0
+    image: np.ndarray | None = None  # decoded RGB frame, kept only when asked (rules, annotation)
 
 
 @dataclass
@@ -67,14 +68,14 @@ class Pipeline:
         self._lock = threading.Lock()
 
     # --- stages -------------------------------------------------------------------------
-    def prepare(self, data: bytes | np.ndarray) -> Prepared:
+    def prepare(self, data: bytes | np.ndarray, keep_image: bool = False) -> Prepared:
         """Decode (bytes) and letterbox. Thread-safe; OpenCV releases the GIL here."""
         t0 = time.perf_counter()
         img = decode_image(data, self.max_pixels) if isinstance(data, (bytes, bytearray, memoryview)) else data
         t1 = time.perf_counter()
         tensor, box = preprocess(img, self.detector.imgsz)
         t2 = time.perf_counter()
-        return Prepared(tensor, box, (t1 - t0) * 1e3, (t2 - t1) * 1e3)
+        return Prepared(tensor, box, (t1 - t0) * 1e3, (t2 - t1) * 1e3, img if keep_image else None)
 
     def infer(self, tensors: list[np.ndarray]) -> np.ndarray:
         """One forward call on a batch; counts it and releases the cache every N calls."""

@@ -13,7 +13,7 @@ import warnings
 
 import cv2
 import numpy as np
-from PIL import Image
+from PIL import BmpImagePlugin, JpegImagePlugin, PngImagePlugin, WebPImagePlugin
 
 from app.errors import ImageTooLarge, InvalidImage, UnsupportedMediaType
 
@@ -34,15 +34,29 @@ def sniff_format(data: bytes) -> str | None:
     return None
 
 
-def declared_size(data: bytes) -> tuple[int, int]:
+# The header parser of each sniffed format, called directly rather than through
+# ``PIL.Image.open``: importing ultralytics monkey-patches ``Image.open`` so that an
+# unidentified file triggers ``check_requirements("pi-heif")`` (a pip install attempt)
+# -- untrusted bytes must never do that. It also skips Pillow's own decompression-bomb
+# limit, so ``max_pixels`` alone decides.
+_HEADER_READERS = {
+    "jpeg": JpegImagePlugin.JpegImageFile,
+    "png": PngImagePlugin.PngImageFile,
+    "bmp": BmpImagePlugin.BmpImageFile,
+    "webp": WebPImagePlugin.WebPImageFile,
+}
+
+
+def declared_size(data: bytes, fmt: str | None = None) -> tuple[int, int]:
     """(width, height) from the header alone; Pillow reads lazily and decodes nothing."""
+    fmt = fmt or sniff_format(data)
+    if fmt not in _HEADER_READERS:
+        raise UnsupportedMediaType(f"not a supported image (expected one of {', '.join(SUPPORTED_FORMATS)})")
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            with Image.open(io.BytesIO(data)) as img:
+            with _HEADER_READERS[fmt](io.BytesIO(data)) as img:
                 return img.size
-    except Image.DecompressionBombError as exc:  # pragma: no cover - guarded by our own limit
-        raise ImageTooLarge(str(exc)) from exc
     except Exception as exc:
         raise InvalidImage(f"image header could not be read: {exc.__class__.__name__}") from exc
 
@@ -76,7 +90,7 @@ def decode_image(data: bytes, max_pixels: int) -> np.ndarray:
     fmt = sniff_format(data)
     if fmt is None:
         raise UnsupportedMediaType(f"not a supported image (expected one of {', '.join(SUPPORTED_FORMATS)})")
-    width, height = declared_size(data)
+    width, height = declared_size(data, fmt)
     if width <= 0 or height <= 0:
         raise InvalidImage("image has no pixels")
     if width * height > max_pixels:

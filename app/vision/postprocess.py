@@ -64,7 +64,9 @@ def greedy_keep(boxes: np.ndarray, iou_threshold: float) -> np.ndarray:
     (longest suppression chain + 1) vectorised steps, usually two or three.
     """
     n = len(boxes)
-    suppress = np.triu(pairwise_iou(boxes, boxes) > iou_threshold, k=1)
+    # float32 IoU against a float64 threshold, as torchvision compares (numpy would
+    # otherwise round 0.3 to float32 and keep a box whose IoU is exactly float32(0.3))
+    suppress = np.triu(pairwise_iou(boxes, boxes) > np.float64(iou_threshold), k=1)
     keep = np.ones(n, dtype=bool)
     for _ in range(n):
         new_keep = ~(suppress & keep[:, None]).any(axis=0)
@@ -111,10 +113,6 @@ def postprocess(
     if pred.ndim != 2 or pred.shape[0] < 5:
         raise ValueError(f"expected a (4+nc, anchors) head output, got shape {pred.shape}")
     class_scores = pred[4:]
-    if classes is not None:
-        mask = np.zeros(class_scores.shape[0], dtype=bool)
-        mask[[c for c in classes if 0 <= c < class_scores.shape[0]]] = True
-        class_scores = np.where(mask[:, None], class_scores, 0.0)
     if multi_label:
         # every (anchor, class) pair above conf is a candidate, as Ultralytics' val does
         cls_idx, anchor_idx = np.nonzero(class_scores > conf)
@@ -124,6 +122,12 @@ def postprocess(
         scores = np.take_along_axis(class_scores, cls_idx[None, :], axis=0)[0]
         anchor_idx = np.flatnonzero(scores > conf)
         cls_idx, scores = cls_idx[anchor_idx], scores[anchor_idx]
+    if classes is not None:
+        # Filter after choosing each anchor's best class, as Ultralytics does: an anchor
+        # whose best class is excluded contributes nothing, so a filtered result is always
+        # a subset of the unfiltered one (never a second-best class surfacing).
+        wanted = np.isin(cls_idx, np.fromiter(classes, dtype=np.int64, count=len(classes)))
+        anchor_idx, cls_idx, scores = anchor_idx[wanted], cls_idx[wanted], scores[wanted]
     if scores.size == 0:
         return Detections.empty()
     if scores.size > max_candidates:

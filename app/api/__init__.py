@@ -1,0 +1,1 @@
+"""HTTP routers. Thin: parse the request, call the engine, shape the reply."""

@@ -1,0 +1,38 @@
+"""Request dependencies: the app's services and API-key auth."""
+
+from __future__ import annotations
+
+import hmac
+
+from fastapi import Request
+
+from app.errors import Forbidden, Unauthorized
+
+
+def check_key(request: Request, supplied: str | None) -> None:
+    """Constant-time comparison against every configured key (rotation: list old and new)."""
+    keys: list[bytes] = request.app.state.api_keys
+    if not keys:
+        return
+    if not supplied:
+        raise Unauthorized("an API key is required (X-API-Key header)")
+    candidate = supplied.encode()
+    matched = False
+    for key in keys:  # no early exit: timing does not reveal which key matched
+        matched |= hmac.compare_digest(candidate, key)
+    if not matched:
+        raise Forbidden("the API key is not valid")
+
+
+async def require_api_key(request: Request) -> None:
+    check_key(request, request.headers.get("x-api-key"))
+
+
+async def require_api_key_for_health(request: Request) -> None:
+    if not request.app.state.settings.open_health:
+        check_key(request, request.headers.get("x-api-key"))
+
+
+async def require_api_key_for_metrics(request: Request) -> None:
+    if not request.app.state.settings.open_metrics:
+        check_key(request, request.headers.get("x-api-key"))

@@ -1,0 +1,137 @@
+"""App factory and lifespan: validate, load, warm up, then mark ready.
+
+``create_app(settings)`` builds everything from the settings it is given (no import-time
+globals), so tests choose their configuration. The model loads in a background thread
+after the socket is open: ``/health/live`` answers at once and ``/health/ready`` is an
+honest 503 until the model is loaded and warm. Cheap checks (weights file, device
+ordinal, site file) run before that and fail startup immediately.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+from fastapi.middleware.cors import CORSMiddleware
+
+from app import __version__
+from app.api import deepstack, detect, health
+from app.api import metrics as metrics_route
+from app.api.errors import install_error_handlers
+from app.api.middleware import RequestGuard
+from app.config import Settings
+from app.devices import GpuInventory, parse_device, torch_inventory, validate_device
+from app.errors import ConfigError
+from app.metrics import Metrics
+
+log = logging.getLogger("campusguard")
+LOAD_FAILURE_EXIT_CODE = 3
+
+
+def preflight(settings: Settings) -> None:
+    """Fail fast, before the socket opens, on what can be checked cheaply."""
+    weights = settings.weights
+    if weights.suffix.lower() in {".pt", ".onnx"} and not weights.is_file():
+        raise ConfigError(f"weights file not found: {weights} (set CAMPUSGUARD_WEIGHTS)")
+    if parse_device(settings.device) is not None:
+        validate_device(settings.device, torch_inventory())
+    else:
+        validate_device("cpu", GpuInventory("none"))
+
+
+def load_engine(app: FastAPI, settings: Settings, metrics: Metrics) -> None:
+    """Load the backend, start the worker, warm up, then flip readiness (background thread)."""
+    from app.backends import load_backend
+    from app.backends.faults import FaultInjectingDetector
+    from app.engine import InferenceEngine
+    from app.pipeline import Pipeline
+
+    try:
+        app.state.phase = "loading"
+        detector = load_backend(settings)
+        faults = None
+        if settings.debug_fault or settings.debug_infer_delay_ms:
+            log.warning("test-only fault injection is on: fault=%r delay=%sms", settings.debug_fault,
+                        settings.debug_infer_delay_ms)
+            detector = faults = FaultInjectingDetector(detector, settings.debug_infer_delay_ms, settings.debug_fault)
+        pipeline = Pipeline(detector, settings.cache_clear_every, settings.max_pixels)
+        engine = InferenceEngine(pipeline, settings, metrics)
+        app.state.detector, app.state.engine = detector, engine
+        app.state.phase = "warming_up"
+        engine.start()
+        started = time.perf_counter()
+        engine.warmup(settings.warmup_iters)
+        info = detector.device_info()
+        metrics.build_info.info({"version": __version__, "backend": detector.backend, "provider": detector.provider,
+                                 "model": detector.model_name, "device": info.device, "device_name": info.name,
+                                 "imgsz": str(settings.imgsz)})
+        metrics.last_cache_clear.set(time.time())
+        if faults is not None:
+            faults.arm()
+        engine.mark_ready()
+        app.state.phase = "ready"
+        log.info("ready: %s on %s (%s), provider %s, warm-up %.2fs", detector.model_name, info.device, info.name,
+                 detector.provider, time.perf_counter() - started)
+    except Exception:
+        log.critical("model loading failed; exiting", exc_info=True)
+        logging.shutdown()
+        os._exit(LOAD_FAILURE_EXIT_CODE)
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or Settings()
+    metrics = Metrics(settings.metrics_max_cameras)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        preflight(settings)
+        rules = None
+        if settings.site_config is not None:
+            from app.rules.service import RulesService
+
+            rules = RulesService.from_settings(settings, metrics)
+            rules.start()
+        app.state.rules = rules
+        loader = threading.Thread(target=load_engine, args=(app, settings, metrics), name="campusguard-load",
+                                  daemon=True)
+        loader.start()
+        yield
+        engine = getattr(app.state, "engine", None)
+        if engine is not None:
+            engine.begin_drain()
+            engine.stop()
+        if rules is not None:
+            rules.stop()
+        log.info("shut down cleanly")
+
+    app = FastAPI(
+        title="CampusGuard Detector",
+        version=__version__,
+        description="YOLOv8 object detection for campus security cameras: JSON detections, "
+                    "a DeepStack-compatible route, health probes and Prometheus metrics.",
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    app.state.metrics = metrics
+    app.state.api_keys = settings.key_values()
+    app.state.phase = "starting"
+    app.state.started_at = time.time()
+    app.state.rules = None
+    install_error_handlers(app)
+    app.include_router(detect.router)
+    app.include_router(deepstack.router)
+    app.include_router(health.router)
+    app.include_router(metrics_route.router)
+    if settings.site_config is not None:
+        from app.api import events
+
+        app.include_router(events.router)
+    if settings.cors_origins:
+        app.add_middleware(CORSMiddleware, allow_origins=settings.cors_origins, allow_methods=["GET", "POST"],
+                           allow_headers=["X-API-Key", "Content-Type"])
+    app.add_middleware(RequestGuard, max_body_bytes=settings.max_body_bytes, metrics=metrics)
+    return app

@@ -1,0 +1,294 @@
+"""The site file: cameras, zones and rules, validated in full before it is used.
+
+``load_site_config(path)`` reads the YAML, validates it with pydantic and runs the
+cross-checks pydantic cannot express per field (unique camera ids, zone and rule names).
+Every problem is collected first, so a bad file is refused with the complete list, never
+one error at a time. The exception is ``SiteConfigError`` (a ``ConfigError``) whose
+``errors`` attribute is that list and whose message lists them one per line.
+
+Coordinates are normalized (0..1, origin top-left, x to the right, y down), so one zone
+definition is valid for any resolution the camera sends.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+from typing import Annotated, Any, Literal, Union
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from app.errors import ConfigError
+
+IDENT = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$"
+WEEKDAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
+VEHICLES = ("car", "truck", "bus", "motorcycle")
+
+
+class SiteConfigError(ConfigError):
+    """The site file is invalid; ``errors`` lists every problem found."""
+
+    code = "invalid_site_config"
+
+    def __init__(self, path: Path | str, errors: list[str]) -> None:
+        self.path = str(path)
+        self.errors = list(errors)
+        lines = "\n".join(f"  - {e}" for e in self.errors)
+        super().__init__(f"site config {self.path} is invalid ({len(self.errors)} error(s)):\n{lines}")
+
+
+def _check_timezone(value: str | None) -> str | None:
+    if value is None:
+        return value
+    try:
+        ZoneInfo(value)
+    except (ZoneInfoNotFoundError, ValueError) as exc:
+        raise ValueError(f"unknown time zone {value!r} (use an IANA name such as 'Europe/Berlin')") from exc
+    return value
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ActiveWindow(_Strict):
+    """A daily window in the rule's time zone; ``end`` before ``start`` crosses midnight.
+
+    ``days`` (mon..sun) are the days on which a window *starts*: a 22:00-06:00 window on
+    ``[fri]`` is active from Friday 22:00 to Saturday 06:00.
+    """
+
+    start: dt.time
+    end: dt.time
+    days: tuple[Literal["mon", "tue", "wed", "thu", "fri", "sat", "sun"], ...] | None = None
+
+    @field_validator("start", "end", mode="before")
+    @classmethod
+    def _sexagesimal(cls, value: Any) -> Any:
+        # YAML 1.1 reads an unquoted 22:00 as the base-60 integer 1320 (minutes).
+        if isinstance(value, int) and not isinstance(value, bool):
+            if not 0 <= value < 24 * 60:
+                raise ValueError(f"{value} is not a time of day; write it as a quoted 'HH:MM'")
+            return dt.time(value // 60, value % 60)
+        return value
+
+    @model_validator(mode="after")
+    def _not_empty(self) -> "ActiveWindow":
+        if self.start == self.end:
+            raise ValueError("start and end are equal; omit active_hours for a rule that is always active")
+        return self
+
+
+class RuleBase(_Strict):
+    name: str | None = Field(None, pattern=IDENT, description="Rule name in events; default: the rule type")
+    classes: tuple[str, ...] = ("person",)
+    min_confidence: float = Field(0.25, ge=0.0, le=1.0, description="Ignore detections below this score")
+    min_area: float = Field(0.0, ge=0.0, le=1.0, description="Ignore boxes smaller than this fraction of the frame")
+    min_duration_s: float = Field(0.0, ge=0.0, description="Condition must hold this long before the event starts")
+    clear_after_s: float = Field(3.0, ge=0.0, description="Condition must be false this long before the event ends")
+    cooldown_s: float = Field(30.0, ge=0.0, description="No new event for this rule and zone until this long after an end")
+    active_hours: tuple[ActiveWindow, ...] | None = None
+    timezone: str | None = Field(None, description="IANA zone for active_hours; default: the site's")
+    snapshot: bool | None = Field(None, description="Annotated JPEG per event; default: the site's 'snapshots'")
+
+    @field_validator("classes")
+    @classmethod
+    def _classes(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        if not value:
+            raise ValueError("at least one class is needed")
+        return tuple(c.strip() for c in value)
+
+    @field_validator("active_hours", mode="before")
+    @classmethod
+    def _one_window(cls, value: Any) -> Any:
+        return [value] if isinstance(value, dict) else value
+
+    @field_validator("timezone")
+    @classmethod
+    def _tz(cls, value: str | None) -> str | None:
+        return _check_timezone(value)
+
+    @property
+    def rule_name(self) -> str:
+        return self.name or self.type  # type: ignore[attr-defined]
+
+
+class IntrusionRule(RuleBase):
+    """Any object of ``classes`` whose foot point is inside the zone."""
+
+    type: Literal["intrusion"]
+
+
+class CrowdRule(RuleBase):
+    """At least ``min_count`` objects of ``classes`` inside the zone for ``min_duration_s``."""
+
+    type: Literal["crowd"]
+    min_count: int = Field(..., ge=1)
+
+
+class FireLaneRule(RuleBase):
+    """The same vehicle (tracked) inside the zone for at least ``min_duration_s``."""
+
+    type: Literal["fire_lane"]
+    classes: tuple[str, ...] = VEHICLES
+    min_confidence: float = Field(0.3, ge=0.0, le=1.0)
+    min_area: float = Field(0.001, ge=0.0, le=1.0)
+    min_duration_s: float = Field(..., ge=0.0)
+
+
+Rule = Annotated[Union[IntrusionRule, CrowdRule, FireLaneRule], Field(discriminator="type")]
+
+
+class Zone(_Strict):
+    name: str = Field(..., pattern=IDENT)
+    kind: str = Field("generic", pattern=IDENT, description="Free label (restricted, assembly, fire_lane, ...)")
+    polygon: tuple[tuple[float, float], ...] = Field(..., description="Normalized [x, y] vertices, 0..1")
+    rules: tuple[Rule, ...] = ()
+
+    @field_validator("polygon")
+    @classmethod
+    def _polygon(cls, value: tuple[tuple[float, float], ...]) -> tuple[tuple[float, float], ...]:
+        if len(value) < 3:
+            raise ValueError(f"a polygon needs at least 3 points, got {len(value)}")
+        bad = [i for i, (x, y) in enumerate(value) if not (0.0 <= x <= 1.0 and 0.0 <= y <= 1.0)]
+        if bad:
+            raise ValueError(f"points {bad} are outside 0..1 (coordinates are normalized to the frame size)")
+        area = 0.5 * abs(sum(x0 * y1 - x1 * y0 for (x0, y0), (x1, y1) in zip(value, value[1:] + value[:1])))
+        if area <= 1e-9:
+            raise ValueError("the polygon has no area (points are collinear or repeated)")
+        return value
+
+
+class Camera(_Strict):
+    id: str = Field(..., pattern=IDENT)
+    name: str | None = None
+    resolution: tuple[Annotated[int, Field(gt=0)], Annotated[int, Field(gt=0)]] | None = Field(
+        None, description="[width, height]; informational (zones are normalized)")
+    zones: tuple[Zone, ...] = ()
+
+
+class TrackerConfig(_Strict):
+    """ByteTrack (ultralytics) parameters, one tracker per camera."""
+
+    track_high_thresh: float = Field(0.25, ge=0.0, le=1.0)
+    track_low_thresh: float = Field(0.1, ge=0.0, le=1.0)
+    new_track_thresh: float = Field(0.25, ge=0.0, le=1.0)
+    track_buffer: int = Field(30, ge=1, description="Frames a lost track is kept for re-identification")
+    match_thresh: float = Field(0.8, ge=0.0, le=1.0)
+    fuse_score: bool = True
+
+
+class SiteConfig(_Strict):
+    version: Literal[1] = 1
+    site: str | None = Field(None, description="Site name (documentation only)")
+    timezone: str = Field("UTC", description="Default IANA zone for active_hours")
+    snapshots: bool = Field(True, description="Store an annotated JPEG per event")
+    tracker: TrackerConfig = TrackerConfig()
+    cameras: tuple[Camera, ...] = Field(..., min_length=1)
+
+    @field_validator("timezone")
+    @classmethod
+    def _tz(cls, value: str) -> str:
+        return _check_timezone(value)  # type: ignore[return-value]
+
+    def camera(self, camera_id: str) -> Camera | None:
+        return next((c for c in self.cameras if c.id == camera_id), None)
+
+
+# --- loading -----------------------------------------------------------------------------
+
+def _loc(loc: tuple) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif part in ("intrusion", "crowd", "fire_lane") and out.endswith("]"):
+            continue  # the discriminator tag adds nothing to the path
+        else:
+            out += f".{part}" if out else str(part)
+    return out or "(top level)"
+
+
+def _duplicates(raw: Any) -> list[str]:
+    """Cross-checks on the raw data, so they run even where pydantic found other errors."""
+    errors: list[str] = []
+    cams = raw.get("cameras") if isinstance(raw, dict) else None
+    if not isinstance(cams, list):
+        return errors
+    seen: dict[str, int] = {}
+    for ci, cam in enumerate(cams):
+        if not isinstance(cam, dict):
+            continue
+        cid = cam.get("id")
+        if isinstance(cid, str):
+            if cid in seen:
+                errors.append(f"cameras[{ci}].id: duplicate camera id {cid!r} (also cameras[{seen[cid]}])")
+            else:
+                seen[cid] = ci
+        zones = cam.get("zones")
+        if not isinstance(zones, list):
+            continue
+        zseen: dict[str, int] = {}
+        for zi, zone in enumerate(zones):
+            if not isinstance(zone, dict):
+                continue
+            zname = zone.get("name")
+            if isinstance(zname, str):
+                if zname in zseen:
+                    errors.append(f"cameras[{ci}].zones[{zi}].name: duplicate zone name {zname!r} "
+                                  f"in camera {cid!r} (also zones[{zseen[zname]}])")
+                else:
+                    zseen[zname] = zi
+            rules = zone.get("rules")
+            if not isinstance(rules, list):
+                continue
+            rseen: dict[str, int] = {}
+            for ri, rule in enumerate(rules):
+                if not isinstance(rule, dict):
+                    continue
+                rname = rule.get("name") or rule.get("type")
+                if isinstance(rname, str):
+                    if rname in rseen:
+                        errors.append(f"cameras[{ci}].zones[{zi}].rules[{ri}].name: duplicate rule name {rname!r} "
+                                      f"in zone {zname!r} (give each rule of the same type a 'name')")
+                    else:
+                        rseen[rname] = ri
+    return errors
+
+
+def parse_site_config(raw: Any, source: str = "<site config>") -> SiteConfig:
+    """Validate already-parsed YAML/JSON data; raise SiteConfigError listing every error."""
+    errors: list[str] = []
+    config: SiteConfig | None = None
+    if not isinstance(raw, dict):
+        raise SiteConfigError(source, [f"(top level): expected a mapping with 'cameras', got {type(raw).__name__}"])
+    try:
+        config = SiteConfig.model_validate(raw)
+    except ValidationError as exc:
+        for err in exc.errors(include_url=False):
+            msg = err["msg"].removeprefix("Value error, ")
+            errors.append(f"{_loc(tuple(err['loc']))}: {msg}")
+    errors.extend(_duplicates(raw))
+    if errors or config is None:
+        raise SiteConfigError(source, errors or ["invalid site config"])
+    return config
+
+
+def load_site_config(path: Path | str) -> SiteConfig:
+    """Read and validate the site YAML; raise SiteConfigError (a ConfigError) listing every error."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise SiteConfigError(path, [f"cannot read the file: {exc.strerror or exc}"]) from exc
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise SiteConfigError(path, [f"YAML syntax error at {where}{problem}"]) from exc
+    return parse_site_config(raw, str(path))
+

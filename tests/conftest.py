@@ -1,0 +1,150 @@
+"""Shared test fixtures: real data paths (overridable), and a real server in a subprocess.
+
+Data comes from ``../shared`` by default; set CAMPUSGUARD_TEST_WEIGHTS /
+CAMPUSGUARD_TEST_DATASET to use other copies. Only their absence skips a test.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import pytest
+
+os.environ.setdefault("YOLO_OFFLINE", "1")
+
+REPO = Path(__file__).resolve().parents[1]
+WEIGHTS = Path(os.environ.get("CAMPUSGUARD_TEST_WEIGHTS", REPO.parent / "shared/models/yolov8n.pt"))
+DATASET = Path(os.environ.get("CAMPUSGUARD_TEST_DATASET", REPO.parent / "shared/datasets/coco-val128"))
+
+
+def ultralytics_asset(name: str) -> Path:
+    import ultralytics
+
+    return Path(ultralytics.__file__).parent / "assets" / name
+
+
+@pytest.fixture(scope="session")
+def weights() -> Path:
+    if not WEIGHTS.is_file():
+        pytest.skip(f"model weights not found at {WEIGHTS} (set CAMPUSGUARD_TEST_WEIGHTS)")
+    return WEIGHTS
+
+
+@pytest.fixture(scope="session")
+def dataset() -> Path:
+    if not (DATASET / "data.yaml").is_file():
+        pytest.skip(f"dataset not found at {DATASET} (set CAMPUSGUARD_TEST_DATASET)")
+    return DATASET
+
+
+@pytest.fixture(scope="session")
+def bus_jpg() -> bytes:
+    return ultralytics_asset("bus.jpg").read_bytes()
+
+
+@pytest.fixture(scope="session")
+def zidane_jpg() -> bytes:
+    return ultralytics_asset("zidane.jpg").read_bytes()
+
+
+@pytest.fixture(scope="session")
+def onnx_cache(tmp_path_factory) -> Path:
+    """One ONNX export cache for the whole session (exporting takes seconds)."""
+    return tmp_path_factory.mktemp("onnx-cache")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@dataclass
+class LiveServer:
+    """A real `campusguard serve` process on a free loopback port."""
+
+    proc: subprocess.Popen
+    url: str
+    log_path: Path
+    env: dict[str, str] = field(default_factory=dict)
+
+    def client(self, **kwargs) -> httpx.Client:
+        return httpx.Client(base_url=self.url, timeout=kwargs.pop("timeout", 60.0), **kwargs)
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def wait_ready(self, timeout: float = 180.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited with {self.proc.returncode}:\n{self.log()[-4000:]}")
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"{self.url}/health/ready", timeout=2).status_code == 200:
+                    return
+            time.sleep(0.2)
+        raise TimeoutError(f"server not ready after {timeout}s:\n{self.log()[-4000:]}")
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 60.0) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        return self.proc.returncode
+
+
+def start_server(tmp_path: Path, wait: bool = True, **settings) -> LiveServer:
+    """Start the service with ``CAMPUSGUARD_<KEY>=value`` for each keyword setting."""
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CAMPUSGUARD_")}
+    env.update({"CAMPUSGUARD_WEIGHTS": str(WEIGHTS), "CAMPUSGUARD_HOST": "127.0.0.1",
+                "CAMPUSGUARD_PORT": str(port), "CAMPUSGUARD_THREADS": "2",
+                "CAMPUSGUARD_ONNX_CACHE_DIR": str(tmp_path / "onnx-cache"), "PYTHONUNBUFFERED": "1"})
+    env.update({f"CAMPUSGUARD_{k.upper()}": str(v) for k, v in settings.items()})
+    log_path = tmp_path / f"server-{port}.log"
+    log = log_path.open("wb")
+    proc = subprocess.Popen([sys.executable, "-m", "app.cli", "serve"], cwd=REPO, env=env,
+                            stdout=log, stderr=subprocess.STDOUT)
+    server = LiveServer(proc, f"http://127.0.0.1:{port}", log_path, env)
+    if wait:
+        try:
+            server.wait_ready()
+        except Exception:
+            server.stop(signal.SIGKILL)
+            raise
+    return server
+
+
+@pytest.fixture
+def server_factory(tmp_path, weights):
+    """Start servers with custom settings; all are stopped at the end of the test."""
+    started: list[LiveServer] = []
+
+    def factory(wait: bool = True, **settings) -> LiveServer:
+        server = start_server(tmp_path, wait=wait, **settings)
+        started.append(server)
+        return server
+
+    yield factory
+    for server in started:
+        server.stop(signal.SIGKILL if server.proc.poll() is None else signal.SIGTERM, timeout=10)
+
+
+@pytest.fixture(scope="module")
+def live_server(tmp_path_factory, weights):
+    """The default service (torch backend, yolov8n, imgsz 640), shared by a test module."""
+    server = start_server(tmp_path_factory.mktemp("live"))
+    yield server
+    server.stop()
