@@ -15,7 +15,7 @@ from collections import Counter
 
 from fastapi import APIRouter, Request
 
-from app.api.deps import check_key
+from app.api.deps import check_key, engine_of
 from app.api.images import parse_upload
 from app.api.schemas import DeepStackPrediction, DeepStackResponse
 from app.errors import InvalidParameter
@@ -60,7 +60,7 @@ async def deepstack_detection(request: Request) -> DeepStackResponse:
     min_conf = parse_min_confidence(parsed.fields.get("min_confidence"))
     settings = request.app.state.settings
     params = DetectParams(conf=min_conf, iou=settings.iou, max_det=settings.max_det)
-    result = await request.app.state.engine.detect(parsed.images[0].data, params)
+    result = await engine_of(request).detect(parsed.images[0].data, params)
     metrics = request.app.state.metrics
     predictions = []
     for d in result.detections:

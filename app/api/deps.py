@@ -6,7 +6,7 @@ import hmac
 
 from fastapi import Request
 
-from app.errors import Forbidden, Unauthorized
+from app.errors import Forbidden, NotReady, Unauthorized
 
 
 def check_key(request: Request, supplied: str | None) -> None:
@@ -36,3 +36,12 @@ async def require_api_key_for_health(request: Request) -> None:
 async def require_api_key_for_metrics(request: Request) -> None:
     if not request.app.state.settings.open_metrics:
         check_key(request, request.headers.get("x-api-key"))
+
+
+def engine_of(request: Request):
+    """The inference engine, or a 503 while the model is still loading."""
+    engine = getattr(request.app.state, "engine", None)
+    if engine is None:
+        request.app.state.metrics.rejected.labels("not_ready").inc()
+        raise NotReady(f"the model is not ready yet ({request.app.state.phase})")
+    return engine

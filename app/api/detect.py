@@ -10,7 +10,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import Response
 
-from app.api.deps import require_api_key
+from app.api.deps import engine_of, require_api_key
 from app.api.images import parse_upload
 from app.api.schemas import BatchItem, BatchResponse, Box, DetectionOut, DetectResponse, ErrorBody, Timings
 from app.engine import DetectResult
@@ -128,11 +128,12 @@ async def detect(request: Request, q: Annotated[DetectQuery, Depends()]) -> Dete
     campus rules of that camera and `events` lists what it started or ended. With
     `annotate=true` (or `Accept: image/jpeg`) the reply is the annotated frame.
     """
+    engine = engine_of(request)
     params = detect_params(request, q)
     upload = (await parse_upload(request, ("image",), 1)).images[0]
     annotate = wants_jpeg(request, q)
     rules_on = getattr(request.app.state, "rules", None) is not None and q.camera_id is not None
-    result = await request.app.state.engine.detect(upload.data, params, keep_image=annotate or rules_on)
+    result = await engine.detect(upload.data, params, keep_image=annotate or rules_on)
     events = await run_rules(request, q, result)
     request.scope["state"].update(camera_id=q.camera_id, detections=len(result.detections))
     if annotate:
@@ -158,10 +159,10 @@ async def detect_batch(request: Request, q: Annotated[DetectQuery, Depends()]) -
     Each image succeeds or fails on its own: a corrupt file yields an error entry for that
     index while the others are detected (the results list always matches the input).
     """
+    engine = engine_of(request)
     params = detect_params(request, q)
     settings = request.app.state.settings
     uploads = (await parse_upload(request, ("images", "image"), settings.max_batch_images)).images
-    engine = request.app.state.engine
     outcomes = await asyncio.gather(*(engine.detect(u.data, params) for u in uploads), return_exceptions=True)
     unavailable = [o for o in outcomes if isinstance(o, ServiceError) and o.status == 503]
     if len(unavailable) == len(outcomes):

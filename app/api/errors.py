@@ -20,6 +20,8 @@ def error_response(status: int, code: str, message: str, request: Request | None
     headers = {"Retry-After": str(max(1, round(retry_after)))} if retry_after else None
     if request is not None and request.url.path.startswith(DEEPSTACK_PREFIX):
         # DeepStack clients (Blue Iris, Home Assistant, Frigate) read {"success": false, "error": ...}
+        # and DeepStack answers every bad input (image or parameter) with 400.
+        status = 400 if status in (415, 422) else status
         return JSONResponse({"success": False, "error": message, "code": status}, status, headers=headers)
     body = {"error": code, "message": message}
     if detail is not None:
@@ -37,8 +39,7 @@ def install_error_handlers(app: FastAPI) -> None:
         detail = [{"loc": list(e.get("loc", ())), "msg": e.get("msg", ""), "type": e.get("type", "")}
                   for e in exc.errors()]
         message = "; ".join(f"{'.'.join(map(str, d['loc']))}: {d['msg']}" for d in detail) or "invalid request"
-        status = 400 if request.url.path.startswith(DEEPSTACK_PREFIX) else 422
-        return error_response(status, "invalid_parameter", message, request, detail=detail)
+        return error_response(422, "invalid_parameter", message, request, detail=detail)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:

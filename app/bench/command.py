@@ -12,6 +12,9 @@ people usually write, ``YOLO(weights).predict(image)`` one frame at a time. Ever
 states its throughput ratio to the raw call of its backend at the same batch
 (``vs_raw``) and to the Ultralytics loop (``vs_ultralytics``). Latency is per call: one
 call handles ``batch`` images. Peak memory is VRAM on a GPU and process RSS on the CPU.
+The raw and library rows of one batch size are timed in alternation (one raw call, one
+library call, and so on), so load from other processes on a shared host hits both alike
+and their ratio stays meaningful.
 """
 
 from __future__ import annotations
@@ -116,6 +119,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=Path, default=Path("results/bench"), help="results folder")
     parser.add_argument("--append", action="store_true",
                         help="merge into an existing bench.json in --out (rows with the same key are replaced)")
+    parser.add_argument("--time-budget", type=float, default=None, metavar="SECONDS",
+                        help="start no new row after this many seconds (rows left out are listed in the report)")
+    parser.add_argument("--render", action="store_true",
+                        help="measure nothing: rewrite the CSV, Markdown and plots from bench.json in --out")
     parser.add_argument("--no-plots", action="store_true")
     parser.add_argument("--no-progress", action="store_true")
 
@@ -201,18 +208,33 @@ def timed(step: Callable[[int], int], warmup: int, iterations: int, tick: Callab
 
     Returns per-call latencies (ms), images handled in the timed part and its wall time.
     """
+    result = interleaved({"step": step}, warmup, iterations, tick)["step"]
+    return result
+
+
+def interleaved(steps: dict[str, Callable[[int], int]], warmup: int, iterations: int,
+                tick: Callable[[], None]) -> dict[str, tuple[list[float], int, float]]:
+    """Time several steps in alternation: iteration i runs each step once, in order.
+
+    On a shared, noisy host a burst of load then hits every step alike, so their ratio is
+    steadier than if each were timed in its own block. Per step: latencies (ms), images
+    handled in the timed part, and the time spent in that step (the sum of its latencies).
+    """
     for i in range(warmup):
-        step(i)
-        tick()
-    latencies: list[float] = []
-    images = 0
-    start = time.perf_counter()
+        for step in steps.values():
+            step(i)
+            tick()
+    out: dict[str, tuple[list[float], int, float]] = {name: ([], 0, 0.0) for name in steps}
     for i in range(iterations):
-        t0 = time.perf_counter()
-        images += step(warmup + i)
-        latencies.append((time.perf_counter() - t0) * 1e3)
-        tick()
-    return latencies, images, time.perf_counter() - start
+        for name, step in steps.items():
+            t0 = time.perf_counter()
+            n = step(warmup + i)
+            dt = time.perf_counter() - t0
+            lat, images, secs = out[name]
+            lat.append(dt * 1e3)
+            out[name] = (lat, images + n, secs + dt)
+            tick()
+    return out
 
 
 def load_images(folder: Path, limit: int) -> list[np.ndarray]:
@@ -267,6 +289,16 @@ class Bench:
         self.images = images
         self.tick = tick
         self.threads = args.threads or __import__("os").cpu_count() or 1
+        self.started = time.monotonic()
+        self.skipped: list[str] = []
+
+    def out_of_time(self, what: str) -> bool:
+        """True (and ``what`` is recorded as skipped) once --time-budget has been spent."""
+        budget = self.args.time_budget
+        if budget is not None and time.monotonic() - self.started > budget:
+            self.skipped.append(what)
+            return True
+        return False
 
     # -- memory readers -------------------------------------------------------------------
     def memory_reader(self, detector=None) -> tuple[Callable[[], int], str]:
@@ -276,7 +308,9 @@ class Bench:
             proc = psutil.Process()
             return (lambda: proc.memory_info().rss), "rss"
         if detector is not None and detector.backend == "onnx":
-            return (lambda: detector.memory().used), "vram"
+            # the driver's device-wide figure (NVML / AMD SMI / sysfs): includes torch's context
+            source = detector.memory().source
+            return (lambda: detector.memory().used), ("rss" if source == "rss" else f"vram-{source}")
         import torch
 
         index = int(self.args.device.split(":")[1]) if ":" in self.args.device else 0
@@ -307,15 +341,18 @@ class Bench:
 
             torch.set_num_threads(self.threads)
         for batch in plan.batches:
+            if self.out_of_time(f"{plan.size}/{backend}/{plan.precision}/batch {batch}"):
+                continue
+            steps: dict[str, Callable[[int], int]] = {}
             if "raw" in self.args.references:
-                describe(f"{plan.size}/{backend}/{plan.precision}/b{batch}: raw")
                 tensors = stack([preprocess(img, detector.imgsz)[0] for img in batch_of(self.images, 0, batch)])
                 call = self.raw_call(detector, tensors)
-                read, source = self.memory_reader(detector)
-                with PeakMemory(read) as mem:
-                    lat, n, secs = timed(lambda i: (call(), batch)[1], self.args.warmup, plan.iterations, self.tick)
-                yield make_row(plan, "raw", backend, detector.provider, self.args.device, info.name, batch,
-                               lat, n, secs, mem.peak, source)
+
+                def raw_step(i: int, call=call, batch: int = batch) -> int:
+                    call()
+                    return batch
+
+                steps["raw"] = raw_step
 
             def library(i: int, batch: int = batch) -> int:
                 prepared = [pipeline.prepare(img) for img in batch_of(self.images, i, batch)]
@@ -324,12 +361,14 @@ class Bench:
                     pipeline.finish(out, p.letterbox, params)
                 return batch
 
-            describe(f"{plan.size}/{backend}/{plan.precision}/b{batch}: library")
+            steps["library"] = library
+            describe(f"{plan.size}/{backend}/{plan.precision}/b{batch}: {' + '.join(steps)}")
             read, source = self.memory_reader(detector)
             with PeakMemory(read) as mem:
-                lat, n, secs = timed(library, self.args.warmup, plan.iterations, self.tick)
-            yield make_row(plan, "library", backend, detector.provider, self.args.device, info.name, batch,
-                           lat, n, secs, mem.peak, source)
+                measured = interleaved(steps, self.args.warmup, plan.iterations, self.tick)
+            for kind, (lat, n, secs) in measured.items():
+                yield make_row(plan, kind, backend, detector.provider, self.args.device, info.name, batch,
+                               lat, n, secs, mem.peak, source)
         detector.close()
         del detector, pipeline
         release_memory(self.args.device)
@@ -428,7 +467,7 @@ def write_outputs(out: Path, rows: list[dict[str, Any]], meta: dict[str, Any], p
     checks = targets(rows)
     files = [report.write_json(out / "bench.json", {"meta": meta, "rows": rows, "targets": checks}),
              report.write_csv(out / "bench.csv", rows, COLUMNS)]
-    on_gpu = any(r["mem_source"] == "vram" for r in rows)
+    on_gpu = any(str(r["mem_source"]).startswith("vram") for r in rows)
     columns = [("device_name", "device", 0), ("size", "size", 0), ("kind", "path", 0), ("backend", "backend", 0),
                ("precision", "precision", 0), ("batch", "batch", 0), ("fps", "FPS", 1), ("lat_p50_ms", "p50 ms", 1),
                ("lat_p95_ms", "p95 ms", 1), ("lat_p99_ms", "p99 ms", 1),
@@ -444,6 +483,8 @@ def write_outputs(out: Path, rows: list[dict[str, Any]], meta: dict[str, Any], p
         "`ultralytics` = `YOLO(weights).predict(frame)` per frame. Ratios are FPS ratios.",
         report.markdown_table(rows, columns),
     ]
+    if meta.get("skipped_for_time_budget"):
+        sections.append("Not measured (time budget spent): " + ", ".join(meta["skipped_for_time_budget"]))
     if checks:
         sections += ["## Targets", report.markdown_table(
             checks, [("target", "target", 0), ("size", "size", 0), ("precision", "precision", 0), ("batch", "batch", 0),
@@ -485,6 +526,9 @@ def plot(out: Path, rows: list[dict[str, Any]]) -> list[Path]:
                 ax.set_xlabel("batch")
                 ax.set_ylabel(label)
                 ax.set_xscale("log", base=2)
+                batches = sorted({r["batch"] for r in rows if r["size"] == size})
+                ax.set_xticks(batches, [str(b) for b in batches])
+                ax.minorticks_off()
                 ax.grid(alpha=0.3)
                 ax.legend(fontsize=7)
         fig.tight_layout()
@@ -508,6 +552,13 @@ def run(args: argparse.Namespace) -> int:
 
     os.environ.setdefault("YOLO_OFFLINE", "1")
     validate(args)
+    if args.render:
+        saved = json.loads((args.out / "bench.json").read_text())
+        rows = saved["rows"]
+        add_ratios(rows)
+        write_outputs(args.out, rows, saved["meta"], plots=not args.no_plots)
+        print((args.out / "bench.md").read_text())
+        return 0
     plans = make_plan(args)
     images = load_images(args.images, args.max_images)
     meta = report.environment() | {"command": "campusguard bench " + " ".join(sys.argv[2:]) if len(sys.argv) > 1 else "",
@@ -519,17 +570,22 @@ def run(args: argparse.Namespace) -> int:
     describe = bar.set_description_str
     try:
         for plan in plans:
-            if "ultralytics" in args.references:
+            if "ultralytics" in args.references and not bench.out_of_time(f"{plan.size}/ultralytics/{plan.precision}"):
                 rows.append(bench.ultralytics_row(plan, describe))
             for backend in args.backends:
-                rows.extend(bench.backend_rows(plan, backend, describe))
+                if not bench.out_of_time(f"{plan.size}/{backend}/{plan.precision}"):
+                    rows.extend(bench.backend_rows(plan, backend, describe))
     finally:
         bar.close()
+    meta["skipped_for_time_budget"] = bench.skipped
+    meta["wall_s"] = round(time.monotonic() - bench.started, 1)
     meta["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
     if args.append and (args.out / "bench.json").is_file():
         previous = json.loads((args.out / "bench.json").read_text())
         rows = merge(previous.get("rows", []), rows)
-        meta["merged_runs"] = previous.get("meta", {}).get("merged_runs", [previous.get("meta", {})]) + [dict(meta)]
+        earlier = previous.get("meta", {})
+        meta["merged_runs"] = earlier.get("merged_runs", [earlier]) + [dict(meta)]
+        meta["command"] = " ; ".join(run.get("command", "") for run in meta["merged_runs"])
     add_ratios(rows)
     files = write_outputs(args.out, rows, meta, plots=not args.no_plots)
     print((args.out / "bench.md").read_text())

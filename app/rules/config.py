@@ -150,14 +150,18 @@ class Zone(_Strict):
     @field_validator("polygon")
     @classmethod
     def _polygon(cls, value: tuple[tuple[float, float], ...]) -> tuple[tuple[float, float], ...]:
+        problems = []
         if len(value) < 3:
-            raise ValueError(f"a polygon needs at least 3 points, got {len(value)}")
+            problems.append(f"a polygon needs at least 3 points, got {len(value)}")
         bad = [i for i, (x, y) in enumerate(value) if not (0.0 <= x <= 1.0 and 0.0 <= y <= 1.0)]
         if bad:
-            raise ValueError(f"points {bad} are outside 0..1 (coordinates are normalized to the frame size)")
-        area = 0.5 * abs(sum(x0 * y1 - x1 * y0 for (x0, y0), (x1, y1) in zip(value, value[1:] + value[:1])))
-        if area <= 1e-9:
-            raise ValueError("the polygon has no area (points are collinear or repeated)")
+            problems.append(f"points {bad} are outside 0..1 (coordinates are normalized to the frame size)")
+        if not problems:
+            area = 0.5 * abs(sum(x0 * y1 - x1 * y0 for (x0, y0), (x1, y1) in zip(value, value[1:] + value[:1])))
+            if area <= 1e-9:
+                problems.append("the polygon has no area (points are collinear or repeated)")
+        if problems:
+            raise ValueError("; ".join(problems))
         return value
 
 
@@ -186,7 +190,7 @@ class SiteConfig(_Strict):
     timezone: str = Field("UTC", description="Default IANA zone for active_hours")
     snapshots: bool = Field(True, description="Store an annotated JPEG per event")
     tracker: TrackerConfig = TrackerConfig()
-    cameras: tuple[Camera, ...] = Field(..., min_length=1)
+    cameras: tuple[Camera, ...] = Field(..., description="At least one camera")
 
     @field_validator("timezone")
     @classmethod
@@ -215,6 +219,8 @@ def _duplicates(raw: Any) -> list[str]:
     """Cross-checks on the raw data, so they run even where pydantic found other errors."""
     errors: list[str] = []
     cams = raw.get("cameras") if isinstance(raw, dict) else None
+    if isinstance(cams, list) and not cams:
+        errors.append("cameras: at least one camera is needed")
     if not isinstance(cams, list):
         return errors
     seen: dict[str, int] = {}

@@ -86,6 +86,7 @@ class Event:
 class Transition:
     kind: Literal["started", "ended"]
     event: Event
+    rule: "CompiledRule | None" = None
 
 
 class RuleState:
@@ -238,14 +239,14 @@ class CameraRules:
                     event = Event(uuid.uuid4().hex, self.id, zone.name, rule.name, rule.type, when,
                                   objects=[o.to_dict() for o in matching], max_count=len(matching))
                     state.active = event
-                    out.append(Transition("started", event))
+                    out.append(Transition("started", event, rule))
                 elif action == "end":
                     event = state.active
                     assert event is not None
                     event.ended_at = dt.datetime.fromtimestamp(state.false_since or t, UTC)
                     state.active = None
                     state.cooldown_until = (state.false_since or t) + state.cooldown_s
-                    out.append(Transition("ended", event))
+                    out.append(Transition("ended", event, rule))
                 elif holds and state.active is not None and len(matching) > state.active.max_count:
                     state.active.max_count = len(matching)
                     state.active.objects = [o.to_dict() for o in matching]
@@ -260,7 +261,7 @@ class CameraRules:
                     event = rule.state.active
                     event.ended_at = when
                     rule.state.active = None
-                    out.append(Transition("ended", event))
+                    out.append(Transition("ended", event, rule))
         return out
 
     def open_events(self) -> list[Event]:

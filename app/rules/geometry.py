@@ -32,8 +32,9 @@ class Polygon:
         if len(self.points) < 3:
             raise ValueError("a polygon needs at least 3 points")
         self._contour = np.asarray(self.points, dtype=np.float32).reshape(-1, 1, 2)
-        xs, ys = self._contour[:, 0, 0], self._contour[:, 0, 1]
-        self._bbox = (float(xs.min()), float(ys.min()), float(xs.max()), float(ys.max()))
+        xs, ys = [p[0] for p in self.points], [p[1] for p in self.points]
+        eps = 1e-6  # the contour is float32: keep border points inside the pre-test
+        self._bbox = (min(xs) - eps, min(ys) - eps, max(xs) + eps, max(ys) + eps)
 
     def contains(self, x: float, y: float) -> bool:
         bx0, by0, bx1, by1 = self._bbox

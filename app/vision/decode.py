@@ -47,6 +47,20 @@ _HEADER_READERS = {
 }
 
 
+OTHER_FORMATS = {b"GIF87a": "gif", b"GIF89a": "gif", b"II*\x00": "tiff", b"MM\x00*": "tiff", b"%PDF": "pdf",
+                 b"\x00\x00\x00\x0cjP": "jpeg2000", b"8BPS": "psd", b"<svg": "svg", b"<?xml": "xml"}
+
+
+def other_format(data: bytes) -> str | None:
+    """Recognisable formats we do not decode (415), as opposed to garbage (400)."""
+    for magic, name in OTHER_FORMATS.items():
+        if data.startswith(magic):
+            return name
+    if data[4:12] in (b"ftypheic", b"ftypheix", b"ftypavif", b"ftypmif1"):
+        return "heif/avif"
+    return None
+
+
 def declared_size(data: bytes, fmt: str | None = None) -> tuple[int, int]:
     """(width, height) from the header alone; Pillow reads lazily and decodes nothing."""
     fmt = fmt or sniff_format(data)
@@ -89,7 +103,10 @@ def decode_image(data: bytes, max_pixels: int) -> np.ndarray:
         raise InvalidImage("empty image")
     fmt = sniff_format(data)
     if fmt is None:
-        raise UnsupportedMediaType(f"not a supported image (expected one of {', '.join(SUPPORTED_FORMATS)})")
+        other = other_format(data)
+        if other is not None:
+            raise UnsupportedMediaType(f"{other} images are not supported (send one of {', '.join(SUPPORTED_FORMATS)})")
+        raise InvalidImage(f"not an image: the data matches none of {', '.join(SUPPORTED_FORMATS)}")
     width, height = declared_size(data, fmt)
     if width <= 0 or height <= 0:
         raise InvalidImage("image has no pixels")

@@ -1,0 +1,230 @@
+"""``RulesService``: the one object the app talks to for campus-security rules.
+
+Lifecycle (driven by the app's lifespan)::
+
+    rules = RulesService.from_settings(settings, metrics)   # None when site_config is unset
+    rules.start()                                          # webhook outbox worker
+    events = rules.evaluate(camera_id, ts, (w, h), detections, frame_rgb)   # per frame
+    rules.reload()                                         # SIGHUP / POST /admin/reload
+    rules.stop()
+
+Thread-safety: ``evaluate`` may be called from any number of threads. Each camera's
+state has its own lock (frames of different cameras are evaluated in parallel, frames
+of one camera one at a time); ``reload`` swaps the camera table atomically and keeps the
+state of every camera whose configuration did not change.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from app.pipeline import Detection
+from app.rules.config import SiteConfig, load_site_config
+from app.rules.evaluator import UTC, CameraRules, Transition
+from app.rules.store import EventStore, dumps
+from app.rules.webhooks import OutboxWorker
+
+log = logging.getLogger("campusguard.rules")
+
+
+@dataclass(frozen=True, slots=True)
+class ZoneView:
+    """A zone as drawn on annotated frames."""
+
+    camera_id: str
+    name: str
+    kind: str
+    polygon: tuple[tuple[float, float], ...]
+    rules: tuple[str, ...]
+
+
+def snapshot_url(event_id: str) -> str:
+    return f"/events/{event_id}/snapshot"
+
+
+class RulesService:
+    def __init__(self, path: Path, config: SiteConfig, store: EventStore, metrics=None, *,
+                 webhook_urls: Sequence[str] = (), webhook_secret: bytes = b"", webhook_timeout_s: float = 5.0,
+                 webhook_max_backoff_s: float = 60.0, snapshot_dir: Path | None = None) -> None:
+        self.path = Path(path)
+        self.store = store
+        self.metrics = metrics
+        self.webhook_urls = list(webhook_urls)
+        self.snapshot_dir = Path(snapshot_dir) if snapshot_dir is not None else None
+        self.outbox = OutboxWorker(store, self.webhook_urls, webhook_secret, timeout_s=webhook_timeout_s,
+                                   max_backoff_s=webhook_max_backoff_s, metrics=metrics)
+        self._reload_lock = threading.Lock()
+        self._config = config
+        self._cameras: dict[str, CameraRules] = {c.id: CameraRules(c, config) for c in config.cameras}
+        self.loaded_at = dt.datetime.now(UTC)
+
+    @classmethod
+    def from_settings(cls, settings, metrics=None) -> "RulesService | None":
+        """Build from ``Settings``; None when ``site_config`` is unset. Raises SiteConfigError (a ConfigError)."""
+        if settings.site_config is None:
+            return None
+        config = load_site_config(settings.site_config)
+        store = EventStore(settings.events_db_url)
+        return cls(settings.site_config, config, store, metrics,
+                   webhook_urls=settings.webhook_urls,
+                   webhook_secret=settings.webhook_secret.get_secret_value().encode(),
+                   webhook_timeout_s=settings.webhook_timeout_s,
+                   webhook_max_backoff_s=settings.webhook_max_backoff_s,
+                   snapshot_dir=settings.snapshot_dir)
+
+    # --- lifecycle ------------------------------------------------------------------------
+    def start(self) -> None:
+        self.outbox.start()
+
+    def stop(self) -> None:
+        self.outbox.stop()
+        self.store.close()
+
+    @property
+    def config(self) -> SiteConfig:
+        return self._config
+
+    @property
+    def camera_ids(self) -> list[str]:
+        return list(self._cameras)
+
+    # --- per frame ------------------------------------------------------------------------
+    def evaluate(self, camera_id: str, timestamp: dt.datetime | None, frame_size: tuple[int, int],
+                 detections: list[Detection], frame_rgb: np.ndarray | None = None) -> list[dict[str, Any]]:
+        """Run the camera's rules on one frame; the events started or ended on it (JSON-ready dicts).
+
+        ``timestamp`` is the capture time (naive = UTC); None means now. Frames of a camera
+        that is not in the site file are ignored (empty list).
+        """
+        cam = self._cameras.get(camera_id)
+        if cam is None:
+            return []
+        t0 = time.perf_counter()
+        when = timestamp or dt.datetime.now(UTC)
+        with cam.lock:
+            transitions = cam.evaluate(when, frame_size, detections)
+            counts = dict(cam.zone_counts)
+        events = [self._emit(cam, tr, detections, frame_rgb) for tr in transitions]
+        if self.metrics is not None:
+            label = self.metrics.camera_label(camera_id)
+            for zone, n in counts.items():
+                self.metrics.zone_objects.labels(label, zone).set(n)
+            self.metrics.rule_latency.observe(time.perf_counter() - t0)
+        return events
+
+    def _emit(self, cam: CameraRules, tr: Transition, detections: Sequence[Detection],
+              frame_rgb: np.ndarray | None) -> dict[str, Any]:
+        ev = tr.event
+        if tr.kind == "started":
+            if frame_rgb is not None and self._snapshots_on(tr):
+                ev.snapshot = self._write_snapshot(cam, ev, detections, frame_rgb)
+            if self.metrics is not None:
+                self.metrics.events.labels(self.metrics.camera_label(ev.camera_id), ev.zone, ev.rule).inc()
+        data = ev.to_dict()
+        self._persist(data, tr.kind)
+        return data
+
+    def _snapshots_on(self, tr: Transition) -> bool:
+        if self.snapshot_dir is None:
+            return False
+        rule_opt = tr.rule.config.snapshot if tr.rule is not None else None
+        return self._config.snapshots if rule_opt is None else rule_opt
+
+    def _write_snapshot(self, cam: CameraRules, ev, detections, frame_rgb) -> str | None:
+        from app.vision.annotate import annotate_jpeg
+
+        try:
+            data = annotate_jpeg(frame_rgb, detections, self.zones_for(cam.id), [ev.to_dict()])
+            assert self.snapshot_dir is not None
+            self.snapshot_dir.mkdir(parents=True, exist_ok=True)
+            tmp = self.snapshot_dir / f".{ev.id}.jpg.tmp"
+            tmp.write_bytes(data)
+            tmp.replace(self.snapshot_dir / f"{ev.id}.jpg")
+            return snapshot_url(ev.id)
+        except Exception:  # a full disk must not fail the frame
+            log.exception("could not write the snapshot of event %s", ev.id)
+            return None
+
+    def _persist(self, data: dict[str, Any], kind: str) -> None:
+        key = f"{data['id']}:{kind}"
+        payload = dumps({"type": f"event.{kind}", "idempotency_key": key, "event": data})
+        try:
+            self.store.record(data, [(url, key, payload) for url in self.webhook_urls])
+        except Exception:
+            log.exception("could not store event %s (%s)", data["id"], kind)
+            return
+        if self.webhook_urls:
+            self.outbox.notify()
+
+    # --- configuration --------------------------------------------------------------------
+    def reload(self) -> None:
+        """Re-read the site file. On error raise SiteConfigError and keep the running config.
+
+        Cameras whose configuration is unchanged keep their state (tracks, open events);
+        open events of changed or removed cameras are ended now.
+        """
+        with self._reload_lock:
+            config = load_site_config(self.path)  # raises before anything changes
+            old = self._cameras
+            same_globals = (config.timezone == self._config.timezone and config.tracker == self._config.tracker)
+            new: dict[str, CameraRules] = {}
+            for cam in config.cameras:
+                prev = old.get(cam.id)
+                new[cam.id] = prev if (prev is not None and same_globals and prev.camera == cam) else CameraRules(cam, config)
+            retired = [c for cid, c in old.items() if new.get(cid) is not c]
+            self._config = config
+            self._cameras = new  # atomic swap: evaluate() reads the dict once per frame
+            self.loaded_at = dt.datetime.now(UTC)
+            now = dt.datetime.now(UTC)
+            for cam in retired:
+                with cam.lock:
+                    transitions = cam.close_all(now)
+                for tr in transitions:
+                    self._persist(tr.event.to_dict(), "ended")
+                if self.metrics is not None:
+                    for zone in cam.zones:
+                        try:
+                            self.metrics.zone_objects.remove(self.metrics.camera_label(cam.id), zone.name)
+                        except KeyError:
+                            pass
+            kept = sum(1 for cid, c in new.items() if old.get(cid) is c)
+            log.info("site config %s reloaded: %d camera(s), %d unchanged (state kept), %d replaced or removed",
+                     self.path, len(new), kept, len(retired))
+
+    def zones_for(self, camera_id: str) -> list[ZoneView]:
+        """The zones of a camera (empty for unknown cameras), for drawing."""
+        cam = self._cameras.get(camera_id)
+        if cam is None:
+            return []
+        return [ZoneView(camera_id, z.name, z.kind, z.polygon.points, tuple(r.name for r in z.rules))
+                for z in cam.zones]
+
+    def open_events(self, camera_id: str | None = None) -> list[dict[str, Any]]:
+        cams = [self._cameras[camera_id]] if camera_id in self._cameras else ([] if camera_id else self._cameras.values())
+        out = []
+        for cam in cams:
+            with cam.lock:
+                out.extend(e.to_dict() for e in cam.open_events())
+        return out
+
+    # --- event store ----------------------------------------------------------------------
+    def get_event(self, event_id: str) -> dict[str, Any] | None:
+        return self.store.get(event_id)
+
+    def query_events(self, **filters) -> tuple[list[dict[str, Any]], int]:
+        return self.store.query(**filters)
+
+    def snapshot_path(self, event_id: str) -> Path | None:
+        if self.snapshot_dir is None or not event_id.isalnum():
+            return None
+        path = self.snapshot_dir / f"{event_id}.jpg"
+        return path if path.is_file() else None

@@ -1,0 +1,248 @@
+"""The event store and the webhook outbox: two tables in one SQLAlchemy database.
+
+SQLite by default (a file path in ``events_db_url``), any SQLAlchemy URL otherwise
+(``postgresql+psycopg://...``). Tables are created on start. An event row is inserted
+when the event starts and updated when it ends; in the *same* transaction one outbox row
+per webhook URL is written, so a crash can never record an event and lose its delivery.
+
+The outbox is claimed row by row with a conditional UPDATE (a lease), which is safe when
+several replicas share one PostgreSQL database; receivers de-duplicate on the
+``Idempotency-Key`` anyway.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import (JSON, Column, DateTime, Index, Integer, MetaData, String, Table, Text, TypeDecorator,
+                        UniqueConstraint, create_engine, event, func, select, update)
+from sqlalchemy.engine import Engine, make_url
+
+UTC = dt.timezone.utc
+
+
+class UTCDateTime(TypeDecorator):
+    """Timezone-aware UTC datetimes on every backend (SQLite stores them naive)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value, dialect):
+        if value is None:
+            return None
+        value = value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value, dialect):
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+metadata = MetaData()
+
+events_table = Table(
+    "campusguard_events", metadata,
+    Column("id", String(64), primary_key=True),
+    Column("camera_id", String(128), nullable=False),
+    Column("zone", String(128), nullable=False),
+    Column("rule", String(128), nullable=False),
+    Column("rule_type", String(32), nullable=False),
+    Column("started_at", UTCDateTime(), nullable=False),
+    Column("ended_at", UTCDateTime(), nullable=True),
+    Column("objects", JSON, nullable=False),
+    Column("max_count", Integer, nullable=False, default=0),
+    Column("snapshot", String(512), nullable=True),
+    Index("ix_campusguard_events_started", "started_at"),
+    Index("ix_campusguard_events_camera", "camera_id", "started_at"),
+)
+
+outbox_table = Table(
+    "campusguard_outbox", metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("event_id", String(64), nullable=False),
+    Column("url", String(2048), nullable=False),
+    Column("idempotency_key", String(128), nullable=False),
+    Column("payload", Text, nullable=False),
+    Column("attempts", Integer, nullable=False, default=0),
+    Column("next_attempt_at", UTCDateTime(), nullable=False),
+    Column("created_at", UTCDateTime(), nullable=False),
+    Column("delivered_at", UTCDateTime(), nullable=True),
+    Column("last_error", Text, nullable=True),
+    UniqueConstraint("url", "idempotency_key", name="uq_campusguard_outbox_key"),
+    Index("ix_campusguard_outbox_pending", "delivered_at", "url", "id"),
+)
+
+
+def utcnow() -> dt.datetime:
+    return dt.datetime.now(UTC)
+
+
+def make_engine(url: str) -> Engine:
+    parsed = make_url(url)
+    kwargs: dict[str, Any] = {"future": True, "pool_pre_ping": True}
+    if parsed.get_backend_name() == "sqlite":
+        database = parsed.database
+        if database and database != ":memory:" and not database.startswith("file:"):
+            Path(database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+        kwargs["connect_args"] = {"check_same_thread": False, "timeout": 30}
+        if not database or database == ":memory:":
+            from sqlalchemy.pool import StaticPool
+
+            kwargs["poolclass"] = StaticPool
+    engine = create_engine(url, **kwargs)
+    if parsed.get_backend_name() == "sqlite":
+        @event.listens_for(engine, "connect")
+        def _pragmas(dbapi_conn, _record):  # pragma: no cover - trivial
+            cur = dbapi_conn.cursor()
+            cur.execute("PRAGMA journal_mode=WAL")
+            cur.execute("PRAGMA synchronous=NORMAL")
+            cur.execute("PRAGMA busy_timeout=30000")
+            cur.close()
+    return engine
+
+
+@dataclass(frozen=True, slots=True)
+class OutboxItem:
+    id: int
+    event_id: str
+    url: str
+    idempotency_key: str
+    payload: bytes
+    attempts: int
+    next_attempt_at: dt.datetime
+
+
+def _row_to_event(row) -> dict[str, Any]:
+    def iso(v):
+        return None if v is None else v.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+    return {"id": row.id, "camera_id": row.camera_id, "zone": row.zone, "rule": row.rule,
+            "rule_type": row.rule_type, "state": "started" if row.ended_at is None else "ended",
+            "started_at": iso(row.started_at), "ended_at": iso(row.ended_at), "objects": row.objects or [],
+            "max_count": row.max_count, "snapshot": row.snapshot}
+
+
+class EventStore:
+    """Events and outbox in one database; every method is thread-safe (a connection pool)."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.engine = make_engine(url)
+        metadata.create_all(self.engine)
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    # --- events ---------------------------------------------------------------------------
+    def record(self, event: dict[str, Any], deliveries: list[tuple[str, str, bytes]] = ()) -> None:
+        """Insert or update an event and enqueue its webhook deliveries, atomically.
+
+        ``deliveries`` are (url, idempotency_key, payload) tuples.
+        """
+        values = {"camera_id": event["camera_id"], "zone": event["zone"], "rule": event["rule"],
+                  "rule_type": event.get("rule_type", event["rule"]),
+                  "started_at": _parse(event["started_at"]), "ended_at": _parse(event.get("ended_at")),
+                  "objects": event.get("objects") or [], "max_count": int(event.get("max_count") or 0),
+                  "snapshot": event.get("snapshot")}
+        now = utcnow()
+        with self.engine.begin() as conn:
+            exists = conn.execute(select(events_table.c.id).where(events_table.c.id == event["id"])).first()
+            if exists:
+                conn.execute(update(events_table).where(events_table.c.id == event["id"]).values(**values))
+            else:
+                conn.execute(events_table.insert().values(id=event["id"], **values))
+            for url, key, payload in deliveries:
+                dup = conn.execute(select(outbox_table.c.id).where(
+                    outbox_table.c.url == url, outbox_table.c.idempotency_key == key)).first()
+                if dup:
+                    continue
+                conn.execute(outbox_table.insert().values(
+                    event_id=event["id"], url=url, idempotency_key=key, payload=payload.decode(),
+                    attempts=0, next_attempt_at=now, created_at=now))
+
+    def get(self, event_id: str) -> dict[str, Any] | None:
+        with self.engine.connect() as conn:
+            row = conn.execute(select(events_table).where(events_table.c.id == event_id)).first()
+        return _row_to_event(row) if row else None
+
+    def query(self, *, camera_id: str | None = None, zone: str | None = None, rule: str | None = None,
+              since: dt.datetime | None = None, until: dt.datetime | None = None,
+              limit: int = 50, offset: int = 0) -> tuple[list[dict[str, Any]], int]:
+        """Events whose ``started_at`` is in [since, until), newest first; and the total count."""
+        t = events_table.c
+        conds = []
+        if camera_id is not None:
+            conds.append(t.camera_id == camera_id)
+        if zone is not None:
+            conds.append(t.zone == zone)
+        if rule is not None:
+            conds.append(t.rule == rule)
+        if since is not None:
+            conds.append(t.started_at >= since)
+        if until is not None:
+            conds.append(t.started_at < until)
+        with self.engine.connect() as conn:
+            total = conn.execute(select(func.count()).select_from(events_table).where(*conds)).scalar_one()
+            rows = conn.execute(select(events_table).where(*conds)
+                                .order_by(t.started_at.desc(), t.id.desc()).limit(limit).offset(offset)).all()
+        return [_row_to_event(r) for r in rows], int(total)
+
+    # --- outbox ---------------------------------------------------------------------------
+    def outbox_depth(self, urls: list[str] | None = None) -> int:
+        o = outbox_table.c
+        conds = [o.delivered_at.is_(None)]
+        if urls is not None:
+            conds.append(o.url.in_(urls))
+        with self.engine.connect() as conn:
+            return int(conn.execute(select(func.count()).select_from(outbox_table).where(*conds)).scalar_one())
+
+    def outbox_head(self, url: str) -> OutboxItem | None:
+        """The oldest undelivered row for ``url`` (deliveries to one URL stay in order)."""
+        o = outbox_table.c
+        with self.engine.connect() as conn:
+            row = conn.execute(select(outbox_table).where(o.url == url, o.delivered_at.is_(None))
+                               .order_by(o.id).limit(1)).first()
+        if row is None:
+            return None
+        return OutboxItem(row.id, row.event_id, row.url, row.idempotency_key, row.payload.encode(),
+                          row.attempts, row.next_attempt_at)
+
+    def outbox_claim(self, item: OutboxItem, lease_until: dt.datetime) -> bool:
+        """Take a lease on a row (compare-and-set on next_attempt_at); False if another worker has it."""
+        o = outbox_table.c
+        with self.engine.begin() as conn:
+            res = conn.execute(update(outbox_table).where(
+                o.id == item.id, o.delivered_at.is_(None), o.next_attempt_at == item.next_attempt_at,
+            ).values(next_attempt_at=lease_until))
+        return res.rowcount == 1
+
+    def outbox_delivered(self, item_id: int) -> None:
+        with self.engine.begin() as conn:
+            conn.execute(update(outbox_table).where(outbox_table.c.id == item_id).values(
+                delivered_at=utcnow(), attempts=outbox_table.c.attempts + 1, last_error=None))
+
+    def outbox_failed(self, item_id: int, next_attempt_at: dt.datetime, error: str) -> None:
+        with self.engine.begin() as conn:
+            conn.execute(update(outbox_table).where(outbox_table.c.id == item_id).values(
+                next_attempt_at=next_attempt_at, attempts=outbox_table.c.attempts + 1, last_error=error[:2000]))
+
+    def outbox_rows(self) -> list[dict[str, Any]]:
+        """Every outbox row (tests and debugging)."""
+        with self.engine.connect() as conn:
+            return [dict(r._mapping) for r in conn.execute(select(outbox_table).order_by(outbox_table.c.id))]
+
+
+def _parse(value: Any) -> dt.datetime | None:
+    if value is None or isinstance(value, dt.datetime):
+        return value
+    return dt.datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+
+
+def dumps(obj: Any) -> bytes:
+    """Compact, stable JSON (the bytes that are signed)."""
+    return json.dumps(obj, separators=(",", ":"), sort_keys=True, ensure_ascii=False).encode()

@@ -1,0 +1,154 @@
+"""Webhook delivery from the persistent outbox, with signatures and capped backoff.
+
+Each POST carries:
+
+* ``X-CampusGuard-Signature: sha256=<hex>``: HMAC-SHA256 of the raw body with the
+  ``webhook_secret`` (omitted when no secret is set);
+* ``Idempotency-Key: <event id>:<started|ended>``: identical on every retry of the same
+  delivery, so a receiver can drop duplicates;
+* ``X-CampusGuard-Event: event.started`` or ``event.ended``.
+
+Any 2xx is success. Anything else (non-2xx, timeout, connection refused) is retried with
+exponential backoff (1 s, 2 s, 4 s, ... capped at ``webhook_max_backoff_s``, +-10 %
+jitter) for as long as it takes: nothing is dropped. Deliveries to one URL are made in
+order: a failing row blocks the later ones for that URL (an ``ended`` never overtakes its
+``started``).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import hmac
+import logging
+import random
+import threading
+
+import httpx
+
+from app.rules.store import EventStore, OutboxItem, utcnow
+
+log = logging.getLogger("campusguard.webhooks")
+
+SIGNATURE_HEADER = "X-CampusGuard-Signature"
+IDEMPOTENCY_HEADER = "Idempotency-Key"
+EVENT_HEADER = "X-CampusGuard-Event"
+BASE_BACKOFF_S = 1.0
+
+
+def sign(body: bytes, secret: bytes) -> str:
+    """The signature header value for ``body``."""
+    return "sha256=" + hmac.new(secret, body, hashlib.sha256).hexdigest()
+
+
+def verify(body: bytes, secret: bytes, header: str | None) -> bool:
+    """Receiver side: constant-time check of a signature header."""
+    return bool(header) and hmac.compare_digest(sign(body, secret), header)
+
+
+def backoff_s(attempts: int, max_backoff_s: float, base_s: float = BASE_BACKOFF_S) -> float:
+    """Delay before the next try after ``attempts`` failed tries (>= 1)."""
+    delay = min(max_backoff_s, base_s * (2 ** max(0, attempts - 1)))
+    return max(0.05, delay * random.uniform(0.9, 1.1))
+
+
+class OutboxWorker:
+    """A daemon thread that drains the outbox to the configured webhook URLs."""
+
+    def __init__(self, store: EventStore, urls: list[str], secret: bytes, *, timeout_s: float = 5.0,
+                 max_backoff_s: float = 60.0, metrics=None, poll_s: float = 1.0) -> None:
+        self.store = store
+        self.urls = list(urls)
+        self.secret = secret
+        self.timeout_s = timeout_s
+        self.max_backoff_s = max_backoff_s
+        self.metrics = metrics
+        self.poll_s = poll_s
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        if self._thread is not None or not self.urls:
+            self._update_depth()
+            return
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name="webhook-outbox", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+            self._thread = None
+
+    def notify(self) -> None:
+        """New rows were enqueued: deliver now instead of at the next poll."""
+        self._wake.set()
+
+    # --- loop -----------------------------------------------------------------------------
+    def _run(self) -> None:
+        with httpx.Client(timeout=self.timeout_s, follow_redirects=False) as client:
+            while not self._stop.is_set():
+                self._wake.clear()
+                try:
+                    wait = self.drain_once(client)
+                except Exception:  # a database hiccup must not kill the worker
+                    log.exception("webhook outbox pass failed")
+                    wait = self.poll_s
+                self._wake.wait(wait)
+
+    def drain_once(self, client: httpx.Client) -> float:
+        """Deliver every due row (per URL, in order); return seconds until something is due."""
+        next_due = self.poll_s
+        for url in self.urls:
+            while not self._stop.is_set():
+                item = self.store.outbox_head(url)
+                if item is None:
+                    break
+                wait = (item.next_attempt_at - utcnow()).total_seconds()
+                if wait > 0:
+                    next_due = min(next_due, wait)
+                    break
+                lease = utcnow() + dt.timedelta(seconds=self.timeout_s + 5)
+                if not self.store.outbox_claim(item, lease):
+                    break  # another replica holds it
+                if not self._deliver(client, item):
+                    break  # keep order: later rows for this URL wait for this one
+        self._update_depth()
+        return max(0.01, next_due)
+
+    def _deliver(self, client: httpx.Client, item: OutboxItem) -> bool:
+        headers = {"Content-Type": "application/json", IDEMPOTENCY_HEADER: item.idempotency_key,
+                   EVENT_HEADER: "event." + item.idempotency_key.rsplit(":", 1)[-1],
+                   "User-Agent": "campusguard-detector"}
+        if self.secret:
+            headers[SIGNATURE_HEADER] = sign(item.payload, self.secret)
+        try:
+            resp = client.post(item.url, content=item.payload, headers=headers)
+        except httpx.HTTPError as exc:
+            return self._failed(item, "network_error", f"{exc.__class__.__name__}: {exc}")
+        if 200 <= resp.status_code < 300:
+            self.store.outbox_delivered(item.id)
+            self._count("delivered")
+            return True
+        return self._failed(item, "http_error", f"HTTP {resp.status_code}")
+
+    def _failed(self, item: OutboxItem, outcome: str, error: str) -> bool:
+        delay = backoff_s(item.attempts + 1, self.max_backoff_s)
+        self.store.outbox_failed(item.id, utcnow() + dt.timedelta(seconds=delay), error)
+        self._count(outcome)
+        log.warning("webhook %s for %s failed (%s); retry in %.1fs", item.url, item.idempotency_key, error, delay)
+        return False
+
+    def _count(self, outcome: str) -> None:
+        if self.metrics is not None:
+            self.metrics.webhook_deliveries.labels(outcome).inc()
+
+    def _update_depth(self) -> None:
+        if self.metrics is not None:
+            try:
+                self.metrics.outbox_depth.set(self.store.outbox_depth(self.urls))
+            except Exception:  # pragma: no cover - metrics must never break delivery
+                log.debug("outbox depth unavailable", exc_info=True)

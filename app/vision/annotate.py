@@ -1,0 +1,109 @@
+"""Draw detections, zones and triggered rules on a frame and encode it as JPEG.
+
+Used by ``POST /detect?annotate=true`` (or ``Accept: image/jpeg``) and for the event
+snapshots. Drawing is OpenCV only; the output JPEG has exactly the input frame's size.
+
+``zones`` items may be mappings or objects with ``name``, ``polygon`` (normalized 0..1
+``[x, y]`` points) and optionally ``kind``; ``events`` items are event dicts (``zone``,
+``rule``, ``state``): a zone with a started (open) event is drawn red and the rule names
+are written next to it and in a banner.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import cv2
+import numpy as np
+
+ZONE_COLOR = (255, 200, 0)       # BGR: cyan-ish for idle zones
+ALERT_COLOR = (0, 0, 255)        # BGR: red for zones with a triggered rule
+_PALETTE = [(56, 56, 255), (151, 157, 255), (31, 112, 255), (29, 178, 255), (49, 210, 207), (10, 249, 72),
+            (23, 204, 146), (134, 219, 61), (52, 147, 26), (187, 212, 0), (168, 153, 44), (255, 194, 0),
+            (147, 69, 52), (255, 115, 100), (236, 24, 0), (255, 56, 132), (133, 0, 82), (255, 56, 203),
+            (200, 149, 255), (199, 55, 255)]
+
+
+def _get(item: Any, key: str, default: Any = None) -> Any:
+    if isinstance(item, Mapping):
+        return item.get(key, default)
+    return getattr(item, key, default)
+
+
+def _label(img: np.ndarray, text: str, x: int, y: int, color: tuple[int, int, int], scale: float) -> None:
+    thickness = max(1, int(round(scale * 2)))
+    (tw, th), base = cv2.getTextSize(text, cv2.FONT_HERSHEY_SIMPLEX, scale, thickness)
+    h, w = img.shape[:2]
+    x = int(min(max(0, x), max(0, w - tw - 2)))
+    y = int(min(max(th + base + 2, y), h - 1))
+    cv2.rectangle(img, (x, y - th - base - 2), (x + tw + 2, y), color, -1)
+    cv2.putText(img, text, (x + 1, y - base), cv2.FONT_HERSHEY_SIMPLEX, scale, (255, 255, 255), thickness,
+                cv2.LINE_AA)
+
+
+def draw(frame_rgb: np.ndarray, detections: Sequence[Any], zones: Iterable[Any] = (), events: Iterable[Any] = (),
+         names: Mapping[int, str] | Sequence[str] | None = None) -> np.ndarray:
+    """A BGR copy of ``frame_rgb`` with everything drawn on it."""
+    img = cv2.cvtColor(np.ascontiguousarray(frame_rgb), cv2.COLOR_RGB2BGR)
+    h, w = img.shape[:2]
+    scale = max(0.4, min(w, h) / 900.0)
+    line = max(1, int(round(min(w, h) / 400.0)))
+
+    triggered: dict[str, list[str]] = {}
+    for ev in events:
+        if _get(ev, "state", "started") == "started" or _get(ev, "ended_at") is None:
+            triggered.setdefault(str(_get(ev, "zone")), []).append(str(_get(ev, "rule")))
+
+    # zones: translucent fill + outline + name
+    overlay = img.copy()
+    zone_list = list(zones)
+    for zone in zone_list:
+        name = str(_get(zone, "name", ""))
+        pts = np.round(np.asarray(_get(zone, "polygon"), dtype=np.float64) * (w, h)).astype(np.int32)
+        color = ALERT_COLOR if name in triggered else ZONE_COLOR
+        cv2.fillPoly(overlay, [pts], color)
+    if zone_list:
+        img = cv2.addWeighted(overlay, 0.2, img, 0.8, 0)
+    for zone in zone_list:
+        name = str(_get(zone, "name", ""))
+        pts = np.round(np.asarray(_get(zone, "polygon"), dtype=np.float64) * (w, h)).astype(np.int32)
+        color = ALERT_COLOR if name in triggered else ZONE_COLOR
+        cv2.polylines(img, [pts], True, color, line + 1, cv2.LINE_AA)
+        text = name + (": " + ", ".join(triggered[name]) if name in triggered else "")
+        top = pts[np.argmin(pts[:, 1])]
+        _label(img, text, int(top[0]), int(top[1]), color, scale)
+
+    # detections
+    for det in detections:
+        cls = int(_get(det, "class_id", 0))
+        if names is not None:
+            try:
+                label = names[cls]
+            except (KeyError, IndexError):
+                label = str(_get(det, "class_name", cls))
+        else:
+            label = str(_get(det, "class_name", cls))
+        color = _PALETTE[cls % len(_PALETTE)]
+        x1, y1, x2, y2 = (int(round(float(_get(det, k)))) for k in ("x1", "y1", "x2", "y2"))
+        cv2.rectangle(img, (x1, y1), (x2, y2), color, line, cv2.LINE_AA)
+        track = _get(det, "track_id")
+        text = f"{label} {float(_get(det, 'confidence', 0.0)):.2f}" + (f" #{track}" if track is not None else "")
+        _label(img, text, x1, y1, color, scale * 0.8)
+
+    # banner with the triggered rules
+    if triggered:
+        banner = "ALERT " + "; ".join(f"{z}: {', '.join(r)}" for z, r in triggered.items())
+        _label(img, banner, 0, int(30 * scale) + 4, ALERT_COLOR, scale)
+    return img
+
+
+def annotate_jpeg(frame_rgb: np.ndarray, detections: Sequence[Any], zones: Iterable[Any] = (),
+                  events: Iterable[Any] = (), names: Mapping[int, str] | Sequence[str] | None = None,
+                  quality: int = 85) -> bytes:
+    """JPEG bytes of the annotated frame (same width and height as ``frame_rgb``)."""
+    img = draw(frame_rgb, detections, zones, events, names)
+    ok, buf = cv2.imencode(".jpg", img, [cv2.IMWRITE_JPEG_QUALITY, int(quality)])
+    if not ok:  # pragma: no cover - imencode fails only on empty images
+        raise ValueError("JPEG encoding failed")
+    return buf.tobytes()
