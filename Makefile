@@ -14,10 +14,10 @@ $(VENV)/.installed: pyproject.toml requirements/cpu.txt
 	$(PY) -m pip install -q -r requirements/cpu.txt -e ".[dev,nvidia]"
 	touch $@
 
-# Debian packages the tests use: promtool and the Prometheus server (deploy tests).
+# Debian packages the tests use: promtool and the Prometheus server, nginx (deploy tests).
 system-deps:
-	@command -v prometheus >/dev/null && command -v promtool >/dev/null || \
-	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null; }
+	@command -v prometheus >/dev/null && command -v promtool >/dev/null && command -v nginx >/dev/null || \
+	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus nginx-light >/dev/null; }
 
 run: setup
 	$(VENV)/bin/campusguard serve

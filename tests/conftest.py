@@ -83,13 +83,18 @@ class LiveServer:
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
 
+    @property
+    def auth_headers(self) -> dict[str, str]:
+        keys = self.env.get("CAMPUSGUARD_API_KEYS", "")
+        return {"x-api-key": keys.split(",")[0].strip()} if keys.strip() else {}
+
     def wait_ready(self, timeout: float = 180.0) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"server exited with {self.proc.returncode}:\n{self.log()[-4000:]}")
             with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{self.url}/health/ready", timeout=2).status_code == 200:
+                if httpx.get(f"{self.url}/health/ready", headers=self.auth_headers, timeout=2).status_code == 200:
                     return
             time.sleep(0.2)
         raise TimeoutError(f"server not ready after {timeout}s:\n{self.log()[-4000:]}")

@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from app.errors import ConfigError
 from app.pipeline import Detection
 from app.rules.config import SiteConfig, load_site_config
 from app.rules.evaluator import UTC, CameraRules, Transition
@@ -45,6 +46,15 @@ class ZoneView:
     kind: str
     polygon: tuple[tuple[float, float], ...]
     rules: tuple[str, ...]
+
+
+def check_tracker() -> None:
+    """Fail at startup, not on the first frame, when ByteTrack cannot be loaded (``lap`` missing)."""
+    try:
+        import lap  # noqa: F401  (ultralytics would try to pip-install it at run time otherwise)
+        from ultralytics.trackers.byte_tracker import BYTETracker  # noqa: F401
+    except Exception as exc:
+        raise ConfigError(f"object tracking for the rules is unavailable ({exc}); install the 'lap' package") from exc
 
 
 def snapshot_url(event_id: str) -> str:
@@ -73,6 +83,7 @@ class RulesService:
         if settings.site_config is None:
             return None
         config = load_site_config(settings.site_config)
+        check_tracker()
         store = EventStore(settings.events_db_url)
         return cls(settings.site_config, config, store, metrics,
                    webhook_urls=settings.webhook_urls,
@@ -199,6 +210,15 @@ class RulesService:
             kept = sum(1 for cid, c in new.items() if old.get(cid) is c)
             log.info("site config %s reloaded: %d camera(s), %d unchanged (state kept), %d replaced or removed",
                      self.path, len(new), kept, len(retired))
+
+    def reload_or_log(self) -> bool:
+        """``reload`` for signal handlers (SIGHUP): log the error list instead of raising."""
+        try:
+            self.reload()
+        except Exception as exc:  # SiteConfigError: the message lists every error
+            log.error("site config reload refused; the running config stays in force: %s", exc)
+            return False
+        return True
 
     def zones_for(self, camera_id: str) -> list[ZoneView]:
         """The zones of a camera (empty for unknown cameras), for drawing."""

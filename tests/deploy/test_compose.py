@@ -1,0 +1,229 @@
+"""deploy/docker-compose.yml (+ the NVIDIA override) and the nginx load balancer.
+
+The files validate against the Compose specification's JSON schema; one detector per GPU
+with only that GPU's device nodes (AMD) or device id (NVIDIA); health checks, restart
+policies and depends_on conditions; every replica is behind nginx and a Prometheus target.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+
+import jsonschema
+import pytest
+
+from tests.deploy.conftest import (
+    COMPOSE, COMPOSE_NVIDIA, COMPOSE_SCHEMA, DEPLOY, NGINX_CONF, PROMETHEUS_CONFIG, REPO, detector_services,
+    for_schema, load_compose, load_yaml, merge_compose,
+)
+
+KFD = "/dev/kfd"
+RENDER = re.compile(r"^/dev/dri/renderD\$\{GPU(\d+)_RENDER_MINOR:-(\d+)\}$")
+
+
+@pytest.fixture(scope="module")
+def base() -> dict:
+    return load_compose(COMPOSE)
+
+
+@pytest.fixture(scope="module")
+def nvidia() -> dict:
+    return load_compose(COMPOSE_NVIDIA)
+
+
+@pytest.fixture(scope="module")
+def merged(base, nvidia) -> dict:
+    return merge_compose(base, nvidia)
+
+
+def size_bytes(value: str | int) -> int:
+    if isinstance(value, int):
+        return value
+    m = re.fullmatch(r"(\d+)([kmg]?)b?", value.lower())
+    assert m, value
+    return int(m.group(1)) * {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}[m.group(2)]
+
+
+@pytest.mark.parametrize("path", [COMPOSE, COMPOSE_NVIDIA], ids=lambda p: p.name)
+def test_validates_against_compose_spec(path):
+    if not COMPOSE_SCHEMA.is_file():
+        pytest.skip(f"Compose schema not found at {COMPOSE_SCHEMA} (set CAMPUSGUARD_COMPOSE_SCHEMA)")
+    schema = json.loads(COMPOSE_SCHEMA.read_text())
+    validator_cls = jsonschema.validators.validator_for(schema)
+    validator_cls.check_schema(schema)
+    errors = sorted(validator_cls(schema).iter_errors(for_schema(load_compose(path))), key=lambda e: e.path)
+    assert not errors, "\n".join(f"{'/'.join(map(str, e.path))}: {e.message}" for e in errors)
+
+
+def test_merged_nvidia_config_also_validates(merged):
+    if not COMPOSE_SCHEMA.is_file():
+        pytest.skip(f"Compose schema not found at {COMPOSE_SCHEMA}")
+    schema = json.loads(COMPOSE_SCHEMA.read_text())
+    jsonschema.validators.validator_for(schema)(schema).validate(merged)
+
+
+def test_one_detector_per_gpu_amd(base):
+    detectors = detector_services(base)
+    assert sorted(detectors, key=lambda n: int(n.split("-")[1])) == [f"detector-{i}" for i in range(len(detectors))]
+    assert len(detectors) == 8, "one replica per MI300X GPU (8 per node)"
+    minors = []
+    for name, svc in detectors.items():
+        gpu = int(name.split("-")[1])
+        devices = svc["devices"]
+        assert KFD in devices, name
+        renders = [d for d in devices if "/dev/dri" in d]
+        assert len(renders) == 1, f"{name} must map exactly one render node, got {renders}"
+        m = RENDER.match(renders[0])
+        assert m and int(m.group(1)) == gpu, f"{name}: {renders[0]}"
+        minors.append(int(m.group(2)))
+        assert "/dev/dri" not in devices and not any(d.startswith("/dev/dri/card") for d in devices)
+        assert set(devices) == {KFD, renders[0]}
+        assert "video" in svc["group_add"]
+        assert any(str(g).startswith("${RENDER_GID") for g in svc["group_add"]), "host render group id"
+        assert "seccomp=unconfined" in svc["security_opt"]
+        assert size_bytes(svc["shm_size"]) >= 1 << 30
+        env = svc["environment"]
+        assert env["CAMPUSGUARD_DEVICE"] == "cuda:0", "the container sees only its GPU"
+        assert env["CAMPUSGUARD_ONNX_CACHE_DIR"].endswith(f"/{name}"), "per-replica compile cache"
+        assert any(v.endswith(":/models:ro") for v in svc["volumes"])
+    assert minors == list(range(128, 128 + len(detectors))), "distinct default render nodes"
+
+
+def test_one_detector_per_gpu_nvidia(base, nvidia, merged):
+    assert set(detector_services(nvidia)) == set(detector_services(base))
+    assert set(nvidia["services"]) <= set(base["services"]), "the override only changes existing services"
+    ids = []
+    for name, svc in detector_services(merged).items():
+        assert "devices" not in svc and "group_add" not in svc and "security_opt" not in svc, name
+        assert "MIOPEN_USER_DB_PATH" not in svc["environment"]
+        assert svc["environment"]["CAMPUSGUARD_DEVICE"] == "cuda:0"
+        (reservation,) = svc["deploy"]["resources"]["reservations"]["devices"]
+        assert reservation["driver"] == "nvidia" and reservation["capabilities"] == ["gpu"]
+        assert reservation["device_ids"] == [name.split("-")[1]], name
+        ids += reservation["device_ids"]
+        assert "cuda" in svc["image"]
+    assert len(ids) == len(set(ids))
+
+
+def test_every_service_has_restart_and_healthcheck(base, merged):
+    for config in (base, merged):
+        for name, svc in config["services"].items():
+            assert svc.get("restart") in {"unless-stopped", "always"}, name
+            test = svc["healthcheck"]["test"]
+            assert test[0] == "CMD" and len(test) > 1, name
+            assert {"interval", "timeout", "retries"} <= set(svc["healthcheck"]), name
+    for name, svc in detector_services(base).items():
+        hc = svc["healthcheck"]
+        assert any("/health/ready" in part for part in hc["test"]), name
+        assert int(hc["start_period"].rstrip("s")) >= 60, "model load and warm-up"
+        assert int(svc["stop_grace_period"].rstrip("s")) > 30, "longer than the drain timeout"
+
+
+def test_images_are_pinned_official(base):
+    images = {name: svc["image"] for name, svc in base["services"].items() if not name.startswith("detector-")}
+    assert images["lb"].startswith("nginx:") or images["lb"].startswith("haproxy:")
+    assert images["prometheus"].startswith("prom/prometheus:v")
+    assert images["grafana"].startswith("grafana/grafana:")
+    for name, image in images.items():
+        tag = image.partition(":")[2]
+        assert tag and tag != "latest" and re.match(r"v?\d+\.\d+", tag), f"{name}: {image}"
+
+
+def test_depends_on_conditions(base):
+    services = base["services"]
+    lb_deps = services["lb"]["depends_on"]
+    assert set(lb_deps) == set(detector_services(base))
+    assert all(dep["condition"] in {"service_started", "service_healthy"} for dep in lb_deps.values())
+    assert services["grafana"]["depends_on"]["prometheus"]["condition"] == "service_healthy"
+
+
+def test_load_balancer_config(base):
+    conf = NGINX_CONF.read_text()
+    lb = base["services"]["lb"]
+    assert "./nginx/nginx.conf:/etc/nginx/nginx.conf:ro" in lb["volumes"]
+    assert (DEPLOY / "nginx/nginx.conf").is_file()
+    upstream = re.search(r"upstream\s+(\w+)\s*\{(.*?)\}", conf, re.S)
+    servers = re.findall(r"^\s*server\s+([\w.-]+):(\d+)", upstream.group(2), re.M)
+    detectors = detector_services(base)
+    assert sorted(f"{h}:{p}" for h, p in servers) == sorted(f"{n}:8000" for n in detectors)
+    # consistent hashing on camera_id, random spread without one
+    key = re.search(r"hash\s+\$(\w+)\s+consistent;", upstream.group(2)).group(1)
+    mapping = re.search(r"map\s+\$arg_camera_id\s+\$" + key + r"\s*\{(.*?)\}", conf, re.S).group(1)
+    assert re.search(r'""\s+\$request_id;', mapping) and re.search(r"default\s+\$arg_camera_id;", mapping)
+    # retry a replica answering 503 (POST too) on the next one
+    nxt = re.search(r"proxy_next_upstream\s+([^;]+);", conf).group(1).split()
+    assert {"error", "timeout", "http_503", "non_idempotent"} <= set(nxt)
+    assert int(re.search(r"proxy_next_upstream_tries\s+(\d+);", conf).group(1)) >= 2
+    assert re.search(r"proxy_pass\s+http://" + upstream.group(1) + ";", conf)
+    assert re.search(r"client_max_body_size\s+(\d+)m;", conf) and int(re.search(r"client_max_body_size\s+(\d+)m;", conf).group(1)) >= 20
+    assert "proxy_request_buffering on;" in conf
+    port = re.search(r"listen\s+(\d+);", conf).group(1)
+    assert any(p.endswith(f":{port}") for p in lb["ports"])
+    assert f"127.0.0.1:{port}/lb-health" in " ".join(lb["healthcheck"]["test"])
+
+
+def test_every_replica_is_a_scrape_target(base):
+    prom = base["services"]["prometheus"]
+    assert "./prometheus:/etc/prometheus:ro" in prom["volumes"]
+    assert "--config.file=/etc/prometheus/prometheus.yml" in prom["command"]
+    config = load_yaml(PROMETHEUS_CONFIG)
+    (job,) = [j for j in config["scrape_configs"] if j["job_name"] == "campusguard"]
+    targets = [t for sc in job["static_configs"] for t in sc["targets"]]
+    expected = [f"{name}:{svc['environment']['CAMPUSGUARD_PORT']}" for name, svc in detector_services(base).items()]
+    assert sorted(targets) == sorted(expected)
+    assert job.get("metrics_path", "/metrics") == "/metrics"
+
+
+def test_grafana_provisioning_mounted(base):
+    grafana = base["services"]["grafana"]
+    assert "./grafana/provisioning:/etc/grafana/provisioning:ro" in grafana["volumes"]
+    dash_mount = next(v for v in grafana["volumes"] if v.startswith("./grafana/dashboards:"))
+    target = dash_mount.split(":")[1]
+    provider = load_yaml(DEPLOY / "grafana/provisioning/dashboards/campusguard.yml")["providers"][0]
+    assert provider["options"]["path"] == target
+    assert grafana["environment"]["GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH"] == f"{target}/campusguard.json"
+    ds = load_yaml(DEPLOY / "grafana/provisioning/datasources/prometheus.yml")["datasources"][0]
+    assert ds["url"] == "http://prometheus:9090"
+
+
+def test_env_example_covers_variables(base, nvidia):
+    text = COMPOSE.read_text() + COMPOSE_NVIDIA.read_text()
+    required = set(re.findall(r"\$\{(\w+):\?", text))
+    example = {l.split("=", 1)[0] for l in (DEPLOY / ".env.example").read_text().splitlines()
+               if "=" in l and not l.startswith("#")}
+    assert required <= example, f"required variables missing from .env.example: {required - example}"
+    # every CAMPUSGUARD_* setting passed to the replicas is a real setting of the service
+    from app.config import Settings
+
+    for svc in detector_services(base).values():
+        for key in svc["environment"]:
+            if key.startswith("CAMPUSGUARD_"):
+                assert key[len("CAMPUSGUARD_"):].lower() in Settings.model_fields, key
+
+
+def test_gpu_env_script(tmp_path):
+    """deploy/scripts/gpu-env.sh reads the KFD topology (HIP's GPU order) and the render gid."""
+    nodes = tmp_path / "class/kfd/kfd/topology/nodes"
+    layout = {0: (0, None), 1: (0, None), 2: (51227, 136), 3: (4321, 128), 10: (777, 144)}  # CPUs have gpu_id 0
+    for node, (gpu_id, minor) in layout.items():
+        d = nodes / str(node)
+        d.mkdir(parents=True)
+        (d / "gpu_id").write_text(f"{gpu_id}\n")
+        props = "cpu_cores_count 96\nsimd_count 0\n" if minor is None else f"simd_count 1216\ndrm_render_minor {minor}\n"
+        (d / "properties").write_text(props)
+    group = tmp_path / "group"
+    group.write_text("root:x:0:\nvideo:x:44:\nrender:x:992:\n")
+    env = {**os.environ, "SYSFS_ROOT": str(tmp_path), "GROUP_FILE": str(group)}
+    out = subprocess.run(["sh", str(DEPLOY / "scripts/gpu-env.sh")], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.splitlines() == ["GPU0_RENDER_MINOR=136", "GPU1_RENDER_MINOR=128", "GPU2_RENDER_MINOR=144",
+                                       "RENDER_GID=992"]
+    # a host without AMD GPUs fails loudly
+    empty = tmp_path / "empty"
+    (empty / "class/kfd/kfd/topology/nodes/0").mkdir(parents=True)
+    (empty / "class/kfd/kfd/topology/nodes/0/gpu_id").write_text("0\n")
+    bad = subprocess.run(["sh", str(DEPLOY / "scripts/gpu-env.sh")], env={**env, "SYSFS_ROOT": str(empty)},
+                         capture_output=True, text=True)
+    assert bad.returncode != 0 and "no AMD GPU" in bad.stderr

@@ -1,0 +1,107 @@
+"""deploy/grafana: the dashboard JSON and its provisioning.
+
+The panels the issue lists exist and query what they claim (requests/s, latency
+p50/p95/p99 overall and per stage, batch size, queue depth, VRAM per GPU, detections by class
+and camera, errors by code), all through the provisioned datasource. That every metric name
+is really exported is checked against a live server in test_live_observability.py.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.deploy.conftest import DASHBOARD, GRAFANA_DIR, dashboard_queries, load_yaml, metric_names
+
+
+@pytest.fixture(scope="module")
+def dashboard() -> dict:
+    return json.loads(DASHBOARD.read_text())
+
+
+def panels(dashboard) -> list[dict]:
+    out = []
+    for panel in dashboard["panels"]:
+        out.append(panel)
+        out += panel.get("panels", [])
+    return out
+
+
+def panel(dashboard, title: str) -> dict:
+    matches = [p for p in panels(dashboard) if p["title"] == title]
+    assert len(matches) == 1, f"panel {title!r}: {len(matches)} found"
+    return matches[0]
+
+
+def exprs(p: dict) -> list[str]:
+    return [t["expr"] for t in p["targets"]]
+
+
+def test_provisioning_files():
+    ds = load_yaml(GRAFANA_DIR / "provisioning/datasources/prometheus.yml")
+    assert ds["apiVersion"] == 1
+    (source,) = ds["datasources"]
+    assert source["type"] == "prometheus" and source["uid"] and source["isDefault"]
+    dash = load_yaml(GRAFANA_DIR / "provisioning/dashboards/campusguard.yml")
+    assert dash["apiVersion"] == 1
+    assert dash["providers"][0]["type"] == "file"
+
+
+def test_every_query_uses_the_provisioned_datasource(dashboard):
+    uid = load_yaml(GRAFANA_DIR / "provisioning/datasources/prometheus.yml")["datasources"][0]["uid"]
+    for p in panels(dashboard):
+        if p["type"] == "row":
+            continue
+        assert p["datasource"]["uid"] == uid, p["title"]
+        assert p["targets"], p["title"]
+        for target in p["targets"]:
+            assert target["datasource"]["uid"] == uid and target["expr"].strip(), p["title"]
+    for var in dashboard["templating"]["list"]:
+        assert var["datasource"]["uid"] == uid
+
+
+def test_dashboard_identity_and_layout(dashboard):
+    assert dashboard["uid"] == "campusguard-detector" and dashboard["title"]
+    ids = [p["id"] for p in panels(dashboard)]
+    assert len(ids) == len(set(ids))
+    cells = set()
+    for p in panels(dashboard):
+        g = p["gridPos"]
+        assert 0 <= g["x"] and g["x"] + g["w"] <= 24, p["title"]
+        for x in range(g["x"], g["x"] + g["w"]):
+            for y in range(g["y"], g["y"] + g["h"]):
+                assert (x, y) not in cells, f"panel {p['title']!r} overlaps another"
+                cells.add((x, y))
+
+
+def test_required_panels(dashboard):
+    req = panel(dashboard, "Requests/s by route and status")
+    assert "rate(campusguard_requests_total" in exprs(req)[0] and "by (route, status)" in exprs(req)[0]
+    for title, metric, by in (("Request latency p50 / p95 / p99", "campusguard_request_duration_seconds_bucket", "route"),
+                              ("Stage latency p50 / p95 / p99", "campusguard_stage_duration_seconds_bucket", "stage")):
+        p = panel(dashboard, title)
+        quantiles = sorted(e.split("histogram_quantile(")[1].split(",")[0] for e in exprs(p))
+        assert quantiles == ["0.5", "0.95", "0.99"], title
+        assert all(metric in e and f"by ({by}, le)" in e for e in exprs(p)), title
+    batch = " ".join(exprs(panel(dashboard, "Batch size (images per inference)")))
+    assert "campusguard_batch_size_sum" in batch and "campusguard_batch_size_bucket" in batch
+    assert "campusguard_queue_depth" in exprs(panel(dashboard, "Queue depth"))[0]
+    vram = panel(dashboard, "VRAM per GPU")
+    assert {n for e in exprs(vram) for n in metric_names(e)} == {
+        "campusguard_device_memory_used_bytes", "campusguard_device_memory_reserved_bytes",
+        "campusguard_device_memory_total_bytes"}
+    assert all("{{device}}" in t["legendFormat"] and "{{replica}}" in t["legendFormat"] for t in vram["targets"])
+    assert "by (class_name)" in exprs(panel(dashboard, "Detections/s by class"))[0]
+    assert "by (camera_id)" in exprs(panel(dashboard, "Detections/s by camera"))[0]
+    errors = exprs(panel(dashboard, "Inference errors by code"))[0]
+    assert "campusguard_inference_errors_total" in errors and "by (code)" in errors
+    assert 'status=~"4..|5.."' in exprs(panel(dashboard, "HTTP errors by status"))[0]
+
+
+def test_replica_variable_filters_every_campusguard_query(dashboard):
+    (var,) = dashboard["templating"]["list"]
+    assert var["name"] == "replica" and var["includeAll"] and var["multi"]
+    for q in dashboard_queries(dashboard):
+        if q.where.startswith("dashboard panel"):
+            assert 'replica=~"$replica"' in q.expr, q.where

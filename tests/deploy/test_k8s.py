@@ -1,0 +1,234 @@
+"""deploy/k8s: manifests valid for a recent Kubernetes, and wired to each other.
+
+kubernetes-validate checks every core-kind manifest strictly (unknown fields fail) against
+the newest Kubernetes schema it ships and the oldest we support. ServiceMonitor is a CRD
+(prometheus-operator), for which kubernetes-validate has no schema; it is validated against
+deploy/k8s/schemas/servicemonitor-monitoring-v1.json, a strict subset of the CRD's OpenAPI
+schema shipped with the manifests. The kustomize overlay is rendered here (resources,
+namespace, images, JSON 6902 patches: the features we use) and validated the same way.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import jsonschema
+import kubernetes_validate
+import pytest
+
+from tests.deploy.conftest import K8S, hpa_queries, load_yaml, load_yaml_all
+
+VERSIONS = sorted({"1.30", kubernetes_validate.utils.major_minor(kubernetes_validate.utils.latest_version())})
+CRD_SCHEMAS = {("monitoring.coreos.com/v1", "ServiceMonitor"): K8S / "schemas/servicemonitor-monitoring-v1.json"}
+CLUSTER_SCOPED = {"Namespace"}
+
+
+# --- a minimal kustomize -----------------------------------------------------------------
+def _pointer(path: str) -> list[str]:
+    return [p.replace("~1", "/").replace("~0", "~") for p in path.lstrip("/").split("/")]
+
+
+def json_patch(doc: dict, ops: list[dict]) -> dict:
+    doc = copy.deepcopy(doc)
+    for op in ops:
+        *parents, last = _pointer(op["path"])
+        node = doc
+        for key in parents:
+            node = node[int(key)] if isinstance(node, list) else node[key]
+        if op["op"] == "remove":
+            if isinstance(node, list):
+                del node[int(last)]
+            else:
+                del node[last]  # KeyError = the patch does not apply, like kustomize
+        elif op["op"] in {"add", "replace"}:
+            if op["op"] == "replace":
+                assert (last in node) if isinstance(node, dict) else int(last) < len(node), op
+            if isinstance(node, list):
+                node.insert(int(last), op["value"]) if op["op"] == "add" else node.__setitem__(int(last), op["value"])
+            else:
+                node[last] = op["value"]
+        else:
+            raise AssertionError(f"unsupported op {op}")
+    return doc
+
+
+def _set_images(resources: list[dict], images: list[dict]) -> None:
+    for res in resources:
+        spec = res.get("spec", {}).get("template", {}).get("spec", {})
+        for container in spec.get("containers", []) + spec.get("initContainers", []):
+            name = container["image"].split("@")[0].rsplit(":", 1)[0] if ":" in container["image"].split("/")[-1] \
+                else container["image"]
+            for image in images:
+                if image["name"] == name:
+                    new = image.get("newName", name)
+                    tag = image.get("newTag", container["image"][len(name) + 1:] if container["image"] != name else "")
+                    container["image"] = f"{new}:{tag}" if tag else new
+
+
+def render(directory) -> list[dict]:
+    kust = load_yaml(directory / "kustomization.yaml")
+    assert kust["apiVersion"] == "kustomize.config.k8s.io/v1beta1" and kust["kind"] == "Kustomization"
+    resources: list[dict] = []
+    for entry in kust.get("resources", []):
+        path = (directory / entry).resolve()
+        resources += render(path) if path.is_dir() else load_yaml_all(path)
+    if "namespace" in kust:
+        for res in resources:
+            if res["kind"] not in CLUSTER_SCOPED:
+                res["metadata"]["namespace"] = kust["namespace"]
+    _set_images(resources, kust.get("images", []))
+    for patch in kust.get("patches", []):
+        target = patch["target"]
+        ops = __import__("yaml").safe_load(patch["patch"])
+        hits = [i for i, r in enumerate(resources) if r["kind"] == target["kind"] and r["metadata"]["name"] == target["name"]
+                and r["apiVersion"] == "/".join(p for p in (target.get("group"), target.get("version")) if p)]
+        assert len(hits) == 1, f"patch target {target} matched {len(hits)} resources"
+        resources[hits[0]] = json_patch(resources[hits[0]], ops)
+    return resources
+
+
+RENDERS = {"base": K8S / "base", "nvidia": K8S / "overlays/nvidia"}
+
+
+@pytest.fixture(scope="module", params=sorted(RENDERS))
+def rendered(request) -> tuple[str, list[dict]]:
+    return request.param, render(RENDERS[request.param])
+
+
+def by_kind(resources: list[dict], kind: str) -> list[dict]:
+    return [r for r in resources if r["kind"] == kind]
+
+
+def one(resources, kind) -> dict:
+    (res,) = by_kind(resources, kind)
+    return res
+
+
+# --- validation ----------------------------------------------------------------------------
+@pytest.mark.parametrize("version", VERSIONS)
+def test_manifests_validate(rendered, version):
+    _, resources = rendered
+    assert resources
+    for res in resources:
+        key = (res["apiVersion"], res["kind"])
+        if key in CRD_SCHEMAS:
+            schema = json.loads(CRD_SCHEMAS[key].read_text())
+            jsonschema.Draft7Validator.check_schema(schema)
+            jsonschema.Draft7Validator(schema).validate(res)
+        else:
+            # raises ValidationError, or SchemaNotFoundError for a kind it does not know
+            kubernetes_validate.validate(res, version, strict=True)
+
+
+def test_every_file_is_a_resource_of_the_kustomization():
+    base = K8S / "base"
+    listed = set(load_yaml(base / "kustomization.yaml")["resources"])
+    assert listed == {p.name for p in base.glob("*.yaml")} - {"kustomization.yaml"}
+
+
+def test_crd_schema_rejects_typos():
+    res = one(render(K8S / "base"), "ServiceMonitor")
+    schema = json.loads(CRD_SCHEMAS[("monitoring.coreos.com/v1", "ServiceMonitor")].read_text())
+    broken = copy.deepcopy(res)
+    broken["spec"]["endpoints"][0]["intervall"] = "5s"
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(broken, schema)
+    broken = copy.deepcopy(res)
+    broken["spec"]["endpoints"][0]["interval"] = "5 seconds"
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(broken, schema)
+
+
+# --- wiring --------------------------------------------------------------------------------
+def test_gpu_requests(rendered):
+    name, resources = rendered
+    container = one(resources, "Deployment")["spec"]["template"]["spec"]["containers"][0]
+    gpu, other = ("amd.com/gpu", "nvidia.com/gpu") if name == "base" else ("nvidia.com/gpu", "amd.com/gpu")
+    for section in ("requests", "limits"):
+        assert container["resources"][section][gpu] == 1
+        assert other not in container["resources"][section]
+    assert {"cpu", "memory"} <= set(container["resources"]["requests"])
+    assert ("rocm" if name == "base" else "cuda") in container["image"]
+    assert container["image"].startswith("registry.example.com/campusguard/campusguard-detector:")
+
+
+def test_probes_and_rollout(rendered):
+    _, resources = rendered
+    dep = one(resources, "Deployment")
+    container = dep["spec"]["template"]["spec"]["containers"][0]
+    assert container["readinessProbe"]["httpGet"]["path"] == "/health/ready"
+    assert container["livenessProbe"]["httpGet"]["path"] == "/health/live"
+    assert container["startupProbe"]["httpGet"]["path"] == "/health/live"
+    port_names = {p["name"] for p in container["ports"]}
+    for probe in ("readinessProbe", "livenessProbe", "startupProbe"):
+        assert container[probe]["httpGet"]["port"] in port_names
+    assert dep["spec"]["strategy"]["rollingUpdate"] == {"maxSurge": 1, "maxUnavailable": 0}
+    pod = dep["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] and pod["securityContext"]["runAsUser"] != 0
+    config = one(resources, "ConfigMap")
+    assert pod["terminationGracePeriodSeconds"] > float(config["data"]["CAMPUSGUARD_DRAIN_TIMEOUT_S"]) + 5
+
+
+def test_selectors_and_references_match(rendered):
+    _, resources = rendered
+    dep, svc = one(resources, "Deployment"), one(resources, "Service")
+    pod_labels = dep["spec"]["template"]["metadata"]["labels"]
+    container = dep["spec"]["template"]["spec"]["containers"][0]
+
+    def selects(selector: dict, labels: dict) -> bool:
+        return all(labels.get(k) == v for k, v in selector.items())
+
+    assert selects(dep["spec"]["selector"]["matchLabels"], pod_labels)
+    assert selects(svc["spec"]["selector"], pod_labels)
+    assert selects(one(resources, "PodDisruptionBudget")["spec"]["selector"]["matchLabels"], pod_labels)
+    assert {p["targetPort"] for p in svc["spec"]["ports"]} <= {p["name"] for p in container["ports"]}
+    refs = {("ConfigMap", e["configMapRef"]["name"]) for e in container["envFrom"] if "configMapRef" in e}
+    refs |= {("Secret", e["secretRef"]["name"]) for e in container["envFrom"] if "secretRef" in e}
+    for volume in dep["spec"]["template"]["spec"]["volumes"]:
+        if "persistentVolumeClaim" in volume:
+            refs.add(("PersistentVolumeClaim", volume["persistentVolumeClaim"]["claimName"]))
+    present = {(r["kind"], r["metadata"]["name"]) for r in resources}
+    assert refs <= present and ("ConfigMap", "campusguard-config") in refs and ("Secret", "campusguard-api-keys") in refs
+    hpa = one(resources, "HorizontalPodAutoscaler")
+    assert hpa["spec"]["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment", "name": dep["metadata"]["name"]}
+    assert 1 <= hpa["spec"]["minReplicas"] < hpa["spec"]["maxReplicas"]
+    # ServiceMonitor -> Service port; job label = "campusguard", as the alert rules expect
+    smon = one(resources, "ServiceMonitor")
+    assert selects(smon["spec"]["selector"]["matchLabels"], svc["metadata"]["labels"])
+    assert {e["port"] for e in smon["spec"]["endpoints"]} <= {p["name"] for p in svc["spec"]["ports"]}
+    assert svc["metadata"]["labels"][smon["spec"]["jobLabel"]] == "campusguard"
+    assert smon["spec"]["endpoints"][0]["path"] == "/metrics"
+    relabel = smon["spec"]["endpoints"][0]["relabelings"][0]
+    assert relabel["targetLabel"] == "replica", "the dashboard's $replica variable"
+    ns = {r["metadata"].get("namespace") for r in resources if r["kind"] not in CLUSTER_SCOPED}
+    assert ns == {one(resources, "Namespace")["metadata"]["name"]}
+
+
+def test_hpa_metric_is_served_by_the_adapter():
+    hpa = one(render(K8S / "base"), "HorizontalPodAutoscaler")
+    (metric,) = hpa["spec"]["metrics"]
+    assert metric["type"] == "Pods" and metric["pods"]["target"]["type"] == "AverageValue"
+    rules = load_yaml(K8S / "prometheus-adapter/values.yaml")["rules"]["custom"]
+    served = {rule["name"]["as"] for rule in rules}
+    assert metric["pods"]["metric"]["name"] in served
+    for rule in rules:
+        assert 'namespace!=""' in rule["seriesQuery"] and 'pod!=""' in rule["seriesQuery"]
+        assert set(rule["resources"]["overrides"]) == {"namespace", "pod"}
+    assert {q.expr.split("{")[0] for q in hpa_queries()} == {"campusguard_queue_depth"}
+
+
+def test_configmap_holds_valid_settings():
+    from app.config import Settings
+
+    data = one(render(K8S / "base"), "ConfigMap")["data"]
+    fields = {}
+    for key, value in data.items():
+        assert key.startswith("CAMPUSGUARD_"), key
+        name = key[len("CAMPUSGUARD_"):].lower()
+        assert name in Settings.model_fields, key
+        fields[name] = value
+    settings = Settings(_env_file=None, **fields)  # raises on an invalid value
+    assert settings.device == "cuda:0" and settings.port == 8000
+    secret = one(render(K8S / "base"), "Secret")
+    assert set(secret["stringData"]) == {"CAMPUSGUARD_API_KEYS"}

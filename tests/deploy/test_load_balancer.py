@@ -1,0 +1,162 @@
+"""The shipped nginx load balancer, run for real in front of stand-in replicas.
+
+deploy/nginx/nginx.conf is started with the system's nginx (Debian's nginx-light) after
+two mechanical substitutions: the replica names become loopback ports of small HTTP
+servers standing in for the detectors, and the `resolve` parameter is dropped (Docker DNS
+re-resolution; Debian's nginx 1.22 predates it, the compose image nginx:1.28 has it).
+Everything else — the map, consistent hash, retry policy, body buffering — runs as shipped:
+a camera's requests stick to one replica, requests without a camera spread, and a replica
+answering 503 is retried on the next one with the POST body re-sent.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import subprocess
+import threading
+import time
+from collections import Counter
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, urlparse
+
+import httpx
+import pytest
+
+from tests.conftest import free_port
+from tests.deploy.conftest import NGINX_CONF, require_tool
+
+REPLICAS = 8
+
+
+class Replica:
+    """A stand-in detector: answers JSON naming itself, or 503 when told to."""
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+        self.status = 200
+        self.hits = 0
+        replica = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def _answer(self) -> None:
+                length = int(self.headers.get("content-length") or 0)
+                body = self.rfile.read(length) if length else b""
+                replica.hits += 1
+                query = parse_qs(urlparse(self.path).query)
+                payload = json.dumps({"replica": replica.index, "body_len": len(body),
+                                      "camera_id": query.get("camera_id", [None])[0]}).encode()
+                self.send_response(replica.status)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+            do_GET = do_POST = _answer
+
+            def log_message(self, *args) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+
+def render_config(text: str, ports: list[int], listen: int, tmp) -> str:
+    servers = re.findall(r"server\s+(detector-(\d+)):8000", text)
+    assert len(servers) == REPLICAS
+    for name, index in servers:
+        text = re.sub(rf"server\s+{name}:8000\s+resolve\b", f"server 127.0.0.1:{ports[int(index)]}", text)
+    assert "resolve " not in text.split("upstream", 1)[1].split("}", 1)[0]
+    text = re.sub(r"listen\s+8080;", f"listen 127.0.0.1:{listen};", text)
+    text = text.replace("/tmp/", f"{tmp}/")
+    text = text.replace("access_log /dev/stdout;", f"access_log {tmp}/access.log;")
+    return text
+
+
+@pytest.fixture(scope="module")
+def lb(tmp_path_factory):
+    nginx = require_tool("nginx", "apt-get install nginx-light")
+    tmp = tmp_path_factory.mktemp("nginx")
+    replicas = [Replica(i) for i in range(REPLICAS)]
+    port = free_port()
+    conf = tmp / "nginx.conf"
+    conf.write_text(render_config(NGINX_CONF.read_text(), [r.port for r in replicas], port, tmp))
+    args = [nginx, "-p", str(tmp), "-c", str(conf), "-e", str(tmp / "error.log"), "-g", "daemon off; master_process off;"]
+    check = subprocess.run([*args[:-2], "-t"], capture_output=True, text=True)
+    assert check.returncode == 0, check.stderr
+    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            assert proc.poll() is None, (tmp / "error.log").read_text()
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"{url}/lb-health", timeout=1).status_code == 200:
+                    break
+            assert time.monotonic() < deadline, "nginx did not start"
+            time.sleep(0.1)
+        yield url, replicas
+    finally:
+        proc.terminate()
+        proc.wait(10)
+        for r in replicas:
+            r.server.shutdown()
+
+
+def reset(replicas) -> None:
+    for r in replicas:
+        r.status, r.hits = 200, 0
+
+
+def post(client: httpx.Client, camera: str | None, body: bytes = b"jpeg") -> httpx.Response:
+    params = {"camera_id": camera} if camera else {}
+    return client.post("/detect", params=params, content=body, headers={"content-type": "image/jpeg"})
+
+
+def test_camera_sticks_to_one_replica_and_cameras_spread(lb):
+    url, replicas = lb
+    reset(replicas)
+    owner = {}
+    with httpx.Client(base_url=url, timeout=10) as client:
+        for round_ in range(3):
+            for cam in range(32):
+                r = post(client, f"cam-{cam}")
+                assert r.status_code == 200
+                assert r.json()["camera_id"] == f"cam-{cam}"
+                assert owner.setdefault(cam, r.json()["replica"]) == r.json()["replica"], f"cam-{cam} moved"
+    assert len(set(owner.values())) >= 5, f"32 cameras on only {sorted(set(owner.values()))}"
+
+
+def test_requests_without_camera_spread(lb):
+    url, replicas = lb
+    reset(replicas)
+    with httpx.Client(base_url=url, timeout=10) as client:
+        seen = Counter(post(client, None).json()["replica"] for _ in range(64))
+    assert len(seen) >= 5 and max(seen.values()) < 32, seen
+
+
+def test_503_is_retried_on_another_replica_with_the_body(lb):
+    url, replicas = lb
+    reset(replicas)
+    body = bytes(range(256)) * 800  # 200 KiB: buffered and re-sent on the retry
+    with httpx.Client(base_url=url, timeout=10) as client:
+        home = post(client, "cam-busy").json()["replica"]
+        replicas[home].status = 503
+        replicas[home].hits = 0
+        r = post(client, "cam-busy", body)
+        assert r.status_code == 200, r.text
+        assert r.json()["replica"] != home and r.json()["body_len"] == len(body)
+        assert replicas[home].hits >= 1, "the camera's replica was tried first"
+        # every replica full: the client gets the 503, after proxy_next_upstream_tries attempts
+        reset(replicas)
+        for rep in replicas:
+            rep.status = 503
+        r = post(client, "cam-busy")
+        assert r.status_code == 503
+        tries = int(re.search(r"proxy_next_upstream_tries\s+(\d+);", NGINX_CONF.read_text()).group(1))
+        assert sum(rep.hits for rep in replicas) == tries
+    reset(replicas)

@@ -1,0 +1,341 @@
+"""Overload, deadlines, faults, watchdog, shutdown, auth and hostile input, each against a
+real server process with the real model (issue: reliability and security)."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+
+import cv2
+import httpx
+import numpy as np
+import psutil
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.images import encode, noise_image, png_declaring
+
+JPEG = {"content-type": "image/jpeg"}
+
+
+def counter(server, family: str, **labels) -> float:
+    text = httpx.get(f"{server.url}/metrics", timeout=30).text
+    total = 0.0
+    for fam in text_string_to_metric_families(text):
+        if fam.name == family:
+            for s in fam.samples:
+                if s.name in (family, f"{family}_total") and all(s.labels.get(k) == v for k, v in labels.items()):
+                    total += s.value
+    return total
+
+
+def detect_names(body: dict) -> list[str]:
+    return sorted(d["class_name"] for d in body["detections"])
+
+
+async def burst(url: str, payloads: list[bytes], path: str = "/detect", **kwargs) -> list[httpx.Response]:
+    limits = httpx.Limits(max_connections=len(payloads) + 4, max_keepalive_connections=len(payloads) + 4)
+    async with httpx.AsyncClient(base_url=url, timeout=120, limits=limits) as c:
+        return await asyncio.gather(*(c.post(path, content=p, headers=JPEG, **kwargs) for p in payloads))
+
+
+def test_overload_sheds_with_503_and_recovers(server_factory, bus_jpg):
+    server = server_factory(imgsz=320, queue_size=4, max_batch_size=2, debug_infer_delay_ms=150)
+    with server.client() as c:
+        reference = c.post("/detect", content=bus_jpg, headers=JPEG).json()
+    responses = asyncio.run(burst(server.url, [bus_jpg] * 64))
+    codes = [r.status_code for r in responses]
+    assert set(codes) <= {200, 503}, codes
+    assert codes.count(503) > 0 and codes.count(200) >= 4
+    for r in responses:
+        if r.status_code == 503:
+            assert r.json()["error"] == "queue_full" and int(r.headers["retry-after"]) >= 1
+        else:
+            assert detect_names(r.json()) == detect_names(reference)
+            got = [list(d["box"].values()) for d in r.json()["detections"]]
+            want = [list(d["box"].values()) for d in reference["detections"]]
+            np.testing.assert_allclose(got, want, atol=0.05)  # batched vs single: float noise only
+    assert counter(server, "campusguard_rejected_requests", reason="queue_full") == codes.count(503)
+    assert httpx.get(f"{server.url}/health/ready").status_code == 200
+    with server.client() as c:
+        assert c.post("/detect", content=bus_jpg, headers=JPEG).status_code == 200
+
+
+def test_deadline_answers_504_without_inference(server_factory, bus_jpg):
+    server = server_factory(imgsz=320, max_batch_size=1, request_timeout_s=0.6, debug_infer_delay_ms=1000,
+                            queue_size=32)
+    images_before = counter(server, "campusguard_images")
+    responses = asyncio.run(burst(server.url, [bus_jpg] * 6))
+    codes = [r.status_code for r in responses]
+    assert set(codes) <= {200, 504} and 504 in codes and 200 in codes, codes
+    assert all(r.json()["error"] == "deadline_exceeded" for r in responses if r.status_code == 504)
+    # the expired requests never reached the backend: images inferred == answers given
+    assert counter(server, "campusguard_images") - images_before == codes.count(200)
+    assert counter(server, "campusguard_rejected_requests", reason="deadline_exceeded") == codes.count(504)
+
+
+def test_failing_batch_fails_only_its_requests(server_factory, bus_jpg):
+    server = server_factory(imgsz=320, debug_fault="raise_once", max_batch_size=4, max_queue_delay_ms=200)
+    first = asyncio.run(burst(server.url, [bus_jpg] * 3))
+    assert [r.status_code for r in first] == [500] * 3  # one batch, all three in it
+    assert all(r.json()["error"] == "inference_failed" for r in first)
+    after = asyncio.run(burst(server.url, [bus_jpg] * 3))
+    assert [r.status_code for r in after] == [200] * 3
+    assert counter(server, "campusguard_inference_errors", code="inference_failed") == 1
+    assert httpx.get(f"{server.url}/health/ready").status_code == 200
+
+
+def test_oom_releases_cache_and_retries_smaller(server_factory, bus_jpg):
+    server = server_factory(imgsz=320, debug_fault="oom_once", max_batch_size=4, max_queue_delay_ms=200)
+    clears_before = counter(server, "campusguard_cache_clears")
+    responses = asyncio.run(burst(server.url, [bus_jpg] * 4))
+    assert [r.status_code for r in responses] == [200] * 4
+    assert len({tuple(detect_names(r.json())) for r in responses}) == 1
+    assert counter(server, "campusguard_oom_retries") == 1
+    assert counter(server, "campusguard_cache_clears") == clears_before + 1
+    # retried in halves: the batch-size histogram saw batches smaller than the one that failed
+    text = httpx.get(f"{server.url}/metrics").text
+    fam = next(f for f in text_string_to_metric_families(text) if f.name == "campusguard_batch_size")
+    count = next(s.value for s in fam.samples if s.name == "campusguard_batch_size_count")
+    assert count >= 2
+
+
+def test_crashed_worker_is_restarted(server_factory, bus_jpg):
+    server = server_factory(imgsz=320, debug_fault="crash_worker")
+    with server.client() as c:
+        crashed = c.post("/detect", content=bus_jpg, headers=JPEG)
+        assert crashed.status_code == 500 and crashed.json()["error"] == "inference_failed"
+        states, deadline = [], time.monotonic() + 30
+        while time.monotonic() < deadline:
+            states.append(c.get("/health/ready").status_code)
+            if states[-1] == 200 and 503 in states:
+                break
+            time.sleep(0.05)
+        assert 503 in states and states[-1] == 200, states
+        assert c.post("/detect", content=bus_jpg, headers=JPEG).status_code == 200
+    assert counter(server, "campusguard_worker_restarts") == 1
+
+
+def test_watchdog_trips_on_hung_inference(server_factory, bus_jpg):
+    server = server_factory(imgsz=320, debug_fault="hang", inference_timeout_s=2)
+    start = time.monotonic()
+    responses = asyncio.run(burst(server.url, [bus_jpg] * 3))
+    elapsed = time.monotonic() - start
+    assert elapsed < 15, f"waiting requests were held {elapsed:.1f}s"
+    assert [r.status_code for r in responses] == [503] * 3
+    assert all(r.json()["error"] == "inference_timeout" for r in responses)
+    ready = httpx.get(f"{server.url}/health/ready", timeout=5)
+    assert ready.status_code == 503
+    assert server.proc.wait(timeout=30) == 70  # exits non-zero so the orchestrator restarts it
+    assert "hung device" in server.log()
+
+
+def test_sigterm_drains_in_flight_requests(server_factory, bus_jpg):
+    server = server_factory(imgsz=320, max_batch_size=2, debug_infer_delay_ms=300, drain_timeout_s=30)
+
+    async def scenario() -> list[httpx.Response]:
+        async with httpx.AsyncClient(base_url=server.url, timeout=60,
+                                     limits=httpx.Limits(max_connections=16)) as c:
+            tasks = [asyncio.create_task(c.post("/detect", content=bus_jpg, headers=JPEG)) for _ in range(8)]
+            await asyncio.sleep(0.5)  # all accepted and queued; the first batches are running
+            server.proc.send_signal(signal.SIGTERM)
+            return await asyncio.gather(*tasks)
+
+    responses = asyncio.run(scenario())
+    assert [r.status_code for r in responses] == [200] * 8
+    assert all(detect_names(r.json()) for r in responses)
+    assert server.proc.wait(timeout=60) == 0
+    assert "shut down cleanly" in server.log()
+
+
+@pytest.mark.parametrize("open_probes", [True, False])
+def test_auth_matrix(server_factory, bus_jpg, open_probes):
+    server = server_factory(imgsz=320, api_keys="key-old,key-new", open_health=open_probes, open_metrics=open_probes)
+    routes = [
+        ("/detect", dict(content=bus_jpg, headers=dict(JPEG))),
+        ("/detect/batch", dict(files=[("images", ("a.jpg", bus_jpg, "image/jpeg"))])),
+        ("/v1/vision/detection", dict(files={"image": ("a.jpg", bus_jpg, "image/jpeg")})),
+    ]
+    with server.client() as c:
+        for path, kwargs in routes:
+            kwargs.setdefault("headers", {})
+            assert c.post(path, **kwargs).status_code == 401, path
+            for key, expected in (("wrong", 403), ("key-old", 200), ("key-new", 200)):
+                headers = {**kwargs["headers"], "x-api-key": key}
+                r = c.post(path, **{**kwargs, "headers": headers})
+                assert r.status_code == expected, (path, key, r.text)
+        ds = c.post("/v1/vision/detection", files={"image": ("a.jpg", bus_jpg, "image/jpeg")},
+                    data={"api_key": "key-new"})
+        assert ds.status_code == 200 and ds.json()["success"] is True
+        wrong = c.post("/v1/vision/detection", files={"image": ("a.jpg", bus_jpg, "image/jpeg")},
+                       data={"api_key": "nope"})
+        assert wrong.status_code == 403 and wrong.json()["success"] is False
+        for path in ("/health/live", "/metrics"):
+            assert c.get(path).status_code == (200 if open_probes else 401)
+            assert c.get(path, headers={"x-api-key": "key-old"}).status_code == 200
+    assert "key-old" not in server.log() and "key-new" not in server.log()
+
+
+def test_cors_is_off_by_default(live_server):
+    r = httpx.options(f"{live_server.url}/detect", headers={"Origin": "https://evil.example",
+                                                            "Access-Control-Request-Method": "POST"})
+    assert "access-control-allow-origin" not in {k.lower() for k in r.headers}
+
+
+def _hostile_cases(bus_jpg: bytes) -> dict:
+    rgba = cv2.cvtColor(noise_image(200, 150), cv2.COLOR_BGR2BGRA)
+    return {
+        "empty": dict(content=b"", headers=JPEG),
+        "garbage": dict(content=np.random.default_rng(1).bytes(5000), headers=JPEG),
+        "truncated_jpeg": dict(content=bus_jpg[:20000], headers=JPEG),
+        "png_bomb": dict(content=png_declaring(50000, 50000), headers={"content-type": "image/png"}),
+        "wrong_content_type": dict(content=bus_jpg, headers={"content-type": "text/plain"}),
+        "no_image_field": dict(files={"file": ("a.jpg", bus_jpg, "image/jpeg")}),
+        "image_as_text_field": dict(data={"image": "http://127.0.0.1:9/steal.jpg"}, files={"x": ("x", b"x")}),
+        "conf_nan": dict(content=bus_jpg, headers=JPEG, params={"conf": "nan"}),
+        "conf_text": dict(content=bus_jpg, headers=JPEG, params={"conf": "high"}),
+        "conf_range": dict(content=bus_jpg, headers=JPEG, params={"conf": "-0.1"}),
+        "iou_range": dict(content=bus_jpg, headers=JPEG, params={"iou": "7"}),
+        "max_det_text": dict(content=bus_jpg, headers=JPEG, params={"max_det": "lots"}),
+        "max_det_range": dict(content=bus_jpg, headers=JPEG, params={"max_det": "1000000"}),
+        "unknown_class": dict(content=bus_jpg, headers=JPEG, params={"classes": "person,unicorn"}),
+        "broken_multipart": dict(content=b"--xyz\r\nContent-Disposition: form-data; name=\"image\"\r\n\r\nabc",
+                                 headers={"content-type": "multipart/form-data; boundary=xyz"}),
+    }, {
+        "one_pixel": dict(content=encode(noise_image(1, 1), ".png"), headers={"content-type": "image/png"}),
+        "png16": dict(content=encode(noise_image(320, 200, dtype=np.uint16), ".png"), headers={"content-type": "image/png"}),
+        "rgba": dict(content=encode(rgba, ".png"), headers={"content-type": "image/png"}),
+        "gray": dict(content=encode(noise_image(300, 300, channels=1), ".jpg"), headers=JPEG),
+    }
+
+
+HOSTILE_EXPECTED = {
+    "empty": (400, "invalid_image"), "garbage": (400, "invalid_image"), "truncated_jpeg": (400, "invalid_image"),
+    "png_bomb": (413, "image_too_large"), "wrong_content_type": (415, "unsupported_media_type"),
+    "no_image_field": (422, "missing_image"), "image_as_text_field": (422, "invalid_parameter"),
+    "conf_nan": (422, "invalid_parameter"), "conf_text": (422, "invalid_parameter"),
+    "conf_range": (422, "invalid_parameter"), "iou_range": (422, "invalid_parameter"),
+    "max_det_text": (422, "invalid_parameter"), "max_det_range": (422, "invalid_parameter"),
+    "unknown_class": (422, "unknown_class"),
+    # an unterminated multipart is either refused by the parser or yields no image part
+    "broken_multipart": (422, {"invalid_multipart", "missing_image"}),
+}
+
+
+def test_hostile_inputs_each_followed_by_a_correct_detection(live_server, bus_jpg):
+    bad, odd_but_valid = _hostile_cases(bus_jpg)
+    with live_server.client() as c:
+        reference = detect_names(c.post("/detect", content=bus_jpg, headers=JPEG).json())
+        assert reference == ["bus", "person", "person", "person", "person"]
+        for name, kwargs in bad.items():
+            r = c.post("/detect", **kwargs)
+            status, codes = HOSTILE_EXPECTED[name]
+            codes = codes if isinstance(codes, set) else {codes}
+            assert r.status_code == status and r.json().get("error") in codes, (name, r.text)
+            assert "Traceback" not in r.text
+            assert detect_names(c.post("/detect", content=bus_jpg, headers=JPEG).json()) == reference, name
+        for name, kwargs in odd_but_valid.items():
+            r = c.post("/detect", **kwargs)
+            assert r.status_code == 200, (name, r.text)
+            assert detect_names(c.post("/detect", content=bus_jpg, headers=JPEG).json()) == reference, name
+        img = cv2.imdecode(np.frombuffer(bus_jpg, np.uint8), cv2.IMREAD_COLOR)
+        for name, kwargs in odd_but_valid.items():
+            body = c.post("/detect", **kwargs).json()
+            assert body["width"] >= 1 and body["height"] >= 1, name
+        assert img is not None
+
+
+def test_batch_over_image_limit_and_body_limits(server_factory, bus_jpg):
+    server = server_factory(imgsz=320, max_batch_images=3, max_body_bytes=2_000_000)
+    small = encode(noise_image(64, 64))
+    with server.client() as c:
+        over = c.post("/detect/batch", files=[("images", (f"{i}.jpg", small, "image/jpeg")) for i in range(4)])
+        at = c.post("/detect/batch", files=[("images", (f"{i}.jpg", small, "image/jpeg")) for i in range(3)])
+        empty = c.post("/detect/batch", files=[("other", ("a.txt", b"x", "text/plain"))])
+        big = c.post("/detect", content=bus_jpg * 40, headers=JPEG)
+
+        def gen():
+            for _ in range(40):
+                yield bus_jpg
+
+        big_chunked = c.post("/detect", content=gen(), headers=JPEG)
+        ok = c.post("/detect", content=bus_jpg, headers=JPEG)
+    assert over.status_code == 413 and over.json()["error"] == "too_many_images"
+    assert at.status_code == 200 and [i["ok"] for i in at.json()["results"]] == [True] * 3
+    assert empty.status_code == 422 and empty.json()["error"] == "missing_image"
+    assert big.status_code == 413 and big_chunked.status_code == 413
+    assert ok.status_code == 200
+
+
+def test_server_never_fetches_client_urls(live_server):
+    """A URL in any field is data, never an address the server connects to."""
+    import socket
+    import threading
+
+    hits = []
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(5)
+    sock.settimeout(3)
+    port = sock.getsockname()[1]
+
+    def watch():
+        try:
+            conn, _ = sock.accept()
+            hits.append(conn)
+        except OSError:
+            pass
+
+    t = threading.Thread(target=watch)
+    t.start()
+    url = f"http://127.0.0.1:{port}/frame.jpg"
+    with live_server.client() as c:
+        attempts = [
+            c.post("/detect", json={"url": url}),
+            c.post("/detect", data={"image": url, "url": url}, files={"x": ("x", b"x")}),
+            c.post("/v1/vision/detection", data={"image": url}, files={"x": ("x", b"x")}),
+            c.post("/detect", content=url.encode(), headers=JPEG),
+        ]
+    t.join()
+    sock.close()
+    assert not hits, "the server connected to a client-supplied URL"
+    assert all(r.status_code in (400, 415, 422) for r in attempts), [r.status_code for r in attempts]
+
+
+def test_soak_rss_stays_flat(server_factory):
+    """2,000 mixed-size JPEG/PNG requests (64x64 .. 4K): RSS growth after warm-up < 30 MB."""
+    server = server_factory(imgsz=320, max_batch_size=8, cache_clear_every=200, queue_size=64)
+    rng = np.random.default_rng(7)
+    sizes = [(64, 64), (320, 240), (640, 480), (1280, 720), (1920, 1080), (3840, 2160), (333, 777), (2000, 1500)]
+    pool = []
+    for i, (w, h) in enumerate(sizes):
+        img = noise_image(w, h, seed=i)
+        pool.append(encode(img, ".jpg"))
+        pool.append(encode(img, ".png", IMWRITE_PNG_COMPRESSION=1))
+    proc = psutil.Process(server.proc.pid)
+
+    async def run(n: int) -> list[int]:
+        codes: list[int] = []
+        sem = asyncio.Semaphore(8)
+        async with httpx.AsyncClient(base_url=server.url, timeout=120,
+                                     limits=httpx.Limits(max_connections=8)) as c:
+            async def one(i: int) -> None:
+                async with sem:
+                    payload = pool[int(rng.integers(len(pool)))]
+                    kind = "image/png" if payload[:4] == b"\x89PNG" else "image/jpeg"
+                    r = await c.post("/detect", content=payload, headers={"content-type": kind})
+                    codes.append(r.status_code)
+
+            await asyncio.gather(*(one(i) for i in range(n)))
+        return codes
+
+    warm = asyncio.run(run(200))
+    assert set(warm) == {200}
+    before = proc.memory_info().rss
+    codes = asyncio.run(run(2000))
+    after = proc.memory_info().rss
+    assert codes.count(200) == 2000, {c: codes.count(c) for c in set(codes)}
+    growth_mb = (after - before) / 2**20
+    print(f"soak: RSS {before / 2**20:.1f} MB -> {after / 2**20:.1f} MB ({growth_mb:+.1f} MB over 2000 requests)")
+    assert growth_mb < 30

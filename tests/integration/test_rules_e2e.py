@@ -1,0 +1,263 @@
+"""Campus rules end to end: the real server, the real model, real COCO frames, a local webhook receiver.
+
+The crowd camera of deploy/site.example.yaml (``plaza-cam``: >= 3 persons in the plaza for
+10 s, ends 2 s after the crowd is gone) is fed one COCO image with many people, repeatedly,
+with capture timestamps 2 s apart, then an image without people. Capture timestamps make
+the rule's seconds virtual, so the test takes as long as the inferences, not 16 s.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import hmac
+import json
+import shutil
+import signal
+import socket
+import time
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+import yaml
+
+from app.rules.config import load_site_config
+from app.rules.geometry import Polygon
+from tests.unit.rules_util import EXAMPLE_SITE, Receiver
+
+SECRET = "e2e-secret"
+CAMERA = "plaza-cam"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def candidates(dataset: Path) -> tuple[list[Path], list[Path]]:
+    """Frames ranked by labelled persons (big enough to detect at 320 px) with feet in the plaza; frames with none."""
+    plaza = Polygon(load_site_config(EXAMPLE_SITE).camera(CAMERA).zones[0].polygon)
+    ranked, empty = [], []
+    for label in sorted((dataset / "labels").glob("*.txt")):
+        image = dataset / "images" / f"{label.stem}.jpg"
+        if not image.is_file():
+            continue
+        rows = [line.split() for line in label.read_text().splitlines() if line.strip()]
+        persons = [tuple(map(float, r[1:5])) for r in rows if r[0] == "0"]
+        if not persons:
+            empty.append(image)
+            continue
+        big = sum(1 for cx, cy, w, h in persons if w * h > 0.02 and plaza.contains(cx, cy + h / 2))
+        ranked.append((big, image))
+    ranked.sort(key=lambda x: (-x[0], x[1].name))
+    return [img for n, img in ranked if n >= 3][:8], empty[:8]
+
+
+def persons_in_plaza(body: dict) -> int:
+    plaza = Polygon(load_site_config(EXAMPLE_SITE).camera(CAMERA).zones[0].polygon)
+    w, h = body["width"], body["height"]
+    return sum(1 for d in body["detections"] if d["class_name"] == "person"
+               and plaza.contains((d["box"]["x1"] + d["box"]["x2"]) / 2 / w, d["box"]["y2"] / h))
+
+
+def pick_frames(client, dataset: Path) -> tuple[bytes, bytes]:
+    """(a frame where the served model sees >= 4 persons in the plaza, a frame where it sees no person).
+
+    Chosen with the server itself (no camera_id: the rules do not see these requests), so
+    the test does not depend on which COCO image the model happens to get right at 320 px.
+    """
+    crowded, empty = candidates(dataset)
+    crowd = next((img.read_bytes() for img in crowded
+                  if persons_in_plaza(client.post("/detect", files={"image": ("f.jpg", img.read_bytes())}).json()) >= 4),
+                 None)
+    nobody = next((img.read_bytes() for img in empty
+                   if not any(d["class_name"] == "person" for d in client.post(
+                       "/detect", files={"image": ("f.jpg", img.read_bytes())}).json()["detections"])), None)
+    assert crowd is not None and nobody is not None, "coco-val128 has no suitable frames"
+    return crowd, nobody
+
+
+def site_copy(tmp_path: Path) -> Path:
+    path = tmp_path / "site.yaml"
+    shutil.copy(EXAMPLE_SITE, path)
+    return path
+
+
+def detect(client, image: bytes, when: dt.datetime | None, **params):
+    q = {"camera_id": CAMERA, **params}
+    if when is not None:
+        q["timestamp"] = when.isoformat()
+    r = client.post("/detect", files={"image": ("frame.jpg", image, "image/jpeg")}, params=q)
+    assert r.status_code == 200, r.text
+    return r
+
+
+def drive_crowd(client, crowd: bytes, empty: bytes, t0: dt.datetime) -> list[tuple[float, dict]]:
+    """Crowd frames at t0+0..12 s, empty frames at +14..18 s; every (second, event) from the replies."""
+    seen = []
+    for sec in (0, 2, 4, 6, 8, 10, 12):
+        body = detect(client, crowd, t0 + dt.timedelta(seconds=sec)).json()
+        assert persons_in_plaza(body) >= 3, body["detections"]  # the frame is the same every time
+        seen += [(sec, e) for e in body["events"]]
+    for sec in (14, 15, 16, 18):
+        body = detect(client, empty, t0 + dt.timedelta(seconds=sec)).json()
+        seen += [(sec, e) for e in body["events"]]
+    return seen
+
+
+def metric(text: str, name: str, **labels) -> float | None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()):
+                return s.value
+    return None
+
+
+def wait_for(cond, timeout=30.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def test_crowd_event_in_reply_store_metrics_and_webhook(server_factory, tmp_path, dataset):
+    rx = Receiver()
+    try:
+        server = server_factory(site_config=site_copy(tmp_path), events_db_url=f"sqlite:///{tmp_path}/events.db",
+                                snapshot_dir=tmp_path / "snaps", webhook_urls=rx.url, webhook_secret=SECRET,
+                                webhook_max_backoff_s=1, imgsz=320)
+        t0 = dt.datetime.now(dt.timezone.utc).replace(microsecond=0) - dt.timedelta(minutes=5)
+        with server.client() as c:
+            crowd, empty = pick_frames(c, dataset)
+            seen = drive_crowd(c, crowd, empty, t0)
+            # one event: started on the frame 10 s into the crowd, ended 2 s after the first empty frame
+            assert [(sec, e["state"]) for sec, e in seen] == [(10, "started"), (16, "ended")], seen
+            started, ended = seen[0][1], seen[1][1]
+            assert started["id"] == ended["id"]
+            assert (started["camera_id"], started["zone"], started["rule"]) == (CAMERA, "plaza", "crowd")
+            assert dt.datetime.fromisoformat(started["started_at"].replace("Z", "+00:00")) == t0 + dt.timedelta(seconds=10)
+            assert dt.datetime.fromisoformat(ended["ended_at"].replace("Z", "+00:00")) == t0 + dt.timedelta(seconds=14)
+            assert ended["max_count"] >= 3 and len(ended["objects"]) == ended["max_count"]
+
+            listed = c.get("/events", params={"camera_id": CAMERA, "rule": "crowd"}).json()
+            assert listed["total"] == 1 and listed["items"][0]["id"] == started["id"]
+            assert listed["items"][0]["state"] == "ended"
+            one = c.get(f"/events/{started['id']}")
+            assert one.status_code == 200 and one.json()["ended_at"] == ended["ended_at"]
+            assert c.get("/events/nope").status_code == 404
+            snap = c.get(started["snapshot"])
+            assert snap.status_code == 200 and snap.headers["content-type"] == "image/jpeg"
+            src = cv2.imdecode(np.frombuffer(crowd, np.uint8), cv2.IMREAD_COLOR)
+            assert cv2.imdecode(np.frombuffer(snap.content, np.uint8), cv2.IMREAD_COLOR).shape == src.shape
+
+            assert wait_for(lambda: len(rx.requests) >= 2)
+            text = c.get("/metrics").text
+        assert metric(text, "campusguard_events_total", camera_id=CAMERA, zone="plaza", rule="crowd") == 1
+        assert metric(text, "campusguard_zone_objects", camera_id=CAMERA, zone="plaza") == 0
+        assert (metric(text, "campusguard_rule_evaluation_seconds_count") or 0) >= 11
+
+        time.sleep(1.0)  # nothing more arrives
+        assert rx.keys() == [f"{started['id']}:started", f"{started['id']}:ended"]
+        for req in rx.requests:
+            expected = "sha256=" + hmac.new(SECRET.encode(), req["body"], hashlib.sha256).hexdigest()
+            assert hmac.compare_digest(req["headers"]["x-campusguard-signature"], expected)
+        delivered = [json.loads(r["body"]) for r in rx.requests]
+        assert [d["event"]["state"] for d in delivered] == ["started", "ended"]
+        assert delivered[1]["event"]["ended_at"] == ended["ended_at"]
+        with server.client() as c:
+            text = c.get("/metrics").text
+        assert metric(text, "campusguard_webhook_deliveries_total", outcome="delivered") == 2
+        assert metric(text, "campusguard_webhook_outbox_depth") == 0
+    finally:
+        rx.close()
+
+
+def test_webhook_outage_annotate_and_reload(server_factory, tmp_path, dataset):
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/hook"  # the receiver is down at first
+    site = site_copy(tmp_path)
+    server = server_factory(site_config=site, events_db_url=f"sqlite:///{tmp_path}/events.db",
+                            snapshot_dir=tmp_path / "snaps", webhook_urls=url, webhook_secret=SECRET,
+                            webhook_max_backoff_s=1, imgsz=320)
+    t0 = dt.datetime.now(dt.timezone.utc).replace(microsecond=0) - dt.timedelta(minutes=5)
+    rx = None
+    try:
+        with server.client() as c:
+            crowd, empty = pick_frames(c, dataset)
+            seen = drive_crowd(c, crowd, empty, t0)
+            assert [e["state"] for _, e in seen] == ["started", "ended"]
+            event_id = seen[0][1]["id"]
+            assert wait_for(lambda: (metric(c.get("/metrics").text, "campusguard_webhook_deliveries_total",
+                                            outcome="network_error") or 0) >= 2)
+            assert metric(c.get("/metrics").text, "campusguard_webhook_outbox_depth") == 2
+
+            rx = Receiver(port=port)  # back up: the outbox delivers what it kept
+            assert wait_for(lambda: len(rx.requests) >= 2)
+            time.sleep(2.5)  # longer than the capped backoff: a duplicate would have arrived by now
+            assert rx.keys() == [f"{event_id}:started", f"{event_id}:ended"]
+            assert wait_for(lambda: metric(c.get("/metrics").text, "campusguard_webhook_outbox_depth") == 0)
+
+            # annotate=true and Accept: image/jpeg return the frame, annotated, at its size
+            src = cv2.imdecode(np.frombuffer(crowd, np.uint8), cv2.IMREAD_COLOR)
+            ts = (t0 + dt.timedelta(seconds=100)).isoformat()
+            for r in (detect(c, crowd, None, annotate="true", timestamp=ts),
+                      c.post("/detect", files={"image": ("f.jpg", crowd, "image/jpeg")},
+                             params={"camera_id": CAMERA, "timestamp": ts}, headers={"Accept": "image/jpeg"})):
+                assert r.status_code == 200 and r.headers["content-type"] == "image/jpeg"
+                img = cv2.imdecode(np.frombuffer(r.content, np.uint8), cv2.IMREAD_COLOR)
+                assert img is not None and img.shape == src.shape
+                assert not np.array_equal(img, src)
+
+            # a malformed file on reload: 422 with every error; the old config keeps running
+            good = site.read_text()
+            bad = yaml.safe_load(good)
+            bad["cameras"][1]["zones"][0]["polygon"] = [[0, 0], [3, 3]]
+            bad["cameras"][1]["zones"][0]["rules"][0]["min_count"] = 0
+            bad["cameras"][2]["id"] = "gate-cam"
+            site.write_text(yaml.safe_dump(bad))
+            r = c.post("/admin/reload")
+            assert r.status_code == 422, r.text
+            detail = r.json()["detail"]
+            assert len(detail) == 3 and any("duplicate camera id" in d for d in detail)
+            assert any("min_count" in d for d in detail) and any("polygon" in d for d in detail)
+            server.proc.send_signal(signal.SIGHUP)  # the same file via SIGHUP: refused, logged, still serving
+            assert wait_for(lambda: "reload refused" in server.log(), timeout=10)
+            assert server.proc.poll() is None
+            t1 = t0 + dt.timedelta(minutes=3)  # past the 60 s cool-down
+            again = [e for sec in range(0, 12, 2)
+                     for e in detect(c, crowd, t1 + dt.timedelta(seconds=sec)).json()["events"]]
+            assert [e["state"] for e in again] == ["started"]  # the old plaza rule still applies
+
+            site.write_text(good)
+            r = c.post("/admin/reload")
+            assert r.status_code == 200 and r.json()["cameras"] == ["gate-cam", "plaza-cam", "lot-cam"]
+    finally:
+        if rx:
+            rx.close()
+
+
+def test_malformed_site_file_refused_at_startup(server_factory, tmp_path):
+    path = tmp_path / "site.yaml"
+    path.write_text(yaml.safe_dump({"timezone": "Atlantis/Capital", "cameras": [
+        {"id": "cam-1", "zones": [{"name": "z", "polygon": [[0, 0], [1, 1]],
+                                   "rules": [{"type": "crowd"}, {"type": "fire_lane"}]}]},
+        {"id": "cam-1", "zones": [{"name": "ok", "polygon": [[0, 0], [1, 0], [1, 1]],
+                                   "rules": [{"type": "intrusion", "min_confidence": 7}]}]}]}))
+    server = server_factory(wait=False, site_config=path, events_db_url=f"sqlite:///{tmp_path}/events.db")
+    try:
+        server.proc.wait(timeout=120)
+    except Exception:
+        pytest.fail(f"the server kept running with a malformed site file:\n{server.log()[-3000:]}")
+    assert server.proc.returncode != 0
+    log = server.log()
+    for fragment in ("Atlantis/Capital", "cameras[0].zones[0].polygon", "cameras[0].zones[0].rules[0].min_count",
+                     "cameras[0].zones[0].rules[1].min_duration_s", "cameras[1].id: duplicate camera id",
+                     "cameras[1].zones[0].rules[0].min_confidence", "6 error(s)"):
+        assert fragment in log, f"{fragment!r} not in the startup log:\n{log[-3000:]}"

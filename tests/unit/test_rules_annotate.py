@@ -1,0 +1,50 @@
+"""Annotated frames: a decodable JPEG of the frame's size with boxes, zones and alerts drawn."""
+
+from __future__ import annotations
+
+import cv2
+import numpy as np
+import pytest
+
+from app.pipeline import Detection
+from app.rules.service import ZoneView
+from app.vision.annotate import annotate_jpeg
+
+
+def decode(data: bytes) -> np.ndarray:
+    img = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR)
+    assert img is not None
+    return img
+
+
+@pytest.mark.parametrize("w, h", [(640, 480), (333, 517), (1920, 1080), (17, 9)])
+def test_jpeg_of_the_frames_size(w, h):
+    frame = np.zeros((h, w, 3), np.uint8)
+    dets = [Detection(0, "person", 0.87, w * 0.2, h * 0.2, w * 0.5, h * 0.9)]
+    zones = [ZoneView("c", "lawn", "restricted", ((0.1, 0.1), (0.9, 0.1), (0.5, 0.9)), ("intrusion",))]
+    data = annotate_jpeg(frame, dets, zones, [{"zone": "lawn", "rule": "intrusion", "state": "started"}])
+    assert data[:3] == b"\xff\xd8\xff"
+    assert decode(data).shape == (h, w, 3)
+
+
+def test_things_are_drawn_and_alerts_are_red():
+    w, h = 400, 300
+    frame = np.zeros((h, w, 3), np.uint8)
+    plain = decode(annotate_jpeg(frame, []))
+    assert plain.max() < 10  # nothing to draw: still the (black) frame
+
+    zone = {"name": "gate", "polygon": [[0.25, 0.25], [0.75, 0.25], [0.75, 0.75], [0.25, 0.75]]}
+    idle = decode(annotate_jpeg(frame, [], [zone]))
+    alert = decode(annotate_jpeg(frame, [], [zone], [{"zone": "gate", "rule": "crowd", "state": "started"}]))
+    inside = (slice(100, 200), slice(120, 280))
+    # the alert zone's fill is red (BGR: high R channel), the idle one is not
+    assert alert[inside][..., 2].mean() > 30 and alert[inside][..., 2].mean() > idle[inside][..., 2].mean() + 20
+    boxed = decode(annotate_jpeg(frame, [Detection(2, "car", 0.5, 50, 50, 150, 120)], names={2: "auto"}))
+    assert boxed[50:120, 48:53].max() > 100  # the box's left edge
+
+
+def test_detections_as_dicts_with_track_ids():
+    frame = np.full((200, 300, 3), 255, np.uint8)
+    det = {"class_id": 0, "class_name": "person", "confidence": 0.5, "x1": 10, "y1": 10, "x2": 100, "y2": 150,
+           "track_id": 7}
+    assert decode(annotate_jpeg(frame, [det])).shape == (200, 300, 3)

@@ -1,0 +1,102 @@
+"""The events router on a minimal app: list/filter/paginate, get, snapshot, reload errors, rules off."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+
+from app.api.errors import install_error_handlers
+from app.api.events import router
+from app.config import Settings
+from app.metrics import Metrics
+from app.rules.service import RulesService
+from tests.unit.rules_util import EXAMPLE_SITE, H, W, at, people
+
+
+def make_app(rules, keys=()) -> FastAPI:
+    app = FastAPI()
+    app.state.rules = rules
+    app.state.api_keys = [k.encode() for k in keys]
+    install_error_handlers(app)
+    app.include_router(router)
+    return app
+
+
+@pytest.fixture
+def rules(tmp_path):
+    path = tmp_path / "site.yaml"
+    shutil.copy(EXAMPLE_SITE, path)
+    svc = RulesService.from_settings(Settings(site_config=path, events_db_url=f"sqlite:///{tmp_path}/e.db",
+                                              snapshot_dir=tmp_path / "snaps"), Metrics())
+    import numpy as np
+
+    frame = np.zeros((H, W, 3), np.uint8)
+    # three crowd events on plaza-cam (each: 10 s of crowd, then 5 s empty, then the 60 s cool-down)
+    for k in range(3):
+        base = k * 100
+        for t in range(0, 11):
+            svc.evaluate("plaza-cam", at(base + t), (W, H), people(3), frame)
+        for t in range(11, 16):
+            svc.evaluate("plaza-cam", at(base + t), (W, H), [], frame)
+    svc.path_for_test = path
+    yield svc
+    svc.stop()
+
+
+def test_list_filter_paginate_and_get(rules):
+    client = TestClient(make_app(rules))
+    body = client.get("/events").json()
+    assert body["total"] == 3 and body["limit"] == 50 and body["offset"] == 0
+    items = body["items"]
+    assert [e["started_at"] for e in items] == sorted((e["started_at"] for e in items), reverse=True)
+    assert all(e["state"] == "ended" and e["rule"] == "crowd" for e in items)
+
+    page = client.get("/events", params={"limit": 2, "offset": 2}).json()
+    assert page["total"] == 3 and [e["id"] for e in page["items"]] == [items[2]["id"]]
+    assert client.get("/events", params={"camera_id": "gate-cam"}).json()["total"] == 0
+    assert client.get("/events", params={"zone": "plaza", "rule": "crowd"}).json()["total"] == 3
+    rng = client.get("/events", params={"since": "2026-03-02T12:01:00Z", "until": "2026-03-02T12:03:00"}).json()
+    assert rng["total"] == 1 and rng["items"][0]["started_at"] == "2026-03-02T12:01:50Z"
+
+    one = client.get(f"/events/{items[0]['id']}").json()
+    assert one == items[0]
+    snap = client.get(one["snapshot"])
+    assert snap.status_code == 200 and snap.headers["content-type"] == "image/jpeg"
+
+    missing = client.get("/events/doesnotexist")
+    assert missing.status_code == 404 and missing.json()["error"] == "not_found"
+    assert client.get("/events/doesnotexist/snapshot").status_code == 404
+
+
+@pytest.mark.parametrize("params", [{"limit": 0}, {"limit": 501}, {"offset": -1}, {"since": "yesterday"}])
+def test_bad_query_parameters(rules, params):
+    r = TestClient(make_app(rules)).get("/events", params=params)
+    assert r.status_code == 422 and r.json()["error"] == "invalid_parameter"
+
+
+def test_reload_ok_and_bad(rules):
+    client = TestClient(make_app(rules))
+    r = client.post("/admin/reload")
+    assert r.status_code == 200 and r.json()["cameras"] == ["gate-cam", "plaza-cam", "lot-cam"]
+    rules.path_for_test.write_text("cameras:\n  - id: gate-cam\n    zones: [{name: z, polygon: [[0, 0]]}]\n"
+                                   "  - {id: gate-cam, resolution: [-1, 2]}\n")
+    r = client.post("/admin/reload")
+    body = r.json()
+    assert r.status_code == 422 and body["error"] == "invalid_site_config"
+    assert len(body["detail"]) == 3 and all(isinstance(e, str) for e in body["detail"])
+    assert any("duplicate camera id" in e for e in body["detail"])
+    assert rules.camera_ids == ["gate-cam", "plaza-cam", "lot-cam"]  # old config in force
+
+
+def test_rules_disabled_and_api_keys(rules):
+    off = TestClient(make_app(None))
+    r = off.get("/events")
+    assert r.status_code == 404 and r.json()["error"] == "rules_disabled"
+    assert off.post("/admin/reload").status_code == 404
+    locked = TestClient(make_app(rules, keys=["k1"]))
+    assert locked.get("/events").status_code == 401
+    assert locked.post("/admin/reload", headers={"X-API-Key": "bad"}).status_code == 403
+    assert locked.get("/events", headers={"X-API-Key": "k1"}).status_code == 200

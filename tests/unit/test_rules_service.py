@@ -1,0 +1,182 @@
+"""RulesService: the facade the app calls per frame; persistence, metrics, snapshots, reload, isolation."""
+
+from __future__ import annotations
+
+import shutil
+import threading
+
+import cv2
+import numpy as np
+import pytest
+import yaml
+
+from app.config import Settings
+from app.metrics import Metrics
+from app.rules.config import SiteConfigError
+from app.rules.service import RulesService
+from tests.unit.rules_util import EXAMPLE_SITE, H, W, at, people
+
+TWIN_SITE = {
+    "cameras": [
+        {"id": cam, "zones": [{"name": "plaza", "polygon": [[0, 0.5], [1, 0.5], [1, 1], [0, 1]],
+                               "rules": [{"type": "crowd", "min_count": 3, "min_duration_s": 5,
+                                          "clear_after_s": 1, "cooldown_s": 30}]}]}
+        for cam in ("cam-a", "cam-b")
+    ]
+}
+
+
+def write(path, data) -> None:
+    path.write_text(yaml.safe_dump(data))
+
+
+@pytest.fixture
+def make(tmp_path):
+    made = []
+
+    def factory(site=None, **settings) -> RulesService:
+        path = tmp_path / "site.yaml"
+        if site is None:
+            shutil.copy(EXAMPLE_SITE, path)
+        else:
+            write(path, site)
+        s = Settings(site_config=path, events_db_url=f"sqlite:///{tmp_path}/events.db",
+                     snapshot_dir=tmp_path / "snaps", **settings)
+        metrics = Metrics()
+        svc = RulesService.from_settings(s, metrics)
+        svc.test_metrics = metrics
+        made.append(svc)
+        return svc
+
+    yield factory
+    for svc in made:
+        svc.stop()
+
+
+def frame() -> np.ndarray:
+    return np.full((H, W, 3), 90, np.uint8)
+
+
+def test_disabled_without_site_config():
+    assert RulesService.from_settings(Settings(site_config=None), Metrics()) is None
+
+
+def test_bad_site_file_refused_at_start(tmp_path):
+    path = tmp_path / "site.yaml"
+    path.write_text("cameras:\n  - id: a\n    zones:\n      - {name: z, polygon: [[0, 0]], rules: [{type: crowd}]}\n")
+    with pytest.raises(SiteConfigError) as info:
+        RulesService.from_settings(Settings(site_config=path, events_db_url=f"sqlite:///{tmp_path}/e.db"), Metrics())
+    assert len(info.value.errors) == 2  # polygon and min_count
+
+
+def test_evaluate_returns_stores_counts_and_snapshots(make):
+    svc = make(webhook_urls=["http://127.0.0.1:9/hook"])
+    assert svc.evaluate("unknown-cam", at(0), (W, H), people(5)) == []
+    got = []
+    for t in range(0, 12):
+        got += svc.evaluate("plaza-cam", at(t), (W, H), people(4), frame())
+    assert [e["state"] for e in got] == ["started"]
+    ev = got[0]
+    assert ev["camera_id"] == "plaza-cam" and ev["zone"] == "plaza" and ev["rule"] == "crowd"
+    assert ev["started_at"] == "2026-03-02T12:00:10Z" and ev["max_count"] == 4
+    assert ev["snapshot"] == f"/events/{ev['id']}/snapshot"
+    jpeg = svc.snapshot_path(ev["id"]).read_bytes()
+    assert cv2.imdecode(np.frombuffer(jpeg, np.uint8), cv2.IMREAD_COLOR).shape == (H, W, 3)
+    assert svc.get_event(ev["id"])["state"] == "started"
+
+    ended = []
+    for t in range(12, 15):
+        ended += svc.evaluate("plaza-cam", at(t), (W, H), [], frame())
+    assert [e["state"] for e in ended] == ["ended"] and ended[0]["id"] == ev["id"]
+    assert svc.get_event(ev["id"])["ended_at"] == "2026-03-02T12:00:12Z"
+    assert [r["idempotency_key"] for r in svc.store.outbox_rows()] == [f"{ev['id']}:started", f"{ev['id']}:ended"]
+
+    reg = svc.test_metrics.registry
+    labels = {"camera_id": "plaza-cam", "zone": "plaza", "rule": "crowd"}
+    assert reg.get_sample_value("campusguard_events_total", labels) == 1
+    assert reg.get_sample_value("campusguard_zone_objects", {"camera_id": "plaza-cam", "zone": "plaza"}) == 0
+    assert reg.get_sample_value("campusguard_rule_evaluation_seconds_count") == 15
+
+
+def test_zone_objects_gauge_counts_objects_in_the_zone(make):
+    svc = make()
+    svc.evaluate("plaza-cam", at(0), (W, H), people(4) + people(2, y=0.1))
+    reg = svc.test_metrics.registry
+    assert reg.get_sample_value("campusguard_zone_objects", {"camera_id": "plaza-cam", "zone": "plaza"}) == 4
+
+
+def test_snapshot_can_be_turned_off(make):
+    site = yaml.safe_load(EXAMPLE_SITE.read_text())
+    site["snapshots"] = False
+    svc = make(site)
+    got = [e for t in range(12) for e in svc.evaluate("plaza-cam", at(t), (W, H), people(4), frame())]
+    assert got[0]["snapshot"] is None
+
+
+def test_zones_for_drawing(make):
+    svc = make()
+    zones = svc.zones_for("lot-cam")
+    assert [(z.name, z.kind, z.rules) for z in zones] == [("fire-lane", "fire_lane", ("fire_lane",))]
+    assert zones[0].polygon[0] == (0.1, 0.6)
+    assert svc.zones_for("nope") == []
+
+
+def test_state_does_not_leak_between_cameras(make):
+    svc = make(TWIN_SITE)
+    a_events, b_events = [], []
+    for t in range(0, 20):
+        a_events += svc.evaluate("cam-a", at(t), (W, H), people(3))
+        # cam-b sees the crowd only on every other frame, and never for 5 s in a row with gaps > 1 s
+        b_events += svc.evaluate("cam-b", at(t), (W, H), people(3) if t % 4 == 0 else [])
+    assert [e["state"] for e in a_events] == ["started"] and b_events == []
+    assert svc.query_events(camera_id="cam-b")[1] == 0
+
+
+def test_cameras_evaluated_from_many_threads(make):
+    svc = make(TWIN_SITE)
+    out: dict[str, list] = {"cam-a": [], "cam-b": []}
+
+    def feed(cam):
+        for t in range(0, 30):
+            out[cam] += svc.evaluate(cam, at(t), (W, H), people(3) if t < 20 else [])
+
+    threads = [threading.Thread(target=feed, args=(c,)) for c in out]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    for cam, events in out.items():
+        assert [e["state"] for e in events] == ["started", "ended"], cam
+    assert svc.query_events()[1] == 2
+
+
+def test_reload_bad_file_keeps_old_config_and_state(make, tmp_path):
+    svc = make(TWIN_SITE)
+    for t in range(0, 6):
+        svc.evaluate("cam-a", at(t), (W, H), people(3))
+    assert len(svc.open_events("cam-a")) == 1
+    (tmp_path / "site.yaml").write_text("cameras: [{id: x, zones: [{name: q, polygon: [[0, 0], [2, 2]]}]}]\n")
+    with pytest.raises(SiteConfigError) as info:
+        svc.reload()
+    assert "at least 3 points" in info.value.message and "outside 0..1" in info.value.message
+    assert svc.camera_ids == ["cam-a", "cam-b"]
+    assert svc.evaluate("cam-a", at(6), (W, H), people(3)) == []  # same event still open
+    assert len(svc.open_events("cam-a")) == 1
+
+
+def test_reload_keeps_unchanged_cameras_and_ends_changed_ones(make, tmp_path):
+    svc = make(TWIN_SITE)
+    for t in range(0, 6):
+        svc.evaluate("cam-a", at(t), (W, H), people(3))
+        svc.evaluate("cam-b", at(t), (W, H), people(3))
+    a_open, b_open = svc.open_events("cam-a")[0], svc.open_events("cam-b")[0]
+    site = yaml.safe_load(yaml.safe_dump(TWIN_SITE))
+    site["cameras"][1]["zones"][0]["rules"][0]["min_count"] = 10  # cam-b changes
+    site["cameras"].append({"id": "cam-c"})
+    write(tmp_path / "site.yaml", site)
+    svc.reload()
+    assert svc.camera_ids == ["cam-a", "cam-b", "cam-c"]
+    assert svc.open_events("cam-a")[0]["id"] == a_open["id"]  # untouched camera: state kept
+    assert svc.open_events("cam-b") == []
+    assert svc.get_event(b_open["id"])["state"] == "ended"      # changed camera: its open event ended
+    assert svc.evaluate("cam-b", at(7), (W, H), people(3)) == []  # new rule: 3 < 10

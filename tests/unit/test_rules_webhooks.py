@@ -1,0 +1,176 @@
+"""Webhook outbox: signed deliveries, retries with capped backoff, nothing lost or duplicated."""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+
+import pytest
+
+from app.metrics import Metrics
+from app.rules.store import EventStore, dumps
+from app.rules.webhooks import OutboxWorker, backoff_s, sign, verify
+from tests.unit.rules_util import Receiver
+
+SECRET = b"s3cret"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def enqueue(store: EventStore, url: str, event_id: str, state: str = "started") -> bytes:
+    event = {"id": event_id, "camera_id": "cam", "zone": "z", "rule": "crowd", "rule_type": "crowd",
+             "state": state, "started_at": "2026-03-02T12:00:00Z",
+             "ended_at": "2026-03-02T12:01:00Z" if state == "ended" else None,
+             "objects": [], "max_count": 3, "snapshot": None}
+    key = f"{event_id}:{state}"
+    payload = dumps({"type": f"event.{state}", "idempotency_key": key, "event": event})
+    store.record(event, [(url, key, payload)])
+    return payload
+
+
+def wait_for(cond, timeout=15.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def sample(metrics: Metrics, name: str, **labels) -> float:
+    return metrics.registry.get_sample_value(name, labels) or 0.0
+
+
+@pytest.fixture
+def store(tmp_path):
+    s = EventStore(f"sqlite:///{tmp_path}/events.db")
+    yield s
+    s.close()
+
+
+def worker(store, url, metrics=None, **kw) -> OutboxWorker:
+    w = OutboxWorker(store, [url], SECRET, timeout_s=2.0, max_backoff_s=kw.pop("max_backoff_s", 0.3),
+                     metrics=metrics, poll_s=0.2, **kw)
+    w.start()
+    return w
+
+
+def test_signature_headers_and_metrics(store):
+    rx, metrics = Receiver(), Metrics()
+    w = worker(store, rx.url, metrics)
+    try:
+        payload = enqueue(store, rx.url, "ev1")
+        w.notify()
+        assert wait_for(lambda: len(rx.requests) == 1)
+        req = rx.requests[0]
+        assert req["body"] == payload
+        assert req["headers"]["x-campusguard-signature"] == "sha256=" + __import__("hmac").new(
+            SECRET, payload, "sha256").hexdigest()
+        assert verify(req["body"], SECRET, req["headers"]["x-campusguard-signature"])
+        assert not verify(req["body"] + b" ", SECRET, req["headers"]["x-campusguard-signature"])
+        assert req["headers"]["idempotency-key"] == "ev1:started"
+        assert req["headers"]["x-campusguard-event"] == "event.started"
+        assert req["headers"]["content-type"] == "application/json"
+        body = json.loads(req["body"])
+        assert body["type"] == "event.started" and body["event"]["id"] == "ev1"
+        assert wait_for(lambda: sample(metrics, "campusguard_webhook_outbox_depth") == 0)
+        assert sample(metrics, "campusguard_webhook_deliveries_total", outcome="delivered") == 1
+    finally:
+        w.stop()
+        rx.close()
+
+
+def test_receiver_down_for_a_while_loses_nothing_and_keeps_order(store):
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/hook"  # nothing listens there yet
+    metrics = Metrics()
+    w = worker(store, url, metrics)
+    rx = None
+    try:
+        expected = []
+        for i in range(3):
+            enqueue(store, url, f"ev{i}", "started")
+            expected.append(f"ev{i}:started")
+            enqueue(store, url, f"ev{i}", "ended")
+            expected.append(f"ev{i}:ended")
+        w.notify()
+        assert wait_for(lambda: sample(metrics, "campusguard_webhook_deliveries_total", outcome="network_error") >= 2)
+        assert store.outbox_depth() == 6
+        rx = Receiver(port=port)  # the receiver comes back
+        assert wait_for(lambda: len(rx.requests) >= 6)
+        time.sleep(0.5)  # no late duplicates either
+        assert rx.keys() == expected  # each exactly once, in order (an end never overtakes its start)
+        assert store.outbox_depth() == 0
+        assert sample(metrics, "campusguard_webhook_deliveries_total", outcome="delivered") == 6
+        rows = store.outbox_rows()
+        assert all(r["delivered_at"] is not None for r in rows) and rows[0]["attempts"] >= 2
+    finally:
+        w.stop()
+        if rx:
+            rx.close()
+
+
+def test_lost_acknowledgement_is_retried_with_the_same_key(store):
+    rx = Receiver(fail_first=2)  # processes the request but answers 500 twice
+    metrics = Metrics()
+    w = worker(store, rx.url, metrics)
+    try:
+        payload = enqueue(store, rx.url, "ev9")
+        w.notify()
+        assert wait_for(lambda: len(rx.requests) == 3)
+        time.sleep(0.5)
+        assert len(rx.requests) == 3
+        assert {r["headers"]["idempotency-key"] for r in rx.requests} == {"ev9:started"}
+        assert all(r["body"] == payload for r in rx.requests)  # identical bytes, identical signature
+        assert list(rx.unique_events()) == ["ev9:started"]  # a de-duplicating receiver keeps one
+        assert sample(metrics, "campusguard_webhook_deliveries_total", outcome="http_error") == 2
+    finally:
+        w.stop()
+        rx.close()
+
+
+def test_outbox_survives_a_restart(tmp_path):
+    url_db = f"sqlite:///{tmp_path}/events.db"
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/hook"
+    s1 = EventStore(url_db)
+    w1 = worker(s1, url)
+    enqueue(s1, url, "evA")
+    time.sleep(0.3)
+    w1.stop()
+    s1.close()  # the process "dies" with the delivery pending
+    rx = Receiver(port=port)
+    s2 = EventStore(url_db)
+    w2 = worker(s2, url)
+    try:
+        assert wait_for(lambda: rx.keys() == ["evA:started"])
+    finally:
+        w2.stop()
+        s2.close()
+        rx.close()
+
+
+def test_backoff_is_exponential_and_capped():
+    delays = [backoff_s(n, max_backoff_s=60.0) for n in range(1, 12)]
+    assert 0.9 <= delays[0] <= 1.1 and 1.8 <= delays[1] <= 2.2 and 3.6 <= delays[2] <= 4.4
+    assert all(d <= 66.0 for d in delays) and delays[-1] >= 54.0
+    assert sign(b"x", b"k").startswith("sha256=") and len(sign(b"x", b"k")) == 7 + 64
+
+
+def test_no_secret_means_no_signature_header(store):
+    rx = Receiver()
+    w = OutboxWorker(store, [rx.url], b"", max_backoff_s=0.3, poll_s=0.2)
+    w.start()
+    try:
+        enqueue(store, rx.url, "ev2")
+        w.notify()
+        assert wait_for(lambda: len(rx.requests) == 1)
+        assert "x-campusguard-signature" not in rx.requests[0]["headers"]
+    finally:
+        w.stop()
+        rx.close()
