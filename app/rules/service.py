@@ -76,6 +76,21 @@ class RulesService:
         self._config = config
         self._cameras: dict[str, CameraRules] = {c.id: CameraRules(c, config) for c in config.cameras}
         self.loaded_at = dt.datetime.now(UTC)
+        self._init_series()
+
+    def _init_series(self) -> None:
+        """Expose every configured camera/zone/rule series at 0 from the start, so rate()
+        and alerts work before the first event and dashboards are never empty."""
+        if self.metrics is None:
+            return
+        for outcome in ("delivered", "http_error", "network_error"):
+            self.metrics.webhook_deliveries.labels(outcome)
+        for cam in self._cameras.values():
+            label = self.metrics.camera_label(cam.camera.id)
+            for zone in cam.zones:
+                self.metrics.zone_objects.labels(label, zone.name).set(cam.zone_counts.get(zone.name, 0))
+                for rule in zone.rules:
+                    self.metrics.events.labels(label, zone.name, rule.name)
 
     @classmethod
     def from_settings(cls, settings, metrics=None) -> "RulesService | None":
@@ -207,6 +222,7 @@ class RulesService:
                             self.metrics.zone_objects.remove(self.metrics.camera_label(cam.id), zone.name)
                         except KeyError:
                             pass
+            self._init_series()
             kept = sum(1 for cid, c in new.items() if old.get(cid) is c)
             log.info("site config %s reloaded: %d camera(s), %d unchanged (state kept), %d replaced or removed",
                      self.path, len(new), kept, len(retired))

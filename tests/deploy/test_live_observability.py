@@ -30,6 +30,19 @@ from tests.deploy.conftest import (
 )
 
 CAMERA = "gate-north"
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def live_server(tmp_path_factory, weights):
+    """The service with the example site file, so the rule/event series exist too."""
+    from tests.conftest import start_server
+
+    tmp = tmp_path_factory.mktemp("observability")
+    server = start_server(tmp, site_config=REPO / "deploy/site.example.yaml",
+                          events_db_url=f"sqlite:///{tmp / 'events.db'}", snapshot_dir=tmp / "snapshots")
+    yield server
+    server.stop()
 
 
 def detect(client: httpx.Client, image: bytes, camera: str | None = CAMERA) -> httpx.Response:
@@ -41,13 +54,13 @@ def detect(client: httpx.Client, image: bytes, camera: str | None = CAMERA) -> h
 def traffic(live_server, bus_jpg) -> dict[str, int]:
     """A few detections (with and without a camera) and a bad request."""
     with live_server.client() as client:
-        for camera in (CAMERA, "gate-south", None):
+        for camera in (CAMERA, "gate-south", "plaza-cam", None):
             r = detect(client, bus_jpg, camera)
             assert r.status_code == 200, r.text
             assert r.json()["detections"], "bus.jpg has people and a bus"
         bad = client.post("/detect", content=b"this is not an image", headers={"content-type": "image/jpeg"})
         assert 400 <= bad.status_code < 500, bad.text
-    return {"/detect": 4}
+    return {"/detect": 5}
 
 
 def scrape(server) -> str:
