@@ -134,6 +134,13 @@ class Settings(BaseSettings):
             raise ValueError(f"device must be 'cpu' or 'cuda:N', got {value!r}")
         return "cuda:0" if value == "cuda" else value
 
+    @field_validator("imgsz")
+    @classmethod
+    def _stride(cls, value: int) -> int:
+        if value % 32:
+            raise ValueError(f"imgsz must be a multiple of 32 (the model's largest stride), got {value}")
+        return value
+
     @model_validator(mode="after")
     def _consistent(self) -> "Settings":
         if self.half and self.device == "cpu" and self.backend == "torch":

@@ -89,7 +89,7 @@ def evaluate(pipeline: Pipeline, dataset: Dataset, batch_size: int = 1, progress
         results = pipeline.detect(blobs, params, batch_size=batch_size)
         for offset, (path, blob, dets) in enumerate(zip(paths, blobs, results)):
             image_id = start + offset + 1
-            height, width = pipeline_shape(path)
+            height, width = pipeline_shape(blob)
             images.append({"id": image_id, "file_name": path.name, "width": width, "height": height})
             for cls, xywh in read_labels(dataset.label_path(path), width, height):
                 annotations.append({"id": len(annotations) + 1, "image_id": image_id, "category_id": cls,
@@ -115,9 +115,10 @@ def evaluate(pipeline: Pipeline, dataset: Dataset, batch_size: int = 1, progress
                       float(stats[0]), float(stats[1]), len(annotations))
 
 
-def pipeline_shape(path: Path) -> tuple[int, int]:
-    """(height, width) from the file header without decoding pixels."""
-    from PIL import Image
+def pipeline_shape(data: bytes | Path) -> tuple[int, int]:
+    """(height, width) of the image as the pipeline sees it (EXIF orientation applied),
+    from the header without decoding pixels."""
+    from app.vision.decode import read_header
 
-    with Image.open(path) as img:
-        return img.height, img.width
+    width, height, orientation = read_header(data if isinstance(data, bytes) else Path(data).read_bytes())
+    return (width, height) if orientation in (5, 6, 7, 8) else (height, width)

@@ -38,6 +38,12 @@ def export_onnx(
         raise ConfigError("--half needs a GPU device: fp16 ONNX export is traced on the GPU")
     if batch < 1:
         raise ConfigError("--batch must be >= 1")
+    if imgsz < 32:
+        raise ConfigError(f"--imgsz must be at least 32, got {imgsz}")
+    if device != "cpu":  # a clear DeviceError now, not the exporter's traceback later
+        from app.devices import torch_inventory, validate_device
+
+        validate_device(device, torch_inventory())
     weights = Path(weights)
     is_arch = weights.suffix.lower() in {".yaml", ".yml"}
     if not is_arch and not weights.is_file():
@@ -49,6 +55,12 @@ def export_onnx(
         # Ultralytics writes next to its input; the weights may live on a read-only mount.
         src = weights if is_arch else Path(shutil.copy2(weights, Path(tmp) / weights.name))
         model = YOLO(str(src), task="detect")
+        # Ultralytics silently rounds imgsz up to a stride multiple and traces that size;
+        # pinning the input to the requested size then gives a graph that cannot run.
+        stride = int(max(getattr(model.model, "stride", [32])))
+        if imgsz % stride:
+            raise ConfigError(f"--imgsz {imgsz} is not a multiple of the model's stride {stride} "
+                              f"(try {-(-imgsz // stride) * stride})")
         produced = model.export(
             format="onnx", imgsz=imgsz, half=half, batch=batch, dynamic=dynamic_batch,
             simplify=True, device=device, verbose=False,

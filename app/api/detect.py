@@ -119,7 +119,11 @@ def wants_jpeg(request: Request, q: DetectQuery) -> bool:
     return q.annotate or ("image/jpeg" in accept and "application/json" not in accept)
 
 
-@router.post("/detect", response_model=DetectResponse, responses=ERRORS, openapi_extra=IMAGE_BODY,
+DETECT_RESPONSES = {**ERRORS, 200: {"description": "Detections (JSON), or the annotated frame with annotate=true",
+                                   "content": {"image/jpeg": {"schema": {"type": "string", "format": "binary"}}}}}
+
+
+@router.post("/detect", response_model=DetectResponse, responses=DETECT_RESPONSES, openapi_extra=IMAGE_BODY,
              summary="Detect objects in one image")
 async def detect(request: Request, q: Annotated[DetectQuery, Depends()]) -> DetectResponse | Response:
     """Send the frame as multipart field `image` or as a raw `image/*` body.

@@ -14,7 +14,7 @@ import torch
 
 from app.config import Settings
 from app.devices import DeviceInfo, GpuInventory, MemoryStats, process_memory, torch_inventory, torch_memory, validate_device
-from app.errors import OutOfMemory
+from app.errors import ConfigError, OutOfMemory
 from app.backends.models import load_detection_model
 
 _LIBC = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6") if ctypes.util.find_library("c") else None
@@ -37,6 +37,10 @@ class TorchDetector:
         self.device = torch.device(device)
         self.half = half and self.device.type == "cuda"
         model = load_detection_model(weights)
+        stride = int(max(getattr(model, "stride", [32])))
+        if imgsz % stride:  # the head's upsample/concat would fail on the first frame
+            raise ConfigError(f"imgsz {imgsz} is not a multiple of the model's stride {stride} "
+                              f"(try {-(-imgsz // stride) * stride})")
         self.names: dict[int, str] = {int(k): str(v) for k, v in model.names.items()}
         model = model.fuse() if hasattr(model, "fuse") else model
         model = model.to(self.device).eval()

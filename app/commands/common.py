@@ -5,7 +5,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from pydantic import ValidationError
+
 from app.config import Settings
+from app.errors import ConfigError
 
 
 def add_backend_options(parser: argparse.ArgumentParser, weights_required: bool = False) -> None:
@@ -23,4 +26,8 @@ def settings_from_args(args: argparse.Namespace, **overrides) -> Settings:
     given = {k: getattr(args, k) for k in ("backend", "weights", "device", "imgsz", "threads", "half")
              if getattr(args, k, None) is not None}
     given.update(overrides)
-    return Settings(**given)
+    try:
+        return Settings(**given)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'settings'}: {e['msg']}" for e in exc.errors())
+        raise ConfigError(f"invalid settings: {problems}") from None

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from app.backends import load_backend
 from app.commands.common import add_backend_options, settings_from_args
+from app.errors import ConfigError
 from app.pipeline import DetectParams, Pipeline
 
 
@@ -20,6 +21,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    missing = [str(p) for p in args.images if not p.is_file()]
+    if missing:  # before loading the model, and an error message rather than a traceback
+        raise ConfigError(f"image file not found: {', '.join(missing)}")
     settings = settings_from_args(args)
     pipeline = Pipeline(load_backend(settings), settings.cache_clear_every, settings.max_pixels)
     params = DetectParams(conf=args.conf if args.conf is not None else settings.conf,

@@ -12,6 +12,7 @@ from rich.table import Table
 
 from app.backends import load_backend
 from app.commands.common import add_backend_options, settings_from_args
+from app.errors import ConfigError
 from app.evaluate import evaluate, load_dataset
 from app.pipeline import Pipeline
 
@@ -25,6 +26,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.batch < 1:
+        raise ConfigError(f"--batch must be >= 1, got {args.batch}")
     settings = settings_from_args(args)
     dataset = load_dataset(args.data)
     detector = load_backend(settings)

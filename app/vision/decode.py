@@ -63,6 +63,12 @@ def other_format(data: bytes) -> str | None:
 
 def declared_size(data: bytes, fmt: str | None = None) -> tuple[int, int]:
     """(width, height) from the header alone; Pillow reads lazily and decodes nothing."""
+    width, height, _ = read_header(data, fmt)
+    return width, height
+
+
+def read_header(data: bytes, fmt: str | None = None) -> tuple[int, int, int]:
+    """(width, height, EXIF orientation 1..8) of the stored pixels, from the header alone."""
     fmt = fmt or sniff_format(data)
     if fmt not in _HEADER_READERS:
         raise UnsupportedMediaType(f"not a supported image (expected one of {', '.join(SUPPORTED_FORMATS)})")
@@ -70,9 +76,44 @@ def declared_size(data: bytes, fmt: str | None = None) -> tuple[int, int]:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             with _HEADER_READERS[fmt](io.BytesIO(data)) as img:
-                return img.size
+                width, height = img.size
+                orientation = _orientation(img)
     except Exception as exc:
         raise InvalidImage(f"image header could not be read: {exc.__class__.__name__}") from exc
+    return width, height, orientation
+
+
+def _orientation(img) -> int:
+    """EXIF orientation, only when the header already holds the EXIF block (never load)."""
+    if "exif" not in img.info:
+        return 1
+    try:
+        value = int(img.getexif().get(0x0112, 1))
+    except Exception:  # a broken EXIF block is not a broken image
+        return 1
+    return value if 1 <= value <= 8 else 1
+
+
+def apply_orientation(img: np.ndarray, orientation: int) -> np.ndarray:
+    """Turn stored pixels upright as EXIF says (PIL's exif_transpose, OpenCV's imread):
+    phone photos are stored sideways, and Ultralytics' reference predicts them upright."""
+    if orientation == 2:
+        img = img[:, ::-1]
+    elif orientation == 3:
+        img = img[::-1, ::-1]
+    elif orientation == 4:
+        img = img[::-1]
+    elif orientation == 5:
+        img = img.swapaxes(0, 1)
+    elif orientation == 6:
+        img = np.rot90(img, -1)
+    elif orientation == 7:
+        img = img[::-1, ::-1].swapaxes(0, 1)
+    elif orientation == 8:
+        img = np.rot90(img, 1)
+    else:
+        return img
+    return np.ascontiguousarray(img)
 
 
 def to_rgb8(img: np.ndarray) -> np.ndarray:
@@ -93,7 +134,7 @@ def to_rgb8(img: np.ndarray) -> np.ndarray:
     raise InvalidImage(f"unsupported channel count {channels}")
 
 
-def decode_image(data: bytes, max_pixels: int) -> np.ndarray:
+def decode_image(data: bytes | bytearray | memoryview, max_pixels: int) -> np.ndarray:
     """Decode ``data`` to an HxWx3 RGB uint8 array.
 
     Raises ``InvalidImage`` (empty, garbage, truncated), ``UnsupportedMediaType`` (not
@@ -101,13 +142,15 @@ def decode_image(data: bytes, max_pixels: int) -> np.ndarray:
     """
     if not data:
         raise InvalidImage("empty image")
+    if not isinstance(data, bytes):  # memoryview/bytearray (Pipeline.prepare takes them):
+        data = bytes(data)  # `in`, startswith and slices below need a real byte string
     fmt = sniff_format(data)
     if fmt is None:
         other = other_format(data)
         if other is not None:
             raise UnsupportedMediaType(f"{other} images are not supported (send one of {', '.join(SUPPORTED_FORMATS)})")
         raise InvalidImage(f"not an image: the data matches none of {', '.join(SUPPORTED_FORMATS)}")
-    width, height = declared_size(data, fmt)
+    width, height, orientation = read_header(data, fmt)
     if width <= 0 or height <= 0:
         raise InvalidImage("image has no pixels")
     if width * height > max_pixels:
@@ -120,7 +163,7 @@ def decode_image(data: bytes, max_pixels: int) -> np.ndarray:
         # libjpeg fills a truncated scan with grey and only warns; a half frame would
         # give confident nonsense, so refuse it.
         raise InvalidImage("jpeg data is truncated")
-    return to_rgb8(img)
+    return apply_orientation(to_rgb8(img), orientation)
 
 
 def _jpeg_complete(data: bytes) -> bool:

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from app.errors import ImageTooLarge, InvalidImage, ServiceError, UnsupportedMediaType
-from app.vision.decode import declared_size, decode_image, sniff_format
+from app.vision.decode import declared_size, decode_image, read_header, sniff_format
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -50,8 +50,16 @@ def test_empty_is_invalid_image():
         decode_image(b"", LIMIT)
 
 
-@pytest.mark.parametrize("data", [b"hello world" * 50, b"GIF89a" + b"\x00" * 100, b"%PDF-1.7\n" + b"x" * 200, b"\x00"])
-def test_garbage_is_unsupported_media_type(data):
+@pytest.mark.parametrize("data", [b"hello world" * 50, b"\x00", b"\xff\xd8" + b"\x00" * 50, b"RIFF\x00\x00\x00\x00WAVE"],
+                         ids=["text", "nul", "jpeg-soi-only", "wav"])
+def test_garbage_is_invalid_image(data):
+    with pytest.raises(InvalidImage):
+        decode_image(data, LIMIT)
+
+
+@pytest.mark.parametrize("data", [b"GIF89a" + b"\x00" * 100, b"%PDF-1.7\n" + b"x" * 200, b"II*\x00" + b"\x00" * 50],
+                         ids=["gif", "pdf", "tiff"])
+def test_recognised_other_format_is_unsupported_media_type(data):
     with pytest.raises(UnsupportedMediaType):
         decode_image(data, LIMIT)
 
@@ -62,7 +70,7 @@ def test_garbage_is_unsupported_media_type(data):
     b"\x89PNG\r\n\x1a\n" + b"\x00" * 40,         # PNG signature, broken IHDR
     b"BM" + b"\x00" * 10,                        # BMP magic, short header
     b"RIFF\x10\x00\x00\x00WEBPVP8 " + b"\x00" * 8,  # WebP container, broken bitstream
-])
+], ids=["jpeg", "png-signature", "png-broken-ihdr", "bmp", "webp"])
 def test_right_magic_wrong_body_is_invalid_image(data):
     with pytest.raises(InvalidImage):
         decode_image(data, LIMIT)
@@ -122,7 +130,7 @@ def test_bad_input_never_triggers_a_package_install(monkeypatch):
 
 
 def test_every_error_is_a_service_error_with_status():
-    for data, status in ((b"", 400), (b"nope" * 10, 415), (crafted_png(50000, 50000), 413)):
+    for data, status in ((b"", 400), (b"nope" * 10, 400), (b"GIF87a" + bytes(20), 415), (crafted_png(50000, 50000), 413)):
         with pytest.raises(ServiceError) as info:
             decode_image(data, LIMIT)
         assert info.value.status == status
@@ -202,3 +210,65 @@ def test_format_is_sniffed_not_trusted_from_extension():
     assert sniff_format(encode(np.zeros((2, 2, 3), np.uint8), ".png")) == "png"
     assert sniff_format(encode(np.zeros((2, 2, 3), np.uint8), ".jpg")) == "jpeg"
     assert sniff_format(b"RIFF\x00\x00\x00\x00WAVE") is None
+
+
+# --- EXIF orientation ----------------------------------------------------------------------
+
+def with_orientation(rgb: np.ndarray, fmt: str, orientation: int) -> bytes:
+    import io
+
+    from PIL import Image
+
+    exif = Image.Exif()
+    exif[0x0112] = orientation
+    buf = io.BytesIO()
+    extra = {"quality": 100, "subsampling": 0} if fmt == "JPEG" else {"lossless": True} if fmt == "WEBP" else {}
+    Image.fromarray(rgb).save(buf, fmt, exif=exif.tobytes(), **extra)
+    return buf.getvalue()
+
+
+@pytest.mark.parametrize("fmt", ["JPEG", "WEBP", "PNG"])
+@pytest.mark.parametrize("orientation", range(1, 9))
+def test_exif_orientation_applied_like_pillow_and_opencv_imread(fmt, orientation):
+    """Phone photos are stored sideways with an EXIF tag; Ultralytics' predict reads them
+    with cv2.imread (which turns them upright), so must we, or boxes land elsewhere."""
+    import io
+
+    from PIL import Image, ImageOps
+
+    rgb = np.zeros((24, 40, 3), np.uint8)
+    rgb[:8, :16] = (250, 0, 0)      # red block top-left
+    rgb[16:, 32:] = (0, 0, 250)     # blue block bottom-right
+    data = with_orientation(rgb, fmt, orientation)
+    ours = decode_image(data, LIMIT)
+    upright = np.asarray(ImageOps.exif_transpose(Image.open(io.BytesIO(data))).convert("RGB"))
+    assert ours.shape == upright.shape == ((24, 40, 3) if orientation <= 4 else (40, 24, 3))
+    assert np.abs(ours.astype(int) - upright).max() <= 8
+    imread = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR)[:, :, ::-1]
+    assert np.abs(ours.astype(int) - imread).max() <= 8
+    assert ours.flags.c_contiguous
+    width, height, got = read_header(data)
+    assert (width, height, got) == (40, 24, orientation)
+
+
+def test_broken_exif_is_ignored():
+    data = encode(np.full((4, 6, 3), 9, np.uint8), ".jpg")
+    # an APP1 "Exif" segment with a garbage TIFF body right after SOI
+    payload = b"Exif\x00\x00" + b"\x13" * 20
+    broken = data[:2] + b"\xff\xe1" + struct.pack(">H", len(payload) + 2) + payload + data[2:]
+    assert decode_image(broken, LIMIT).shape == (4, 6, 3)
+
+
+@pytest.mark.parametrize("wrap", [bytearray, memoryview], ids=["bytearray", "memoryview"])
+def test_buffer_types_behave_like_bytes(bus_jpg, wrap):
+    """Pipeline.prepare accepts bytearray and memoryview; a memoryview once made every
+    JPEG look truncated (`in` compares ints there) and crashed on startswith."""
+    np.testing.assert_array_equal(decode_image(wrap(bus_jpg), LIMIT), decode_image(bus_jpg, LIMIT))
+    with pytest.raises(InvalidImage):
+        decode_image(wrap(b"junk" * 10), LIMIT)
+    with pytest.raises(UnsupportedMediaType):
+        decode_image(wrap(b"GIF89a" + bytes(20)), LIMIT)
+    with pytest.raises(InvalidImage):
+        decode_image(wrap(bus_jpg[: len(bus_jpg) // 2]), LIMIT)
+    with pytest.raises(InvalidImage):
+        decode_image(wrap(b""), LIMIT)

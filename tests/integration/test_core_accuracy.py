@@ -1,0 +1,191 @@
+"""Accuracy of the detection core with the real yolov8n model, on both backends.
+
+* bus.jpg: the right objects, boxes within 2 px of Ultralytics' own predict at the same
+  fixed square letterbox (computed live here), and the README's published reference.
+* `campusguard eval` (a real subprocess) on coco-val128: mAP50-95 near the reference on
+  torch and onnx, and the two backends agree.
+* Parity: detections of torch and onnx match one-to-one over all 128 images.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy.optimize import linear_sum_assignment
+
+from app.backends import load_backend
+from app.config import Settings
+from app.evaluate import load_dataset
+from app.pipeline import DetectParams, Pipeline
+from app.vision.postprocess import pairwise_iou
+from tests.conftest import REPO, ultralytics_asset
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+
+BACKENDS = ("torch", "onnx")
+PREDICT = DetectParams(conf=0.25, iou=0.7)
+
+# The published reference of models/README.md (ultralytics 8.4.190, CPU, conf=0.25):
+# class, confidence, xyxy. It is an external reference, so it is hard-coded.
+README_BUS = [
+    ("person", 0.90, [50, 395, 248, 903]),
+    ("person", 0.88, [670, 382, 810, 876]),
+    ("bus", 0.87, [23, 228, 808, 755]),
+    ("person", 0.86, [222, 405, 344, 858]),
+    ("person", 0.27, [0, 550, 62, 875]),
+]
+README_MAP50_95 = 0.426
+
+
+@pytest.fixture(scope="module")
+def pipelines(weights, onnx_cache) -> dict[str, Pipeline]:
+    """One pipeline per backend; the onnx one exports the .pt into the session cache."""
+    out = {}
+    for backend in BACKENDS:
+        settings = Settings(_env_file=None, backend=backend, weights=weights, onnx_cache_dir=onnx_cache,
+                            imgsz=640, device="cpu")
+        out[backend] = Pipeline(load_backend(settings), cache_clear_every=0)
+    yield out
+    for pipe in out.values():
+        pipe.detector.close()
+
+
+@pytest.fixture(scope="module")
+def ultralytics_bus(weights):
+    """Ultralytics' own predict on bus.jpg at the fixed 640x640 square letterbox we use."""
+    from ultralytics import YOLO
+
+    result = YOLO(str(weights)).predict(str(ultralytics_asset("bus.jpg")), conf=0.25, rect=False,
+                                        imgsz=640, device="cpu", verbose=False)[0]
+    names = result.names
+    return [(names[int(c)], float(s), b.tolist()) for b, s, c in
+            zip(result.boxes.xyxy.cpu().numpy(), result.boxes.conf.cpu().numpy(), result.boxes.cls.cpu().numpy())]
+
+
+def match_same_class(ours: list, theirs: list) -> list[tuple[int, int, float]]:
+    """One-to-one matching (max total IoU) of (name, score, xyxy) lists within each class."""
+    pairs = []
+    for name in {n for n, _, _ in ours} | {n for n, _, _ in theirs}:
+        oi = [i for i, d in enumerate(ours) if d[0] == name]
+        ti = [j for j, d in enumerate(theirs) if d[0] == name]
+        if not oi or not ti:
+            continue
+        iou = pairwise_iou(np.array([ours[i][2] for i in oi], np.float32), np.array([theirs[j][2] for j in ti], np.float32))
+        rows, cols = linear_sum_assignment(-iou)
+        pairs.extend((oi[r], ti[c], float(iou[r, c])) for r, c in zip(rows, cols))
+    return pairs
+
+
+def as_tuples(dets) -> list:
+    return [(d.class_name, d.confidence, [d.x1, d.y1, d.x2, d.y2]) for d in dets]
+
+
+@pytest.fixture(scope="module")
+def bus_results(pipelines, bus_jpg) -> dict[str, list]:
+    return {backend: as_tuples(pipe.detect([bus_jpg], PREDICT)[0]) for backend, pipe in pipelines.items()}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_bus_objects(bus_results, backend):
+    counts = Counter(name for name, _, _ in bus_results[backend])
+    assert counts == Counter({"person": 4, "bus": 1}), bus_results[backend]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_bus_boxes_match_ultralytics_predict(bus_results, ultralytics_bus, backend):
+    ours = bus_results[backend]
+    assert len(ours) == len(ultralytics_bus)
+    pairs = match_same_class(ours, ultralytics_bus)
+    assert len(pairs) == len(ours)
+    for i, j, _ in pairs:
+        diff = np.abs(np.array(ours[i][2]) - np.array(ultralytics_bus[j][2])).max()
+        assert diff <= 2.0, f"{backend} {ours[i]} vs ultralytics {ultralytics_bus[j]}: {diff:.2f} px"
+        assert abs(ours[i][1] - ultralytics_bus[j][1]) <= 0.02
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_bus_matches_readme_reference(bus_results, backend):
+    """Every README box is found by a same-class detection with IoU >= 0.85.
+
+    Not within 2 px: the README was measured with Ultralytics' default *rectangular*
+    letterbox (bus.jpg becomes 480x640, minimal padding), while this service letterboxes
+    every frame to one fixed 640x640 square (fixed shapes bound the GPU allocator cache).
+    A different input canvas shifts the network's outputs by up to ~15 px on the large bus
+    box and moves the weakest person's score (0.27 there, ~0.37 here); that is a different
+    but equally valid inference, so the external reference is checked by overlap.
+    """
+    ours = bus_results[backend]
+    pairs = match_same_class(README_BUS, ours)
+    matched = {i: iou for i, _, iou in pairs}
+    for i, (name, _, box) in enumerate(README_BUS):
+        assert matched.get(i, 0.0) >= 0.85, f"README {name} {box} not found by {backend}: {ours}"
+
+
+# --- mAP through the real CLI ---------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def cli_eval(weights, dataset, onnx_cache, tmp_path_factory):
+    """`campusguard eval --json` per backend, run once each (results cached per module)."""
+    results: dict[str, dict] = {}
+
+    def run(backend: str) -> dict:
+        if backend not in results:
+            env = {k: v for k, v in os.environ.items() if not k.startswith("CAMPUSGUARD_")}
+            env.update(YOLO_OFFLINE="1", CAMPUSGUARD_ONNX_CACHE_DIR=str(onnx_cache))
+            proc = subprocess.run(
+                [sys.executable, "-m", "app.cli", "eval", "--backend", backend, "--weights", str(weights),
+                 "--data", str(dataset), "--json", "--no-progress"],
+                cwd=tmp_path_factory.mktemp(f"eval-{backend}"), env={**env, "PYTHONPATH": str(REPO)},
+                capture_output=True, text=True, timeout=600,
+            )
+            assert proc.returncode == 0, proc.stderr[-3000:]
+            lines = proc.stdout.strip().splitlines()
+            assert lines, f"no stdout; stderr: {proc.stderr[-2000:]}"
+            results[backend] = json.loads(lines[-1])
+        return results[backend]
+
+    return run
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_eval_cli_map(cli_eval, backend, dataset):
+    summary = cli_eval(backend)
+    print(summary)
+    assert set(summary) == {"backend", "provider", "images", "map50_95", "map50"}
+    assert summary["backend"] == backend
+    assert summary["provider"] == ("CPUExecutionProvider" if backend == "onnx" else "torch-cpu")
+    assert summary["images"] == len(load_dataset(dataset).images) == 128
+    assert abs(summary["map50_95"] - README_MAP50_95) <= 0.01, summary
+    assert summary["map50"] > summary["map50_95"]
+
+
+def test_eval_cli_backends_agree(cli_eval):
+    torch_map, onnx_map = cli_eval("torch")["map50_95"], cli_eval("onnx")["map50_95"]
+    assert abs(torch_map - onnx_map) <= 0.005, (torch_map, onnx_map)
+
+
+# --- parity over the dataset ----------------------------------------------------------------
+
+def test_torch_onnx_parity_over_dataset(pipelines, dataset):
+    images = load_dataset(dataset).images
+    blobs = [p.read_bytes() for p in images]
+    per_backend = {b: [as_tuples(d) for d in pipe.detect(blobs, PREDICT, batch_size=8)] for b, pipe in pipelines.items()}
+    n_torch = n_onnx = matched = 0
+    worst = []
+    for path, t_dets, o_dets in zip(images, per_backend["torch"], per_backend["onnx"]):
+        n_torch += len(t_dets)
+        n_onnx += len(o_dets)
+        good = [p for p in match_same_class(t_dets, o_dets) if p[2] >= 0.98]
+        matched += len(good)
+        if len(good) < max(len(t_dets), len(o_dets)):
+            worst.append((path.name, len(t_dets), len(o_dets), len(good)))
+    print(f"parity: torch {n_torch}, onnx {n_onnx}, matched {matched}; imperfect images {worst}")
+    assert n_torch > 500, n_torch  # the set really exercises the model (~800 at conf 0.25)
+    assert matched / n_torch >= 0.99 and matched / n_onnx >= 0.99, (n_torch, n_onnx, matched, worst[:10])

@@ -1,0 +1,99 @@
+"""Settings validators: fail fast at startup with a message that names the problem."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from app.config import Settings
+
+pytestmark = pytest.mark.timeout(30)
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch, tmp_path):
+    """No CAMPUSGUARD_* variable or .env file of the developer's leaks into these tests."""
+    import os
+
+    for key in list(os.environ):
+        if key.startswith("CAMPUSGUARD_"):
+            monkeypatch.delenv(key)
+    monkeypatch.chdir(tmp_path)
+
+
+@pytest.mark.parametrize("given,expected", [
+    ("cpu", "cpu"), ("CPU", "cpu"), (" cuda ", "cuda:0"), ("cuda", "cuda:0"), ("cuda:0", "cuda:0"),
+    ("cuda:3", "cuda:3"), ("2", "cuda:2"), ("CUDA:1", "cuda:1"),
+])
+def test_device_normalised(given, expected):
+    assert Settings(device=given).device == expected
+
+
+@pytest.mark.parametrize("bad", ["gpu0", "gpu", "cuda:", "cuda:x", "rocm:0", "hip:0", "cuda:0,1", "mps", ""])
+def test_device_rejected(bad):
+    with pytest.raises(ValidationError, match="device"):
+        Settings(device=bad)
+
+
+def test_device_from_environment(monkeypatch):
+    monkeypatch.setenv("CAMPUSGUARD_DEVICE", "cuda")
+    assert Settings().device == "cuda:0"
+    monkeypatch.setenv("CAMPUSGUARD_DEVICE", "gpu0")
+    with pytest.raises(ValidationError, match="gpu0"):
+        Settings()
+
+
+def test_onnx_providers_aliases_and_order(monkeypatch):
+    monkeypatch.setenv("CAMPUSGUARD_ONNX_PROVIDERS", "rocm, cpu")
+    assert Settings().onnx_providers == ["ROCMExecutionProvider", "CPUExecutionProvider"]
+    assert Settings(onnx_providers="MIGraphX,cuda").onnx_providers == ["MIGraphXExecutionProvider", "CUDAExecutionProvider"]
+    assert Settings().onnx_providers[-1] == "CPUExecutionProvider"
+    with pytest.raises(ValidationError, match="unknown onnx provider"):
+        Settings(onnx_providers="vulkan")
+
+
+def test_half_on_cpu_rejected_for_torch():
+    with pytest.raises(ValidationError, match="half"):
+        Settings(half=True, device="cpu")
+    assert Settings(half=True, device="cuda:0").half
+
+
+@pytest.mark.parametrize("weights", ["model.pt", "model.onnx", "yolov8m.yaml", "a/b.YML"])
+def test_weights_suffixes_accepted(weights):
+    backend = "onnx" if weights.endswith(".onnx") else "torch"
+    assert Settings(weights=weights, backend=backend).weights == Path(weights)
+
+
+def test_weights_bad_suffix_and_backend_mismatch():
+    with pytest.raises(ValidationError, match="weights must be"):
+        Settings(weights="model.tflite")
+    with pytest.raises(ValidationError, match="backend 'torch' cannot load an .onnx"):
+        Settings(weights="model.onnx", backend="torch")
+    with pytest.raises(ValidationError):
+        Settings(backend="tensorflow")
+
+
+@pytest.mark.parametrize("field,value", [("imgsz", 16), ("imgsz", 5000), ("conf", 1.5), ("iou", -0.1),
+                                         ("max_det", 0), ("cache_clear_every", -1), ("threads", -1)])
+def test_ranges(field, value):
+    with pytest.raises(ValidationError, match=field):
+        Settings(**{field: value})
+
+
+def test_cache_clear_zero_allowed_and_threads_resolved():
+    s = Settings(cache_clear_every=0, threads=0)
+    assert s.cache_clear_every == 0 and s.resolved_threads >= 1
+    assert Settings(threads=3).resolved_threads == 3
+
+
+def test_env_file_is_read(tmp_path):
+    (tmp_path / ".env").write_text("CAMPUSGUARD_IMGSZ=320\nCAMPUSGUARD_BACKEND=onnx\n")
+    s = Settings()
+    assert s.imgsz == 320 and s.backend == "onnx"
+
+
+def test_display_model_name():
+    assert Settings(weights="x/yolov8n.pt").display_model_name == "yolov8n"
+    assert Settings(weights="x/yolov8n.pt", model_name="campus").display_model_name == "campus"

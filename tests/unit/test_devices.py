@@ -1,0 +1,147 @@
+"""Device validation, simulated: GPU inventories and visibility variables are faked, so
+these run on CPU-only CI and still cover the ROCm "invalid device ordinal" story."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.devices import (VISIBILITY_VARS, DeviceInfo, GpuInventory, MemoryStats, gpu_memory_without_torch, parse_device,
+                         process_memory, sysfs_memory, validate_device, visibility_report)
+from app.errors import ConfigError, DeviceError
+
+pytestmark = pytest.mark.timeout(30)
+
+GIB = 1 << 30
+MI = "AMD Instinct MI210"
+
+
+def rocm(count: int) -> GpuInventory:
+    return GpuInventory("rocm", names=tuple(f"{MI} #{i}" for i in range(count)),
+                        total_memory=tuple((64 + i) * GIB for i in range(count)))
+
+
+@pytest.mark.parametrize("device,expected", [("cpu", None), ("cuda:0", 0), ("cuda:3", 3), ("cuda", 0)])
+def test_parse_device(device, expected):
+    assert parse_device(device) == expected
+
+
+def test_cpu_always_valid_without_gpu():
+    info = validate_device("cpu", GpuInventory("none"), env={})
+    assert isinstance(info, DeviceInfo)
+    assert info.platform == "cpu" and info.device == "cpu" and info.index is None and info.name
+
+
+def test_cpu_valid_even_when_gpus_present():
+    assert validate_device("cpu", rocm(2), env={"HIP_VISIBLE_DEVICES": "0,1"}).platform == "cpu"
+
+
+@pytest.mark.parametrize("count,index", [(1, 0), (2, 0), (2, 1)])
+def test_valid_ordinal_returns_name_and_memory(count, index):
+    info = validate_device(f"cuda:{index}", rocm(count), env={})
+    assert info == DeviceInfo(device=f"cuda:{index}", name=f"{MI} #{index}", platform="rocm", index=index,
+                              total_memory=(64 + index) * GIB)
+
+
+def test_valid_ordinal_without_memory_figure():
+    info = validate_device("cuda:0", GpuInventory("cuda", names=("NVIDIA L4",)), env={})
+    assert info.name == "NVIDIA L4" and info.platform == "cuda" and info.total_memory is None
+
+
+def test_no_gpu_visible_names_variables_and_devices():
+    env = {"HIP_VISIBLE_DEVICES": "3", "ROCR_VISIBLE_DEVICES": "1"}
+    with pytest.raises(DeviceError) as info:
+        validate_device("cuda:0", rocm(0), env=env)
+    msg = info.value.message
+    assert "HIP_VISIBLE_DEVICES='3'" in msg and "ROCR_VISIBLE_DEVICES='1'" in msg
+    assert "CUDA_VISIBLE_DEVICES" not in msg  # only the variables that are set
+    assert "no GPU" in msg and "'cuda:0'" in msg
+
+
+def test_platform_none_is_no_gpu():
+    with pytest.raises(DeviceError) as info:
+        validate_device("cuda:0", GpuInventory("none"), env={})
+    assert "none of HIP_VISIBLE_DEVICES/ROCR_VISIBLE_DEVICES/CUDA_VISIBLE_DEVICES is set" in info.value.message
+
+
+@pytest.mark.parametrize("count,index", [(1, 1), (2, 2), (2, 5)])
+def test_ordinal_out_of_range_names_everything(count, index):
+    env = {"HIP_VISIBLE_DEVICES": "2,3"[: 2 * count - 1], "CUDA_VISIBLE_DEVICES": "0", "UNRELATED": "x"}
+    with pytest.raises(DeviceError) as info:
+        validate_device(f"cuda:{index}", rocm(count), env=env)
+    msg = info.value.message
+    assert f"ordinal {index}" in msg and f"only {count} rocm device(s)" in msg
+    for name in ("HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES"):
+        assert name in msg
+    assert "ROCR_VISIBLE_DEVICES" not in msg and "UNRELATED" not in msg
+    for i in range(count):
+        assert f"{i}: {MI} #{i}" in msg
+    assert "cuda:0" in msg  # the hint explains ordinals count visible devices only
+
+
+def test_device_error_is_a_config_error():
+    assert issubclass(DeviceError, ConfigError)
+    assert DeviceError("x").code == "device_error"
+
+
+def test_default_env_is_process_environment(monkeypatch):
+    for name in VISIBILITY_VARS:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("ROCR_VISIBLE_DEVICES", "7")
+    assert visibility_report() == "ROCR_VISIBLE_DEVICES='7'"
+    with pytest.raises(DeviceError, match="ROCR_VISIBLE_DEVICES='7'"):
+        validate_device("cuda:1", rocm(1))
+
+
+def test_visibility_report_order_and_empty():
+    env = {"CUDA_VISIBLE_DEVICES": "1", "HIP_VISIBLE_DEVICES": "0"}
+    assert visibility_report(env) == "HIP_VISIBLE_DEVICES='0', CUDA_VISIBLE_DEVICES='1'"
+    assert visibility_report({}).startswith("none of")
+
+
+# --- memory readers ------------------------------------------------------------------------
+
+def fake_card(root, name: str, used: int | str, total: int | str) -> None:
+    dev = root / name / "device"
+    dev.mkdir(parents=True)
+    (dev / "mem_info_vram_used").write_text(f"{used}\n")
+    (dev / "mem_info_vram_total").write_text(f"{total}\n")
+
+
+def test_sysfs_memory_reads_cards_in_numeric_order(tmp_path):
+    fake_card(tmp_path, "card10", 10 * GIB, 64 * GIB)
+    fake_card(tmp_path, "card2", 2 * GIB, 32 * GIB)
+    fake_card(tmp_path, "card1", 1 * GIB, 16 * GIB)
+    (tmp_path / "card0" / "device").mkdir(parents=True)  # e.g. an iGPU without VRAM counters
+    (tmp_path / "renderD128").mkdir()
+    stats = [sysfs_memory(i, root=str(tmp_path)) for i in range(3)]
+    assert [s.used for s in stats] == [1 * GIB, 2 * GIB, 10 * GIB]
+    assert [s.total for s in stats] == [16 * GIB, 32 * GIB, 64 * GIB]
+    assert all(s.source == "sysfs" and s.reserved == s.used for s in stats)
+    assert sysfs_memory(3, root=str(tmp_path)) is None
+
+
+def test_sysfs_memory_missing_or_broken(tmp_path):
+    assert sysfs_memory(0, root=str(tmp_path)) is None
+    assert sysfs_memory(0, root=str(tmp_path / "does-not-exist")) is None
+    fake_card(tmp_path, "card0", "garbage", 1)
+    assert sysfs_memory(0, root=str(tmp_path)) is None
+    (tmp_path / "card0" / "device" / "mem_info_vram_total").unlink()
+    (tmp_path / "card0" / "device" / "mem_info_vram_used").write_text("5")
+    assert sysfs_memory(0, root=str(tmp_path)) is None
+
+
+def test_process_memory_is_positive():
+    stats = process_memory()
+    assert isinstance(stats, MemoryStats) and stats.source == "rss" and 0 < stats.used <= stats.total
+
+
+def test_gpu_memory_without_torch_falls_back(monkeypatch):
+    import app.devices as devices
+
+    monkeypatch.setattr(devices, "amdsmi_memory", lambda index: None)
+    monkeypatch.setattr(devices, "sysfs_memory", lambda index: MemoryStats(5, 5, 10, "sysfs"))
+    assert gpu_memory_without_torch("rocm", 0).source == "sysfs"
+    monkeypatch.setattr(devices, "sysfs_memory", lambda index: None)
+    assert gpu_memory_without_torch("rocm", 0).source == "rss"
+    monkeypatch.setattr(devices, "nvml_memory", lambda index: None)
+    assert gpu_memory_without_torch("cuda", 0).source == "rss"
