@@ -303,6 +303,7 @@ def test_server_never_fetches_client_urls(live_server):
     assert all(r.status_code in (400, 415, 422) for r in attempts), [r.status_code for r in attempts]
 
 
+@pytest.mark.timeout(1500)
 def test_soak_rss_stays_flat(server_factory):
     """2,000 mixed-size JPEG/PNG requests (64x64 .. 4K): RSS growth after warm-up < 30 MB."""
     server = server_factory(imgsz=320, max_batch_size=8, cache_clear_every=200, queue_size=64)
