@@ -96,6 +96,7 @@ class InferenceEngine:
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._worker: threading.Thread | None = None
+        self._admitted = 0  # images admitted and not yet taken by the worker (decoding or queued)
         self._monitor: threading.Thread | None = None
         metrics.queue_capacity.set(settings.queue_size)
         for reason in ("queue_full", "deadline_exceeded", "not_ready", "shutting_down"):
@@ -139,13 +140,24 @@ class InferenceEngine:
         self._fail_queued(ShuttingDown())
 
     # --- request path (event loop) -----------------------------------------------------
+    def check_capacity(self) -> None:
+        """Refuse early (before the body is read) when not ready or already full."""
+        self._admit()
+        if self._admitted >= self.settings.queue_size:
+            self._reject_full()
+
     async def detect(self, data: bytes, params: DetectParams, keep_image: bool = False) -> DetectResult:
         """Decode, batch, infer and post-process one image."""
         self._admit()
+        self._reserve()
         arrival = time.perf_counter()
         loop = asyncio.get_running_loop()
-        prepared = await loop.run_in_executor(self.executor, self.pipeline.prepare, data, keep_image)
-        item = self.submit(prepared, arrival)
+        try:
+            prepared = await loop.run_in_executor(self.executor, self.pipeline.prepare, data, keep_image)
+            item = self.submit(prepared, arrival)
+        except BaseException:
+            self._release(1)
+            raise
         budget = self.settings.request_timeout_s + self.settings.inference_timeout_s + 5
         try:
             raw = await asyncio.wait_for(asyncio.shield(item.future), timeout=budget)
@@ -176,17 +188,38 @@ class InferenceEngine:
             self.metrics.rejected.labels("not_ready").inc()
             raise NotReady("the model is not ready (loading, warming up, or the worker is restarting)")
 
+    def _reserve(self) -> None:
+        """Bound images in flight before the worker (decoding + queued) by ``queue_size``,
+        so overload is refused before any decoding work or memory is spent on it."""
+        with self._lock:
+            if self._admitted >= self.settings.queue_size:
+                full = True
+            else:
+                full = False
+                self._admitted += 1
+        if full:
+            self._reject_full()
+        self.metrics.queue_depth.set(self._admitted)
+
+    def _release(self, n: int) -> None:
+        with self._lock:
+            self._admitted = max(0, self._admitted - n)
+        self.metrics.queue_depth.set(self._admitted)
+
+    def _reject_full(self) -> None:
+        self.metrics.rejected.labels("queue_full").inc()
+        raise QueueFull(f"the inference queue is full ({self.settings.queue_size} images waiting)")
+
     def submit(self, prepared: Prepared, arrival: float | None = None) -> _Item:
+        """Queue a prepared image (its admission must already be reserved)."""
         now = time.perf_counter()
         arrival = now if arrival is None else arrival
         loop = asyncio.get_running_loop()
         item = _Item(prepared, loop.create_future(), loop, now, arrival + self.settings.request_timeout_s)
         try:
             self.queue.put_nowait(item)
-        except queue.Full:
-            self.metrics.rejected.labels("queue_full").inc()
-            raise QueueFull(f"the inference queue is full ({self.settings.queue_size} images waiting)") from None
-        self.metrics.queue_depth.set(self.queue.qsize())
+        except queue.Full:  # cannot happen while reservations bound the queue; kept as a guard
+            self._reject_full()
         return item
 
     def _observe(self, timings: dict[str, float]) -> None:
@@ -225,7 +258,7 @@ class InferenceEngine:
                 batch.append(self.queue.get(timeout=remaining) if remaining > 0 else self.queue.get_nowait())
             except queue.Empty:
                 break
-        self.metrics.queue_depth.set(self.queue.qsize())
+        self._release(len(batch))
         return self._drop_stale(batch)
 
     def _drop_stale(self, batch: list[_Item]) -> list[_Item]:
@@ -348,4 +381,4 @@ class InferenceEngine:
                 self.queue.get_nowait().resolve(error=error)
             except queue.Empty:
                 break
-        self.metrics.queue_depth.set(0)
+            self._release(1)

@@ -58,9 +58,10 @@ async def deepstack_detection(request: Request) -> DeepStackResponse:
     parsed = await parse_upload(request, ("image",), 1)
     check_key(request, parsed.fields.get("api_key") or request.headers.get("x-api-key"))
     min_conf = parse_min_confidence(parsed.fields.get("min_confidence"))
+    engine = engine_of(request)
     settings = request.app.state.settings
     params = DetectParams(conf=min_conf, iou=settings.iou, max_det=settings.max_det)
-    result = await engine_of(request).detect(parsed.images[0].data, params)
+    result = await engine.detect(parsed.images[0].data, params)
     metrics = request.app.state.metrics
     predictions = []
     for d in result.detections:

@@ -39,9 +39,11 @@ async def require_api_key_for_metrics(request: Request) -> None:
 
 
 def engine_of(request: Request):
-    """The inference engine, or a 503 while the model is still loading."""
+    """The inference engine if it can take work now: 503 while loading or full, checked
+    before the body is read so overload costs no bandwidth or decoding."""
     engine = getattr(request.app.state, "engine", None)
     if engine is None:
         request.app.state.metrics.rejected.labels("not_ready").inc()
         raise NotReady(f"the model is not ready yet ({request.app.state.phase})")
+    engine.check_capacity()
     return engine

@@ -132,7 +132,8 @@ def test_watchdog_trips_on_hung_inference(server_factory, bus_jpg):
 
 
 def test_sigterm_drains_in_flight_requests(server_factory, bus_jpg):
-    server = server_factory(imgsz=320, max_batch_size=2, debug_infer_delay_ms=300, drain_timeout_s=30)
+    server = server_factory(imgsz=320, max_batch_size=2, debug_infer_delay_ms=300, drain_timeout_s=60,
+                            request_timeout_s=60)
 
     async def scenario() -> list[httpx.Response]:
         async with httpx.AsyncClient(base_url=server.url, timeout=60,
