@@ -27,6 +27,48 @@ ONNX_PROVIDER_ALIASES = {
 _DEVICE_RE = re.compile(r"^(cpu|cuda(:\d+)?)$")
 
 
+ImgSize = int | tuple[int, int]
+
+
+def parse_imgsz(value: object) -> ImgSize:
+    """640, "640" -> 640 (square); "384x640", "384,640", [384, 640] -> (384, 640) as (height, width).
+
+    One fixed shape per deployment either way; a rectangle matching the cameras' aspect
+    (384x640 for 16:9) spends no compute on padding.
+    """
+    if isinstance(value, bool):
+        raise ValueError("imgsz must be a size such as 640 or 384x640")
+    if isinstance(value, int):
+        nums = [value]
+    elif isinstance(value, str):
+        parts = [p for p in value.strip().lower().replace("x", ",").split(",") if p.strip()]
+        try:
+            nums = [int(p) for p in parts]
+        except ValueError:
+            raise ValueError(f"imgsz must be N or HxW, got {value!r}") from None
+    elif isinstance(value, (list, tuple)):
+        nums = [int(v) for v in value]
+    else:
+        raise ValueError(f"imgsz must be N or HxW, got {value!r}")
+    if len(nums) == 2 and nums[0] == nums[1]:
+        nums = nums[:1]
+    if len(nums) == 1:
+        return nums[0]
+    if len(nums) == 2:
+        return (nums[0], nums[1])
+    raise ValueError(f"imgsz must be N or HxW, got {value!r}")
+
+
+def input_hw(imgsz: ImgSize) -> tuple[int, int]:
+    """(height, width) of the model input."""
+    return (imgsz, imgsz) if isinstance(imgsz, int) else (int(imgsz[0]), int(imgsz[1]))
+
+
+def format_imgsz(imgsz: ImgSize) -> str:
+    h, w = input_hw(imgsz)
+    return str(h) if h == w else f"{h}x{w}"
+
+
 def _split_csv(value: object) -> object:
     if isinstance(value, str):
         return [item.strip() for item in value.split(",") if item.strip()]
@@ -45,7 +87,8 @@ class Settings(BaseSettings):
     weights: Path = Field(DEFAULT_WEIGHTS, description=".pt, .onnx or an architecture .yaml")
     model_name: str | None = Field(None, description="Name reported in replies; default: weights stem")
     device: str = Field("cpu", description="cpu or cuda:N (cuda:N is the AMD GPU on ROCm torch)")
-    imgsz: int = Field(640, ge=32, le=4096, description="Fixed square letterbox size")
+    imgsz: Annotated[ImgSize, NoDecode] = Field(
+        640, description="Fixed letterbox size: N (square) or HxW, multiples of 32")
     half: bool = Field(False, description="fp16 inference (GPU only)")
     threads: int = Field(0, ge=0, description="CPU threads for the backend; 0 = all cores")
     onnx_providers: Annotated[list[str], NoDecode] = Field(
@@ -134,11 +177,19 @@ class Settings(BaseSettings):
             raise ValueError(f"device must be 'cpu' or 'cuda:N', got {value!r}")
         return "cuda:0" if value == "cuda" else value
 
+    @field_validator("imgsz", mode="before")
+    @classmethod
+    def _imgsz(cls, value: object) -> ImgSize:
+        return parse_imgsz(value)
+
     @field_validator("imgsz")
     @classmethod
-    def _stride(cls, value: int) -> int:
-        if value % 32:
-            raise ValueError(f"imgsz must be a multiple of 32 (the model's largest stride), got {value}")
+    def _stride(cls, value: ImgSize) -> ImgSize:
+        for side in input_hw(value):
+            if not 32 <= side <= 4096:
+                raise ValueError(f"imgsz sides must be within 32..4096, got {format_imgsz(value)}")
+            if side % 32:
+                raise ValueError(f"imgsz must be a multiple of 32 (the model's largest stride), got {format_imgsz(value)}")
         return value
 
     @model_validator(mode="after")

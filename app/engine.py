@@ -26,12 +26,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from app.config import Settings
+from app.config import Settings, input_hw
 from app.errors import (DeadlineExceeded, InferenceFailed, InferenceTimeout, NotReady, OutOfMemory, QueueFull,
                         ServiceError, ShuttingDown)
 from app.backends.faults import WorkerCrash
 from app.metrics import Metrics
 from app.pipeline import Detection, DetectParams, Pipeline, Prepared
+from app.vision.preprocess import to_batch
 
 log = logging.getLogger("campusguard.engine")
 WATCHDOG_EXIT_CODE = 70
@@ -113,11 +114,11 @@ class InferenceEngine:
 
     def warmup(self, iterations: int) -> None:
         """Run the fixed shape through the model so the first request pays no compile cost."""
-        size = self.pipeline.detector.imgsz
-        dummy = np.full((size, size, 3), 114, np.uint8)
+        height, width = input_hw(self.pipeline.detector.imgsz)
+        dummy = np.full((height, width, 3), 114, np.uint8)
         for _ in range(iterations):
             prepared = self.pipeline.prepare(dummy)
-            self.pipeline.detector.infer(prepared.tensor[None])
+            self.pipeline.detector.infer(to_batch([prepared.letterboxed]))
 
     def mark_ready(self) -> None:
         self.state.ready = True
@@ -321,7 +322,7 @@ class InferenceEngine:
         self.state.busy_since = time.monotonic()
         clears_before = self.pipeline.counters.cache_clears
         try:
-            out = self.pipeline.infer([item.prepared.tensor for item in batch])
+            out = self.pipeline.infer([item.prepared.letterboxed for item in batch])
         finally:
             self.state.busy_since = None
         if self.state.tripped:  # the watchdog already answered these requests

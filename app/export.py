@@ -9,10 +9,12 @@ in one call; otherwise the batch is fixed to ``batch``.
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import tempfile
 from pathlib import Path
 
+from app.config import ImgSize, format_imgsz, input_hw, parse_imgsz
 from app.errors import ConfigError
 
 META_IMGSZ = "campusguard_imgsz"
@@ -22,7 +24,7 @@ META_DYNAMIC_BATCH = "campusguard_dynamic_batch"
 def export_onnx(
     weights: Path,
     out: Path,
-    imgsz: int = 640,
+    imgsz: "ImgSize" = 640,
     half: bool = False,
     batch: int = 1,
     dynamic_batch: bool = False,
@@ -38,8 +40,13 @@ def export_onnx(
         raise ConfigError("--half needs a GPU device: fp16 ONNX export is traced on the GPU")
     if batch < 1:
         raise ConfigError("--batch must be >= 1")
-    if imgsz < 32:
-        raise ConfigError(f"--imgsz must be at least 32, got {imgsz}")
+    try:
+        imgsz = parse_imgsz(imgsz)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    hw = input_hw(imgsz)
+    if min(hw) < 32:
+        raise ConfigError(f"--imgsz must be at least 32, got {format_imgsz(imgsz)}")
     if device != "cpu":  # a clear DeviceError now, not the exporter's traceback later
         from app.devices import torch_inventory, validate_device
 
@@ -53,33 +60,40 @@ def export_onnx(
     saved_threads = torch.get_num_threads()
     with tempfile.TemporaryDirectory(prefix="campusguard-export-") as tmp:
         # Ultralytics writes next to its input; the weights may live on a read-only mount.
-        src = weights if is_arch else Path(shutil.copy2(weights, Path(tmp) / weights.name))
-        model = YOLO(str(src), task="detect")
+        # An architecture name is resolved by Ultralytics and exported into the working
+        # directory, so build it with the temporary folder as the working directory.
+        src = weights.resolve() if is_arch and weights.is_file() else weights
+        if not is_arch:
+            src = Path(shutil.copy2(weights, Path(tmp) / weights.name))
+        with contextlib.chdir(tmp):
+            model = YOLO(str(src), task="detect")
         # Ultralytics silently rounds imgsz up to a stride multiple and traces that size;
         # pinning the input to the requested size then gives a graph that cannot run.
         stride = int(max(getattr(model.model, "stride", [32])))
-        if imgsz % stride:
-            raise ConfigError(f"--imgsz {imgsz} is not a multiple of the model's stride {stride} "
-                              f"(try {-(-imgsz // stride) * stride})")
-        produced = model.export(
-            format="onnx", imgsz=imgsz, half=half, batch=batch, dynamic=dynamic_batch,
-            simplify=True, device=device, verbose=False,
-        )
-        proto = onnx.load(str(produced))
+        if any(side % stride for side in hw):
+            fix = "x".join(str(-(-side // stride) * stride) for side in hw)
+            raise ConfigError(f"--imgsz {format_imgsz(imgsz)} is not a multiple of the model's stride {stride} "
+                              f"(try {fix})")
+        with contextlib.chdir(tmp):
+            produced = model.export(
+                format="onnx", imgsz=list(hw) if hw[0] != hw[1] else hw[0], half=half, batch=batch, dynamic=dynamic_batch,
+                simplify=True, device=device, verbose=False,
+            )
+            proto = onnx.load(str(produced))
     torch.set_num_threads(threads or saved_threads)  # the exporter's select_device changes it
-    _pin_spatial_dims(proto, imgsz)
-    _set_metadata(proto, {META_IMGSZ: str(imgsz), META_DYNAMIC_BATCH: str(bool(dynamic_batch)).lower()})
+    _pin_spatial_dims(proto, hw)
+    _set_metadata(proto, {META_IMGSZ: format_imgsz(imgsz), META_DYNAMIC_BATCH: str(bool(dynamic_batch)).lower()})
     onnx.checker.check_model(proto)
     onnx.save(proto, str(out))
     return out
 
 
-def _pin_spatial_dims(proto, imgsz: int) -> None:
+def _pin_spatial_dims(proto, hw: tuple[int, int]) -> None:
     """Fix H and W of the image input: one shape for every frame."""
     dims = proto.graph.input[0].type.tensor_type.shape.dim
-    for axis in (2, 3):
+    for axis, size in zip((2, 3), hw):
         dims[axis].ClearField("dim_param")
-        dims[axis].dim_value = imgsz
+        dims[axis].dim_value = size
 
 
 def _set_metadata(proto, values: dict[str, str]) -> None:
@@ -92,7 +106,7 @@ def _set_metadata(proto, values: dict[str, str]) -> None:
             entry.key, entry.value = key, value
 
 
-def cached_export_path(weights: Path, imgsz: int, half: bool, cache_dir: Path) -> Path:
+def cached_export_path(weights: Path, imgsz: "ImgSize", half: bool, cache_dir: Path) -> Path:
     """Where the service keeps its automatic export of ``weights`` (keyed by content)."""
     import hashlib
 
@@ -103,5 +117,5 @@ def cached_export_path(weights: Path, imgsz: int, half: bool, cache_dir: Path) -
                 h.update(chunk)
     else:
         h.update(str(weights).encode())
-    tag = f"{weights.stem}-{imgsz}-{'fp16' if half else 'fp32'}-dyn-{h.hexdigest()[:12]}.onnx"
+    tag = f"{weights.stem}-{format_imgsz(imgsz)}-{'fp16' if half else 'fp32'}-dyn-{h.hexdigest()[:12]}.onnx"
     return cache_dir / tag

@@ -23,7 +23,7 @@ from app.api import deepstack, detect, health
 from app.api import metrics as metrics_route
 from app.api.errors import install_error_handlers
 from app.api.middleware import RequestGuard
-from app.config import Settings
+from app.config import Settings, format_imgsz
 from app.devices import GpuInventory, parse_device, torch_inventory, validate_device
 from app.errors import ConfigError
 from app.metrics import Metrics
@@ -68,7 +68,7 @@ def load_engine(app: FastAPI, settings: Settings, metrics: Metrics) -> None:
         info = detector.device_info()
         metrics.build_info.info({"version": __version__, "backend": detector.backend, "provider": detector.provider,
                                  "model": detector.model_name, "device": info.device, "device_name": info.name,
-                                 "imgsz": str(settings.imgsz)})
+                                 "imgsz": format_imgsz(settings.imgsz)})
         metrics.last_cache_clear.set(time.time())
         if faults is not None:
             faults.arm()

@@ -17,7 +17,7 @@ import numpy as np
 from app.backends.base import Detector
 from app.vision.decode import decode_image
 from app.vision.postprocess import Detections, postprocess
-from app.vision.preprocess import Letterbox, preprocess, stack
+from app.vision.preprocess import Letterbox, letterbox, to_batch
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,9 +42,13 @@ class Detection:
 
 @dataclass(slots=True)
 class Prepared:
-    """One image ready for the model, with what is needed to map boxes back."""
+    """One image ready for the model, with what is needed to map boxes back.
 
-    tensor: np.ndarray
+    ``letterboxed`` stays HWC uint8 (a quarter of the float size while it waits in the
+    queue); it becomes float only when written into the batch buffer.
+    """
+
+    letterboxed: np.ndarray
     letterbox: Letterbox
     decode_ms: float = 0.0
     preprocess_ms: float = 0.0
@@ -66,6 +70,8 @@ class Pipeline:
         self.max_pixels = max_pixels
         self.counters = Counters()
         self._lock = threading.Lock()
+        self._infer_lock = threading.Lock()
+        self._buffer: np.ndarray | None = None
 
     # --- stages -------------------------------------------------------------------------
     def prepare(self, data: bytes | np.ndarray, keep_image: bool = False) -> Prepared:
@@ -73,14 +79,19 @@ class Pipeline:
         t0 = time.perf_counter()
         img = decode_image(data, self.max_pixels) if isinstance(data, (bytes, bytearray, memoryview)) else data
         t1 = time.perf_counter()
-        tensor, box = preprocess(img, self.detector.imgsz)
+        boxed, box = letterbox(img, self.detector.imgsz)
         t2 = time.perf_counter()
-        return Prepared(tensor, box, (t1 - t0) * 1e3, (t2 - t1) * 1e3, img if keep_image else None)
+        return Prepared(boxed, box, (t1 - t0) * 1e3, (t2 - t1) * 1e3, img if keep_image else None)
 
-    def infer(self, tensors: list[np.ndarray]) -> np.ndarray:
-        """One forward call on a batch; counts it and releases the cache every N calls."""
-        out = self.detector.infer(stack(tensors))
-        self.after_inference(len(tensors))
+    def infer(self, images: list[np.ndarray]) -> np.ndarray:
+        """One forward call on letterboxed images; counts it and releases the cache every N calls."""
+        with self._infer_lock:  # one reusable batch buffer: calls are serialised (one worker anyway)
+            n = len(images)
+            h, w = images[0].shape[:2]
+            if self._buffer is None or self._buffer.shape[0] < n or self._buffer.shape[2:] != (h, w):
+                self._buffer = np.empty((max(n, 8), 3, h, w), np.float32)
+            out = self.detector.infer(to_batch(images, self._buffer[:n]))
+        self.after_inference(n)
         return out
 
     def after_inference(self, images: int) -> None:
@@ -118,6 +129,6 @@ class Pipeline:
         results: list[list[Detection]] = []
         for start in range(0, len(images), batch_size):
             prepared = [self.prepare(img) for img in images[start:start + batch_size]]
-            raw = self.infer([p.tensor for p in prepared])
+            raw = self.infer([p.letterboxed for p in prepared])
             results.extend(self.finish(r, p.letterbox, params) for r, p in zip(raw, prepared))
         return results

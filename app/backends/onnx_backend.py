@@ -15,11 +15,12 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
-from app.config import Settings
+from app.config import Settings, format_imgsz, input_hw, parse_imgsz
 from app.devices import (DeviceInfo, GpuInventory, MemoryStats, gpu_memory_without_torch, process_memory,
                          torch_inventory, validate_device, parse_device)
 from app.errors import ConfigError, OutOfMemory
 from app.export import META_IMGSZ, cached_export_path, export_onnx
+from app.memory import trim_heap
 
 GPU_PROVIDERS = ("MIGraphXExecutionProvider", "ROCMExecutionProvider", "CUDAExecutionProvider", "TensorrtExecutionProvider")
 CPU = "CPUExecutionProvider"
@@ -80,9 +81,13 @@ class OnnxDetector:
         self.input_name = inp.name
         self.input_dtype = np.float16 if "float16" in inp.type else np.float32
         self.fixed_batch = inp.shape[0] if isinstance(inp.shape[0], int) else None
-        self.imgsz = int(meta.get(META_IMGSZ) or (inp.shape[2] if isinstance(inp.shape[2], int) else settings.imgsz))
-        if self.imgsz != settings.imgsz:
-            raise ConfigError(f"{model_path} was exported for imgsz {self.imgsz}, settings ask for {settings.imgsz}")
+        declared = meta.get(META_IMGSZ)
+        if declared is None and all(isinstance(d, int) for d in inp.shape[2:4]):
+            declared = f"{inp.shape[2]}x{inp.shape[3]}"
+        self.imgsz = parse_imgsz(declared) if declared else settings.imgsz
+        if input_hw(self.imgsz) != input_hw(settings.imgsz):
+            raise ConfigError(f"{model_path} was exported for imgsz {format_imgsz(self.imgsz)}, "
+                              f"settings ask for {format_imgsz(settings.imgsz)}")
         self.model_name = settings.model_name or model_path.stem
         self._shrink_next = False
 
@@ -144,8 +149,10 @@ class OnnxDetector:
         return gpu_memory_without_torch(self._device_info.platform, self._device_info.index)
 
     def release_cache(self) -> None:
-        """Arena shrinkage rides on the next run (ORT's only hook for it)."""
+        """Arena shrinkage rides on the next run (ORT's only hook for it); the host heap is
+        trimmed now."""
         self._shrink_next = True
+        trim_heap()
 
     def close(self) -> None:
         self.session = None

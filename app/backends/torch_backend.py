@@ -5,31 +5,21 @@ On ROCm builds of torch ``cuda:N`` is the AMD GPU, so one class serves CPU, NVID
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from app.config import Settings
+from app.config import ImgSize, Settings, format_imgsz, input_hw
 from app.devices import DeviceInfo, GpuInventory, MemoryStats, process_memory, torch_inventory, torch_memory, validate_device
 from app.errors import ConfigError, OutOfMemory
 from app.backends.models import load_detection_model
-
-_LIBC = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6") if ctypes.util.find_library("c") else None
-
-
-def trim_host_heap() -> None:
-    """Return freed heap pages to the OS (glibc); the CPU analogue of empty_cache()."""
-    if _LIBC is not None and hasattr(_LIBC, "malloc_trim"):
-        _LIBC.malloc_trim(0)
-
+from app.memory import trim_heap
 
 class TorchDetector:
     backend = "torch"
 
-    def __init__(self, weights: Path, device: str = "cpu", imgsz: int = 640, half: bool = False,
+    def __init__(self, weights: Path, device: str = "cpu", imgsz: ImgSize = 640, half: bool = False,
                  threads: int = 1, model_name: str | None = None) -> None:
         torch.set_num_threads(threads)
         inventory = torch_inventory() if device != "cpu" else GpuInventory("none")
@@ -38,9 +28,10 @@ class TorchDetector:
         self.half = half and self.device.type == "cuda"
         model = load_detection_model(weights)
         stride = int(max(getattr(model, "stride", [32])))
-        if imgsz % stride:  # the head's upsample/concat would fail on the first frame
-            raise ConfigError(f"imgsz {imgsz} is not a multiple of the model's stride {stride} "
-                              f"(try {-(-imgsz // stride) * stride})")
+        if any(side % stride for side in input_hw(imgsz)):  # the head's concat would fail on the first frame
+            fix = "x".join(str(-(-side // stride) * stride) for side in input_hw(imgsz))
+            raise ConfigError(f"imgsz {format_imgsz(imgsz)} is not a multiple of the model's stride {stride} "
+                              f"(try {fix})")
         self.names: dict[int, str] = {int(k): str(v) for k, v in model.names.items()}
         model = model.fuse() if hasattr(model, "fuse") else model
         model = model.to(self.device).eval()
@@ -83,7 +74,7 @@ class TorchDetector:
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
         else:
-            trim_host_heap()
+            trim_heap()
 
     def close(self) -> None:
         self.model = None

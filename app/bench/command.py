@@ -253,6 +253,19 @@ def batch_of(images: list[np.ndarray], i: int, batch: int) -> list[np.ndarray]:
     return [images[(i * batch + j) % len(images)] for j in range(batch)]
 
 
+def library_step(pipeline, params, images: list[np.ndarray], batch: int) -> Callable[[int], int]:
+    """The library path for one batch: letterbox, one inference call, NMS, back to pixels."""
+
+    def library(i: int) -> int:
+        prepared = [pipeline.prepare(img) for img in batch_of(images, i, batch)]
+        raw = pipeline.infer([p.letterboxed for p in prepared])
+        for out, p in zip(raw, prepared):
+            pipeline.finish(out, p.letterbox, params)
+        return batch
+
+    return library
+
+
 def make_row(plan: Plan, kind: str, backend: str, provider: str, device: str, device_name: str, batch: int,
              latencies: list[float], images: int, seconds: float, peak_bytes: int, mem_source: str) -> dict[str, Any]:
     lat = summarize(latencies)
@@ -354,14 +367,7 @@ class Bench:
 
                 steps["raw"] = raw_step
 
-            def library(i: int, batch: int = batch) -> int:
-                prepared = [pipeline.prepare(img) for img in batch_of(self.images, i, batch)]
-                raw = pipeline.infer([p.tensor for p in prepared])
-                for out, p in zip(raw, prepared):
-                    pipeline.finish(out, p.letterbox, params)
-                return batch
-
-            steps["library"] = library
+            steps["library"] = library_step(pipeline, params, self.images, batch)
             describe(f"{plan.size}/{backend}/{plan.precision}/b{batch}: {' + '.join(steps)}")
             read, source = self.memory_reader(detector)
             with PeakMemory(read) as mem:
@@ -431,7 +437,7 @@ def release_memory(device: str) -> None:
 
         torch.cuda.empty_cache()
     else:
-        from app.backends.torch_backend import trim_host_heap
+        from app.memory import trim_heap as trim_host_heap
 
         trim_host_heap()
 
@@ -532,7 +538,7 @@ def plot(out: Path, rows: list[dict[str, Any]]) -> list[Path]:
                 ax.grid(alpha=0.3)
                 ax.legend(fontsize=7)
         fig.tight_layout()
-        fig.savefig(out / fname, dpi=80)
+        report.save_png(fig, out / fname)
         plt.close(fig)
         files.append(out / fname)
     return files

@@ -98,3 +98,17 @@ def pyplot():
     import matplotlib.pyplot as plt
 
     return plt
+
+
+def save_png(fig, path: Path, dpi: int = 60) -> Path:
+    """Save a figure as a small palette PNG (256 colours are plenty for line plots)."""
+    import io
+
+    from PIL import Image
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi)
+    buf.seek(0)
+    with Image.open(buf) as img:
+        img.convert("RGB").quantize(colors=256).save(path, optimize=True)
+    return path

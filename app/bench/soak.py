@@ -205,7 +205,7 @@ def plot(out: Path, rows: list[dict[str, Any]], summary: dict[str, Any]) -> Path
     ax.legend()
     fig.tight_layout()
     path = out / "soak.png"
-    fig.savefig(path, dpi=80)
+    report.save_png(fig, path)
     plt.close(fig)
     return path
 

@@ -16,7 +16,7 @@ def add_backend_options(parser: argparse.ArgumentParser, weights_required: bool 
     parser.add_argument("--weights", type=Path, default=None, required=weights_required,
                         help=".pt, .onnx or architecture .yaml (default: CAMPUSGUARD_WEIGHTS)")
     parser.add_argument("--device", default=None, help="cpu or cuda:N (default: CAMPUSGUARD_DEVICE or cpu)")
-    parser.add_argument("--imgsz", type=int, default=None, help="fixed square input size (default 640)")
+    parser.add_argument("--imgsz", default=None, help="fixed input size: N (square) or HxW (default 640)")
     parser.add_argument("--threads", type=int, default=None, help="CPU threads (default: all cores)")
     parser.add_argument("--half", action="store_true", default=None, help="fp16 (GPU only)")
 

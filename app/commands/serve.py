@@ -11,6 +11,7 @@ import uvicorn
 
 from app.config import Settings
 from app.logs import configure_logging
+from app.memory import tune_allocator
 
 log = logging.getLogger("campusguard")
 
@@ -21,6 +22,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    tune_allocator()  # before any worker thread creates its own malloc arena
     overrides = {k: v for k, v in (("host", args.host), ("port", args.port)) if v is not None}
     settings = Settings(**overrides)
     configure_logging(settings)

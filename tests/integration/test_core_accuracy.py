@@ -128,6 +128,22 @@ def test_bus_matches_readme_reference(bus_results, backend):
         assert matched.get(i, 0.0) >= 0.85, f"README {name} {box} not found by {backend}: {ours}"
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_bus_within_2px_of_readme_at_its_fixed_shape(weights, onnx_cache, bus_jpg, backend):
+    """With the fixed shape set to the reference's canvas (CAMPUSGUARD_IMGSZ=640x480, the
+    rectangle Ultralytics chose for this portrait image), both backends reproduce the
+    README's published boxes within 2 px, scores within 0.01, in the README's order."""
+    settings = Settings(_env_file=None, backend=backend, weights=weights, onnx_cache_dir=onnx_cache,
+                        imgsz="640x480", device="cpu")
+    pipe = Pipeline(load_backend(settings), cache_clear_every=0)
+    ours = as_tuples(pipe.detect([bus_jpg], PREDICT)[0])
+    pipe.detector.close()
+    assert [name for name, _, _ in ours] == [name for name, _, _ in README_BUS]
+    for (name, score, box), (ref_name, ref_score, ref_box) in zip(ours, README_BUS):
+        assert np.abs(np.array(box) - np.array(ref_box)).max() <= 2.0, (backend, box, ref_box)
+        assert abs(score - ref_score) <= 0.01, (backend, name, score, ref_score)
+
+
 # --- mAP through the real CLI ---------------------------------------------------------------
 
 @pytest.fixture(scope="module")

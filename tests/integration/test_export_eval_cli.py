@@ -267,3 +267,15 @@ def test_export_missing_device_exits_2(weights, tmp_path, capsys):
                  "--out", str(tmp_path / "x.onnx")]) == 2
     err = capsys.readouterr().err
     assert "campusguard export: error:" in err and "cuda:99" in err and "devices seen" in err
+
+
+def test_export_rectangular_fixed_shape(weights, tmp_path):
+    out = tmp_path / "rect.onnx"
+    assert main(["export", "--weights", str(weights), "--imgsz", "256x416", "--out", str(out)]) == 0
+    model = onnx.load(str(out))
+    assert input_dims(model) == [1, 3, 256, 416]
+    assert metadata(model)["campusguard_imgsz"] == "256x416"
+    from app.backends.onnx_backend import OnnxDetector
+
+    det = OnnxDetector(out, Settings(_env_file=None, backend="onnx", weights=out, imgsz="256x416"))
+    assert det.infer(np.zeros((2, 3, 256, 416), np.float32)).shape[:2] == (2, 84)

@@ -97,3 +97,20 @@ def test_env_file_is_read(tmp_path):
 def test_display_model_name():
     assert Settings(weights="x/yolov8n.pt").display_model_name == "yolov8n"
     assert Settings(weights="x/yolov8n.pt", model_name="campus").display_model_name == "campus"
+
+
+@pytest.mark.parametrize("raw,expected", [("640", 640), (320, 320), ("384x640", (384, 640)), ("384,640", (384, 640)),
+                                          ("640X640", 640), ([256, 512], (256, 512))])
+def test_imgsz_square_or_rectangle(raw, expected):
+    assert Settings(_env_file=None, imgsz=raw).imgsz == expected
+
+
+@pytest.mark.parametrize("raw", ["300", "384x600", "x", "1x2x3", "0", "8192"])
+def test_imgsz_rejects_bad_shapes(raw):
+    with pytest.raises(ValidationError):
+        Settings(_env_file=None, imgsz=raw)
+
+
+def test_imgsz_from_environment(monkeypatch):
+    monkeypatch.setenv("CAMPUSGUARD_IMGSZ", "384x640")
+    assert Settings(_env_file=None).imgsz == (384, 640)

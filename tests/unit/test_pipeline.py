@@ -58,7 +58,8 @@ class FakeDetector:
 
 
 def tensor(size: int = 64) -> np.ndarray:
-    return np.zeros((3, size, size), np.float32)
+    """A letterboxed frame as the pipeline queues it (HWC uint8)."""
+    return np.zeros((size, size, 3), np.uint8)
 
 
 def test_fake_fulfils_the_protocol():
@@ -148,7 +149,7 @@ def test_bytes_are_decoded_and_limited():
     ok, png = cv2.imencode(".png", np.zeros((40, 50, 3), np.uint8))
     pipe = Pipeline(FakeDetector(), max_pixels=2000)
     prepared = pipe.prepare(png.tobytes())
-    assert prepared.tensor.shape == (3, 64, 64)
+    assert prepared.letterboxed.shape == (64, 64, 3) and prepared.letterboxed.dtype == np.uint8
     assert (prepared.letterbox.width, prepared.letterbox.height) == (50, 40)
     assert prepared.decode_ms >= 0 and prepared.preprocess_ms >= 0
     with pytest.raises(InvalidImage):

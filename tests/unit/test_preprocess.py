@@ -93,3 +93,25 @@ def test_tensor_layout_and_range():
     np.testing.assert_allclose(t[:, 0, 0], [0.0, 0.2, 1.0], atol=1e-6)
     batch = stack([t, t])
     assert batch.shape == (2, 3, 2, 3) and batch.flags.c_contiguous
+
+
+def test_to_batch_matches_per_image_conversion_and_reuses_the_buffer():
+    from app.vision.preprocess import to_batch
+
+    rng = np.random.default_rng(3)
+    images = [rng.integers(0, 256, (32, 48, 3), dtype=np.uint8) for _ in range(3)]
+    buf = np.full((4, 3, 32, 48), -1, np.float32)
+    out = to_batch(images, buf[:3])
+    assert out.base is buf or out is buf[:3] or np.shares_memory(out, buf)
+    np.testing.assert_array_equal(out, stack([to_tensor(i) for i in images]))
+    assert (buf[3] == -1).all()
+
+
+def test_rectangular_letterbox_fixed_shape_and_inverse():
+    img = np.full((1080, 1920, 3), 200, np.uint8)
+    boxed, box = letterbox(img, (384, 640))
+    assert boxed.shape == (384, 640, 3)
+    assert box.scale == pytest.approx(1 / 3) and box.pad_x == 0 and box.pad_y == 12
+    assert (boxed[:12] == PAD_VALUE).all() and (boxed[-12:] == PAD_VALUE).all()
+    back = box.to_original(np.array([[0, 12, 640, 372]], np.float32))
+    np.testing.assert_allclose(back, [[0, 0, 1920, 1080]], atol=0.01)

@@ -1,0 +1,79 @@
+"""Tiny real runs of the three benchmark commands (yolov8n, a few iterations)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from app.cli import main
+
+
+def test_bench_tiny_real_run(tmp_path, weights, dataset, onnx_cache):
+    out = tmp_path / "bench"
+    rc = main(["bench", "--sizes", "n", "--weights", f"n={weights}", "--batches", "1,2", "--iterations", "2",
+               "--warmup", "1", "--imgsz", "320", "--images", str(dataset / "images"), "--max-images", "4",
+               "--onnx-cache-dir", str(onnx_cache), "--out", str(out), "--no-progress"])
+    assert rc == 0
+    data = json.loads((out / "bench.json").read_text())
+    rows = data["rows"]
+    kinds = {(r["kind"], r["backend"], r["batch"]) for r in rows}
+    assert kinds == {("ultralytics", "torch", 1)} | {(k, b, n) for k in ("raw", "library")
+                                                      for b in ("torch", "onnx") for n in (1, 2)}
+    for r in rows:
+        assert r["fps"] > 0 and r["lat_p50_ms"] > 0 and r["lat_p99_ms"] >= r["lat_p50_ms"]
+        assert r["peak_mem_mb"] > 100  # RSS of a process holding torch
+        assert r["device_name"] and r["provider"]
+        assert r["vs_ultralytics"] is not None
+        assert r["vs_raw"] is not None
+        assert r["images"] == 2 * r["batch"]
+    assert {r["provider"] for r in rows if r["backend"] == "onnx"} == {"CPUExecutionProvider"}
+    assert any(t["target"].startswith("onnx library") for t in data["targets"])
+    for name in ("bench.csv", "bench.md", "bench_fps.png", "bench_latency.png", "bench_memory.png"):
+        assert (out / name).stat().st_size > 0
+    # re-rendering from bench.json measures nothing and rewrites the same table
+    before = (out / "bench.md").read_text()
+    assert main(["bench", "--out", str(out), "--render", "--no-plots"]) == 0
+    assert (out / "bench.md").read_text() == before
+
+
+@pytest.fixture
+def server(server_factory):
+    return server_factory(backend="onnx", imgsz=320, max_batch_size=4, max_queue_delay_ms=5)
+
+
+def test_loadtest_tiny_real_run(tmp_path, server, dataset, weights, onnx_cache):
+    out = tmp_path / "loadtest"
+    rc = main(["loadtest", "--url", server.url, "--concurrency", "1,4", "--requests", "6", "--warmup", "1",
+               "--images", str(dataset / "images"), "--out", str(out), "--no-progress",
+               "--library-check", "2", "--baseline-batch", "2", "--library-weights", str(weights),
+               "--onnx-cache-dir", str(onnx_cache), "--threads", "1"])
+    assert rc == 0
+    data = json.loads((out / "loadtest.json").read_text())
+    rows = {r["concurrency"]: r for r in data["rows"]}
+    assert set(rows) == {1, 4}
+    for r in rows.values():
+        assert r["requests"] == 6 and r["errors"] == 0 and r["rps"] > 0
+        assert r["lat_p99_ms"] >= r["lat_p50_ms"] > 0
+        assert r["batches"] >= 1 and sum(r["batch_buckets"].values()) == r["batches"]
+    assert rows[1]["batch_buckets"] == {"1": 6}  # one request in flight: every batch holds one image
+    assert all(r["library_fps"] > 0 and r["vs_library"] > 0 for r in rows.values())
+    assert any(t["target"].startswith("server end-to-end") for t in data["targets"])
+    assert data["meta"]["server"]["backend"] == "onnx"
+    for name in ("loadtest.csv", "loadtest.md", "loadtest.png"):
+        assert (out / name).stat().st_size > 0
+
+
+def test_soak_tiny_real_run(tmp_path, server, dataset):
+    out = tmp_path / "soak"
+    rc = main(["soak", "--url", server.url, "--requests", "12", "--concurrency", "3", "--variants", "3",
+               "--sample-every", "4", "--images", str(dataset / "images"), "--out", str(out), "--no-progress"])
+    assert rc == 0
+    data = json.loads((out / "soak.json").read_text())
+    summary = data["summary"]
+    assert summary["requests"] == 12 and summary["errors"] == 0
+    assert [s["requests"] for s in data["samples"]] == [0, 4, 8, 12]
+    assert summary["rss_growth_mb"] is not None and summary["rss_end_mb"] > 100
+    assert [list(s) for s in data["meta"]["frame_sizes"]] == [[64, 64], [3840, 2160], [640, 480]]
+    for name in ("soak.csv", "soak.md", "soak.png"):
+        assert (out / name).stat().st_size > 0
