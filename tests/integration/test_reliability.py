@@ -198,6 +198,7 @@ def _hostile_cases(bus_jpg: bytes) -> dict:
         "conf_text": dict(content=bus_jpg, headers=JPEG, params={"conf": "high"}),
         "conf_range": dict(content=bus_jpg, headers=JPEG, params={"conf": "-0.1"}),
         "iou_range": dict(content=bus_jpg, headers=JPEG, params={"iou": "7"}),
+        "iou_text": dict(content=bus_jpg, headers=JPEG, params={"iou": "0.5;drop"}),
         "max_det_text": dict(content=bus_jpg, headers=JPEG, params={"max_det": "lots"}),
         "max_det_range": dict(content=bus_jpg, headers=JPEG, params={"max_det": "1000000"}),
         "unknown_class": dict(content=bus_jpg, headers=JPEG, params={"classes": "person,unicorn"}),
@@ -217,6 +218,7 @@ HOSTILE_EXPECTED = {
     "no_image_field": (422, "missing_image"), "image_as_text_field": (422, "invalid_parameter"),
     "conf_nan": (422, "invalid_parameter"), "conf_text": (422, "invalid_parameter"),
     "conf_range": (422, "invalid_parameter"), "iou_range": (422, "invalid_parameter"),
+    "iou_text": (422, "invalid_parameter"),
     "max_det_text": (422, "invalid_parameter"), "max_det_range": (422, "invalid_parameter"),
     "unknown_class": (422, "unknown_class"),
     # an unterminated multipart is either refused by the parser or yields no image part
