@@ -31,6 +31,7 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 from app.bench import report
+from app.commands.common import imgsz_arg
 from app.bench.stats import ratio, summarize, throughput
 
 DEFAULT_WEIGHTS = {"n": "../shared/models/yolov8n.pt", "m": "yolov8m.yaml", "l": "yolov8l.yaml"}
@@ -107,7 +108,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         metavar="SIZE=N", help="timed iterations for one model size (repeatable)")
     parser.add_argument("--warmup", type=int, default=10, help="untimed iterations before each row (default 10)")
     parser.add_argument("--device", default="cpu", help="cpu or cuda:N (default cpu)")
-    parser.add_argument("--imgsz", type=_imgsz, default=640, help="N (square) or HxW, as CAMPUSGUARD_IMGSZ")
+    parser.add_argument("--imgsz", type=imgsz_arg, default=640, help="N (square) or HxW, as CAMPUSGUARD_IMGSZ")
     parser.add_argument("--threads", type=int, default=0, help="CPU threads for the runtimes (0 = all cores)")
     parser.add_argument("--weights", type=weights_override, action="append", default=[], metavar="SIZE=PATH",
                         help="weights per size (default n=../shared/models/yolov8n.pt, m=yolov8m.yaml, l=yolov8l.yaml)")
@@ -548,15 +549,6 @@ def merge(existing: list[dict[str, Any]], new: list[dict[str, Any]]) -> list[dic
     by_key = {row_key(r): r for r in existing}
     by_key.update({row_key(r): r for r in new})
     return list(by_key.values())
-
-
-def _imgsz(value: str):
-    from app.config import parse_imgsz
-
-    try:
-        return parse_imgsz(value)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def run(args: argparse.Namespace) -> int:

@@ -7,8 +7,16 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from app.config import Settings
+from app.config import Settings, parse_imgsz
 from app.errors import ConfigError
+
+
+def imgsz_arg(value: str):
+    """argparse type for --imgsz: N (square) or HxW, as CAMPUSGUARD_IMGSZ."""
+    try:
+        return parse_imgsz(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def add_backend_options(parser: argparse.ArgumentParser, weights_required: bool = False) -> None:
@@ -16,7 +24,7 @@ def add_backend_options(parser: argparse.ArgumentParser, weights_required: bool 
     parser.add_argument("--weights", type=Path, default=None, required=weights_required,
                         help=".pt, .onnx or architecture .yaml (default: CAMPUSGUARD_WEIGHTS)")
     parser.add_argument("--device", default=None, help="cpu or cuda:N (default: CAMPUSGUARD_DEVICE or cpu)")
-    parser.add_argument("--imgsz", default=None, help="fixed input size: N (square) or HxW (default 640)")
+    parser.add_argument("--imgsz", type=imgsz_arg, default=None, help="fixed input size: N (square) or HxW (default 640)")
     parser.add_argument("--threads", type=int, default=None, help="CPU threads (default: all cores)")
     parser.add_argument("--half", action="store_true", default=None, help="fp16 (GPU only)")
 
