@@ -69,6 +69,16 @@ def format_imgsz(imgsz: ImgSize) -> str:
     return str(h) if h == w else f"{h}x{w}"
 
 
+def normalize_device(value: str) -> str:
+    """'cpu', 'cuda', '0', 'cuda:1' -> 'cpu' or 'cuda:N'; anything else is a ValueError."""
+    value = value.strip().lower()
+    if value.isdigit():
+        value = f"cuda:{value}"
+    if not _DEVICE_RE.match(value):
+        raise ValueError(f"device must be 'cpu' or 'cuda:N', got {value!r}")
+    return "cuda:0" if value == "cuda" else value
+
+
 def _split_csv(value: object) -> object:
     if isinstance(value, str):
         return [item.strip() for item in value.split(",") if item.strip()]
@@ -170,12 +180,7 @@ class Settings(BaseSettings):
     @field_validator("device")
     @classmethod
     def _device(cls, value: str) -> str:
-        value = value.strip().lower()
-        if value.isdigit():
-            value = f"cuda:{value}"
-        if not _DEVICE_RE.match(value):
-            raise ValueError(f"device must be 'cpu' or 'cuda:N', got {value!r}")
-        return "cuda:0" if value == "cuda" else value
+        return normalize_device(value)
 
     @field_validator("imgsz", mode="before")
     @classmethod

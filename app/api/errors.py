@@ -32,7 +32,8 @@ def error_response(status: int, code: str, message: str, request: Request | None
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ServiceError)
     async def _service_error(request: Request, exc: ServiceError) -> JSONResponse:
-        return error_response(exc.status, exc.code, exc.message, request, retry_after=exc.retry_after)
+        return error_response(exc.status, exc.code, exc.message, request, retry_after=exc.retry_after,
+                              detail=getattr(exc, "errors", None))
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:

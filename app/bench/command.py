@@ -129,8 +129,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def validate(args: argparse.Namespace) -> None:
+    from app.config import normalize_device
     from app.errors import ConfigError
 
+    try:
+        args.device = normalize_device(args.device)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
     if args.iterations < 1 or args.warmup < 0:
         raise ConfigError("--iterations must be >= 1 and --warmup >= 0")
     on_gpu = args.device != "cpu"
@@ -327,7 +332,7 @@ class Bench:
             return (lambda: detector.memory().used), ("rss" if source == "rss" else f"vram-{source}")
         import torch
 
-        index = int(self.args.device.split(":")[1]) if ":" in self.args.device else 0
+        index = int(self.args.device.split(":")[1])
         torch.cuda.reset_peak_memory_stats(index)
         return (lambda: torch.cuda.max_memory_reserved(index)), "vram"
 

@@ -1,7 +1,7 @@
 """Percentiles, latency summaries and ratios used by every benchmark report.
 
-Kept free of I/O so the arithmetic is unit-tested on its own: percentiles use linear
-interpolation between closest ranks (numpy's default, "type 7"), and a ratio whose
+Kept free of I/O so the arithmetic is unit-tested on its own: percentiles are numpy's
+(linear interpolation between closest ranks), and a ratio whose
 reference is missing or zero is ``None`` rather than a division error or infinity.
 """
 
@@ -11,21 +11,15 @@ import math
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
+import numpy as np
+
 
 def percentile(values: Sequence[float], q: float) -> float:
     """The ``q``-th percentile (0..100) by linear interpolation; NaN for no values."""
     if not 0 <= q <= 100:
         raise ValueError(f"percentile must be within 0..100, got {q}")
-    data = sorted(float(v) for v in values)
-    if not data:
-        return math.nan
-    if len(data) == 1:
-        return data[0]
-    rank = (len(data) - 1) * q / 100.0
-    low = math.floor(rank)
-    high = min(low + 1, len(data) - 1)
-    frac = rank - low
-    return data[low] + (data[high] - data[low]) * frac
+    data = np.asarray(values, dtype=float)
+    return float(np.percentile(data, q)) if data.size else math.nan
 
 
 @dataclass(frozen=True)
@@ -49,12 +43,13 @@ def summarize(latencies_ms: Sequence[float]) -> LatencySummary:
     if not data:
         nan = math.nan
         return LatencySummary(0, nan, nan, nan, nan, nan, nan)
+    p50, p95, p99 = (float(x) for x in np.percentile(data, [50, 95, 99]))
     return LatencySummary(
         count=len(data),
         mean=sum(data) / len(data),
-        p50=percentile(data, 50),
-        p95=percentile(data, 95),
-        p99=percentile(data, 99),
+        p50=p50,
+        p95=p95,
+        p99=p99,
         min=min(data),
         max=max(data),
     )

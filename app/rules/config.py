@@ -30,7 +30,7 @@ VEHICLES = ("car", "truck", "bus", "motorcycle")
 class SiteConfigError(ConfigError):
     """The site file is invalid; ``errors`` lists every problem found."""
 
-    code = "invalid_site_config"
+    status, code = 422, "invalid_site_config"  # as an HTTP reply (POST /admin/reload)
 
     def __init__(self, path: Path | str, errors: list[str]) -> None:
         self.path = str(path)

@@ -147,11 +147,11 @@ class CompiledRule:
     def condition(self, t: float, when: dt.datetime, inside: Sequence[FrameObject]) -> tuple[bool, list[FrameObject]]:
         """Whether the rule's situation holds on this frame, and the objects that make it hold."""
         c = self.config
-        matching = [o for o in inside if self.accepts(o)]
-        if isinstance(c, FireLaneRule):
-            return self._fire_lane(t, matching) if self.schedule.active(when) else (False, [])
         if not self.schedule.active(when):
             return False, []
+        matching = [o for o in inside if self.accepts(o)]
+        if isinstance(c, FireLaneRule):
+            return self._fire_lane(t, matching)
         if isinstance(c, CrowdRule):
             return len(matching) >= c.min_count, matching
         if isinstance(c, IntrusionRule):

@@ -182,9 +182,12 @@ class RulesService:
 
     def _persist(self, data: dict[str, Any], kind: str) -> None:
         key = f"{data['id']}:{kind}"
-        payload = dumps({"type": f"event.{kind}", "idempotency_key": key, "event": data})
+        deliveries = []
+        if self.webhook_urls:
+            payload = dumps({"type": f"event.{kind}", "idempotency_key": key, "event": data})
+            deliveries = [(url, key, payload) for url in self.webhook_urls]
         try:
-            self.store.record(data, [(url, key, payload) for url in self.webhook_urls])
+            self.store.record(data, deliveries)
         except Exception:
             log.exception("could not store event %s (%s)", data["id"], kind)
             return

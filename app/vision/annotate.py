@@ -57,17 +57,14 @@ def draw(frame_rgb: np.ndarray, detections: Sequence[Any], zones: Iterable[Any] 
 
     # zones: translucent fill + outline + name
     overlay = img.copy()
-    zone_list = list(zones)
-    for zone in zone_list:
-        name = str(_get(zone, "name", ""))
-        pts = np.round(np.asarray(_get(zone, "polygon"), dtype=np.float64) * (w, h)).astype(np.int32)
-        color = ALERT_COLOR if name in triggered else ZONE_COLOR
-        cv2.fillPoly(overlay, [pts], color)
-    if zone_list:
+    zone_px = [(str(_get(zone, "name", "")),
+                np.round(np.asarray(_get(zone, "polygon"), dtype=np.float64) * (w, h)).astype(np.int32))
+               for zone in zones]
+    for name, pts in zone_px:
+        cv2.fillPoly(overlay, [pts], ALERT_COLOR if name in triggered else ZONE_COLOR)
+    if zone_px:
         img = cv2.addWeighted(overlay, 0.2, img, 0.8, 0)
-    for zone in zone_list:
-        name = str(_get(zone, "name", ""))
-        pts = np.round(np.asarray(_get(zone, "polygon"), dtype=np.float64) * (w, h)).astype(np.int32)
+    for name, pts in zone_px:
         color = ALERT_COLOR if name in triggered else ZONE_COLOR
         cv2.polylines(img, [pts], True, color, line + 1, cv2.LINE_AA)
         text = name + (": " + ", ".join(triggered[name]) if name in triggered else "")
