@@ -40,7 +40,9 @@ def letterbox(img: np.ndarray, size: int | tuple[int, int]) -> tuple[np.ndarray,
     out_h, out_w = (size, size) if isinstance(size, int) else size
     h, w = img.shape[:2]
     scale = min(out_h / h, out_w / w)
-    new_w, new_h = int(round(w * scale)), int(round(h * scale))
+    # A 1x20000 strip scales one side below half a pixel: keep at least one row/column
+    # (cv2.resize refuses a zero size), so any shape the decoder accepts gets through.
+    new_w, new_h = max(1, int(round(w * scale))), max(1, int(round(h * scale)))
     if (new_w, new_h) != (w, h):
         img = cv2.resize(img, (new_w, new_h), interpolation=cv2.INTER_LINEAR)
     dw, dh = (out_w - new_w) / 2, (out_h - new_h) / 2

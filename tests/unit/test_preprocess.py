@@ -115,3 +115,17 @@ def test_rectangular_letterbox_fixed_shape_and_inverse():
     assert (boxed[:12] == PAD_VALUE).all() and (boxed[-12:] == PAD_VALUE).all()
     back = box.to_original(np.array([[0, 12, 640, 372]], np.float32))
     np.testing.assert_allclose(back, [[0, 0, 1920, 1080]], atol=0.01)
+
+
+@pytest.mark.parametrize("h,w", [(5000, 2), (2, 5000), (1, 20000), (20000, 1), (3, 100000)])
+@pytest.mark.parametrize("size", [320, (256, 320)])
+def test_extreme_aspect_ratios_letterbox_to_the_fixed_shape(h, w, size):
+    """A strip thinner than half a model pixel once scaled used to reach cv2.resize as size 0."""
+    img = np.full((h, w, 3), 9, np.uint8)
+    boxed, box = letterbox(img, size)
+    out_h, out_w = (size, size) if isinstance(size, int) else size
+    assert boxed.shape == (out_h, out_w, 3)
+    assert (box.width, box.height) == (w, h)
+    mapped = box.to_original(np.array([[0, 0, out_w, out_h]], np.float32))
+    assert (mapped[0, [0, 2]] >= 0).all() and (mapped[0, [0, 2]] <= w).all()
+    assert (mapped[0, [1, 3]] >= 0).all() and (mapped[0, [1, 3]] <= h).all()
