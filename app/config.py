@@ -132,8 +132,10 @@ class Settings(BaseSettings):
 
     # --- security / exposure -----------------------------------------------------------
     api_keys: Annotated[list[SecretStr], NoDecode] = Field(default_factory=list)
-    open_health: bool = True
-    open_metrics: bool = True
+    public_routes: Annotated[list[str], NoDecode] = Field(
+        default_factory=lambda: ["/health/live", "/health/ready"],
+        description="Routes answering without a key when keys are set (comma list of route paths)")
+    body_read_timeout_s: float = Field(30.0, gt=0, description="Longest a client may take to send its request body")
     cors_origins: Annotated[list[str], NoDecode] = Field(default_factory=list)
 
     # --- observability -----------------------------------------------------------------
@@ -172,10 +174,28 @@ class Settings(BaseSettings):
             return out
         return value
 
-    @field_validator("api_keys", "cors_origins", "webhook_urls", mode="before")
+    @field_validator("cors_origins", "webhook_urls", "public_routes", mode="before")
     @classmethod
     def _csv(cls, value: object) -> object:
         return _split_csv(value)
+
+    @field_validator("api_keys", mode="before")
+    @classmethod
+    def _keys(cls, value: object) -> object:
+        """Empty means no auth; a value that holds only blanks and commas (" ", ",") is a
+        mistake that would silently switch auth off, so it stops startup."""
+        keys = _split_csv(value)
+        if isinstance(value, str) and value and not keys:
+            raise ValueError("api_keys holds no key (only blanks or commas); leave it empty to turn auth off")
+        return keys
+
+    @field_validator("public_routes")
+    @classmethod
+    def _routes(cls, value: list[str]) -> list[str]:
+        bad = [route for route in value if not route.startswith("/")]
+        if bad:
+            raise ValueError(f"public_routes entries are route paths starting with '/', got {bad}")
+        return value
 
     @field_validator("device")
     @classmethod

@@ -26,6 +26,13 @@ class ServiceError(Exception):
         return str(self.args[0])
 
 
+def shorten(value: object, limit: int = 64) -> str:
+    """``repr`` of a client-supplied value, cut to ``limit`` characters: error bodies and
+    logs echo what was wrong without echoing a 2 MB parameter back whole."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(str(value))} characters)"
+
+
 class InvalidImage(ServiceError):
     """The image could not be decoded."""
 

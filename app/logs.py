@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import sys
 import time
 
@@ -25,14 +26,31 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(entry)
 
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def escape_control(text: str) -> str:
+    """Control characters as visible escapes: a request path with %0a must not start a
+    forged line in a text log (JSON logs escape them already)."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100
+                        else f"\\u{ord(m.group()):04x}", text)
+
+
 class TextFormatter(logging.Formatter):
+    """One line per record: string arguments (request data) have control characters escaped."""
+
     def __init__(self) -> None:
         super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
 
     def format(self, record: logging.LogRecord) -> str:
+        if isinstance(record.args, tuple) and any(isinstance(a, str) for a in record.args):
+            record = logging.makeLogRecord(record.__dict__)
+            record.args = tuple(escape_control(a) if isinstance(a, str) else a for a in record.args)
         line = super().format(record)
         if getattr(record, "camera_id", None) is not None or getattr(record, "detections", None) is not None:
-            line += f" camera={getattr(record, 'camera_id', None)} detections={getattr(record, 'detections', None)}"
+            camera = getattr(record, "camera_id", None)
+            camera = escape_control(camera) if isinstance(camera, str) else camera
+            line += f" camera={camera} detections={getattr(record, 'detections', None)}"
         return line
 
 

@@ -21,6 +21,7 @@ from fastapi.middleware.cors import CORSMiddleware
 from app import __version__
 from app.api import deepstack, detect, health
 from app.api import metrics as metrics_route
+from app.api.docs import install_docs
 from app.api.errors import install_error_handlers
 from app.api.middleware import RequestGuard
 from app.config import Settings, format_imgsz
@@ -82,6 +83,15 @@ def load_engine(app: FastAPI, settings: Settings, metrics: Metrics) -> None:
         os._exit(LOAD_FAILURE_EXIT_CODE)
 
 
+def log_auth(settings: Settings) -> None:
+    """Say at startup whether a key is needed, so an open server is never a surprise."""
+    if settings.api_keys:
+        log.info("auth on: %d API key(s); routes open without a key: %s", len(settings.api_keys),
+                 ", ".join(settings.public_routes) or "none")
+    else:
+        log.warning("auth off: CAMPUSGUARD_API_KEYS is empty, every route answers without a key")
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings()
     metrics = Metrics(settings.metrics_max_cameras)
@@ -89,6 +99,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         preflight(settings)
+        log_auth(settings)
         rules = None
         if settings.site_config is not None:
             from app.rules.service import RulesService
@@ -114,6 +125,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         description="YOLOv8 object detection for campus security cameras: JSON detections, "
                     "a DeepStack-compatible route, health probes and Prometheus metrics.",
         lifespan=lifespan,
+        docs_url=None, redoc_url=None, openapi_url=None,  # served offline and behind the key by app/api/docs.py
     )
     app.state.settings = settings
     app.state.metrics = metrics
@@ -122,6 +134,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.started_at = time.time()
     app.state.rules = None
     install_error_handlers(app)
+    install_docs(app)
     app.include_router(detect.router)
     app.include_router(deepstack.router)
     app.include_router(health.router)
@@ -133,5 +146,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     if settings.cors_origins:
         app.add_middleware(CORSMiddleware, allow_origins=settings.cors_origins, allow_methods=["GET", "POST"],
                            allow_headers=["X-API-Key", "Content-Type"])
-    app.add_middleware(RequestGuard, max_body_bytes=settings.max_body_bytes, metrics=metrics)
+    app.add_middleware(RequestGuard, max_body_bytes=settings.max_body_bytes, metrics=metrics, routes=app.routes,
+                       body_read_timeout_s=settings.body_read_timeout_s)
     return app

@@ -86,6 +86,15 @@ class Metrics:
             return camera_id
         return OTHER_CAMERA
 
+    def count_detections(self, class_names: list[str], camera_id: str | None = None) -> None:
+        """Detections returned to a client, by class (and by camera when one was named);
+        every detection route reports through here so the counters mean one thing."""
+        camera = self.camera_label(camera_id) if camera_id else None
+        for name in class_names:
+            self.detections.labels(name).inc()
+            if camera is not None:
+                self.camera_detections.labels(camera, name).inc()
+
     def observe_memory(self, device: str, stats: MemoryStats) -> None:
         self.memory_used.labels(device).set(stats.used)
         self.memory_reserved.labels(device).set(stats.reserved)

@@ -4,25 +4,35 @@ Blue Iris, Home Assistant's deepstack integration, Frigate's deepstack detector 
 camera software speak this API; they must work unchanged. Replies use DeepStack's shape
 (``success``, ``predictions`` with integer pixel boxes, ``duration``) plus the keys
 CodeProject.AI adds (``code``, ``count``, ``message``, ``inferenceMs``, ``processMs``...).
-Failures are ``{"success": false, "error": ...}`` with DeepStack's status codes.
+Failures are ``{"success": false, "error": ...}`` with DeepStack's status codes; that
+format lives here (``deepstack_error_body``) and the error handlers and body-limit
+middleware use it for every path under ``PREFIX``.
+
+Order of checks: capacity and a key sent as ``X-API-Key`` before the body is read; a key
+sent as the ``api_key`` form field (DeepStack's way) right after the form is read and
+before anything in it is judged, so a caller without a valid key learns only 401/403.
 """
 
 from __future__ import annotations
 
-import math
+import re
 import time
 from collections import Counter
+from typing import Annotated
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Depends, Request, Security
 
-from app.api.deps import check_key, engine_of
-from app.api.images import parse_upload
+from app.api.deps import ApiKeysDep, EngineDep, MetricsDep, SettingsDep, api_key_header, check_key
+from app.api.images import MAX_FORM_FIELDS, read_upload, require_images
 from app.api.schemas import DeepStackPrediction, DeepStackResponse
-from app.errors import InvalidParameter
+from app.errors import InvalidParameter, shorten
 from app.pipeline import DetectParams
 
+PREFIX = "/v1/vision/"
 router = APIRouter(tags=["deepstack"])
 DEFAULT_MIN_CONFIDENCE = 0.40
+# ASCII only: float() would also take full-width or Arabic-Indic digits, "1e-1" or "nan".
+_DECIMAL = re.compile(r"[0-9]+(\.[0-9]*)?|\.[0-9]+", re.ASCII)
 BODY = {
     "requestBody": {
         "required": True,
@@ -30,53 +40,70 @@ BODY = {
             "type": "object", "required": ["image"],
             "properties": {
                 "image": {"type": "string", "format": "binary"},
-                "min_confidence": {"type": "string", "description": "float 0..1 as text, default 0.40"},
-                "api_key": {"type": "string"},
+                "min_confidence": {"type": "string", "description": "decimal 0..1 as text, default 0.40"},
+                "api_key": {"type": "string", "description": "the key, if not sent as X-API-Key"},
             }}}},
     }
 }
 
 
+def is_deepstack(path: str) -> bool:
+    return path.startswith(PREFIX)
+
+
+def deepstack_error(status: int, message: str) -> tuple[int, dict]:
+    """(status, body) of a failure on a DeepStack route: what Blue Iris, Home Assistant and
+    Frigate read, and DeepStack answers every bad input (image or parameter) with 400."""
+    status = 400 if status in (415, 422) else status
+    return status, {"success": False, "error": message, "code": status}
+
+
+def header_key(keys: ApiKeysDep, supplied: Annotated[str | None, Security(api_key_header)] = None) -> str | None:
+    """A key in the X-API-Key header is judged at once, before capacity and the body."""
+    if supplied:
+        check_key(keys, supplied)
+    return supplied
+
+
 def parse_min_confidence(raw: str | None) -> float:
     if raw is None or raw.strip() == "":
         return DEFAULT_MIN_CONFIDENCE
-    try:
-        value = float(raw)
-    except ValueError:
-        raise InvalidParameter(f"min_confidence must be a number, got {raw!r}") from None
-    if not math.isfinite(value) or value < 0 or value > 1:
-        raise InvalidParameter(f"min_confidence must be between 0 and 1, got {raw!r}")
+    text = raw.strip()
+    if not _DECIMAL.fullmatch(text):
+        raise InvalidParameter(f"min_confidence must be a decimal number such as 0.4, got {shorten(raw)}")
+    value = float(text)
+    if value > 1:
+        raise InvalidParameter(f"min_confidence must be between 0 and 1, got {shorten(raw)}")
     return value
 
 
 @router.post("/v1/vision/detection", response_model=DeepStackResponse, openapi_extra=BODY,
-             responses={code: {"model": DeepStackResponse} for code in (400, 401, 403, 413, 415, 500, 503)},
+             responses={code: {"model": DeepStackResponse} for code in (400, 401, 403, 413, 500, 503)},
              summary="DeepStack-compatible object detection")
-async def deepstack_detection(request: Request) -> DeepStackResponse:
-    """Multipart `image`, optional `min_confidence` (text float, default 0.40) and `api_key`."""
+async def deepstack_detection(request: Request, header: Annotated[str | None, Depends(header_key)],
+                              keys: ApiKeysDep, engine: EngineDep, settings: SettingsDep,
+                              metrics: MetricsDep) -> DeepStackResponse:
+    """Multipart `image`, optional `min_confidence` (text decimal, default 0.40) and `api_key`."""
     started = time.perf_counter()
-    parsed = await parse_upload(request, ("image",), 1)
-    check_key(request, parsed.fields.get("api_key") or request.headers.get("x-api-key"))
+    # up to MAX_FORM_FIELDS files so a keyless caller sending two images gets 401, not 400
+    parsed = await read_upload(request, ("image",), MAX_FORM_FIELDS, settings.max_body_bytes)
+    if not header:
+        check_key(keys, parsed.fields.get("api_key"))
+    image = require_images(parsed, ("image",), 1).images[0]
     min_conf = parse_min_confidence(parsed.fields.get("min_confidence"))
-    engine = engine_of(request)
-    settings = request.app.state.settings
     params = DetectParams(conf=min_conf, iou=settings.iou, max_det=settings.max_det)
-    result = await engine.detect(parsed.images[0].data, params)
-    metrics = request.app.state.metrics
-    predictions = []
-    for d in result.detections:
-        metrics.detections.labels(d.class_name).inc()
-        predictions.append(DeepStackPrediction(label=d.class_name, confidence=round(d.confidence, 4),
-                                               x_min=int(round(d.x1)), y_min=int(round(d.y1)),
-                                               x_max=int(round(d.x2)), y_max=int(round(d.y2))))
+    result = await engine.detect(image.data, params)
+    metrics.count_detections([d.class_name for d in result.detections])
+    predictions = [DeepStackPrediction(label=d.class_name, confidence=round(d.confidence, 4),
+                                       x_min=int(round(d.x1)), y_min=int(round(d.y1)),
+                                       x_max=int(round(d.x2)), y_max=int(round(d.y2))) for d in result.detections]
     counts = Counter(p.label for p in predictions)
     message = ("Found " + ", ".join(f"{label}" + (f" x{n}" if n > 1 else "") for label, n in counts.items())
                if predictions else "No objects found")
     request.scope["state"].update(detections=len(predictions))
-    inference_ms = result.timings_ms["inference_ms"]
     total_ms = (time.perf_counter() - started) * 1e3
     return DeepStackResponse(
         success=True, predictions=predictions, duration=0, code=200, count=len(predictions), message=message,
-        inferenceMs=int(round(inference_ms)), processMs=int(round(result.timings_ms["total_ms"])),
-        analysisRoundTripMs=int(round(total_ms)), executionProvider=request.app.state.detector.provider,
+        inferenceMs=int(round(result.timings_ms["inference_ms"])), processMs=int(round(result.timings_ms["total_ms"])),
+        analysisRoundTripMs=int(round(total_ms)), executionProvider=engine.pipeline.detector.provider,
     )

@@ -1,17 +1,102 @@
-"""Request dependencies: the app's services and API-key auth."""
+"""Request dependencies: the app's services as typed parameters, and API-key auth.
+
+Routes state what they need (``engine: EngineDep``) instead of reaching into
+``request.app.state``; this module is the only reader of it, so a test swaps any service
+with ``app.dependency_overrides[get_engine] = ...`` and runs the real routes in-process.
+"""
 
 from __future__ import annotations
 
 import hmac
+from typing import Annotated
 
-from fastapi import Request
+from fastapi import Depends, Request, Security
+from fastapi.security import APIKeyHeader
 
-from app.errors import Forbidden, NotReady, Unauthorized
+from app.backends.base import Detector
+from app.config import Settings
+from app.engine import InferenceEngine
+from app.errors import Forbidden, NotFound, NotReady, Unauthorized
+from app.metrics import Metrics
+from app.rules.service import RulesService
+
+# Declared once: OpenAPI lists it as the `ApiKey` security scheme, so Swagger UI's
+# "Authorize" button sends X-API-Key with "Try it out".
+api_key_header = APIKeyHeader(name="X-API-Key", scheme_name="ApiKey", auto_error=False,
+                              description="One of CAMPUSGUARD_API_KEYS (needed only when keys are set)")
 
 
-def check_key(request: Request, supplied: str | None) -> None:
+def get_settings(request: Request) -> Settings:
+    return request.app.state.settings
+
+
+def get_metrics(request: Request) -> Metrics:
+    return request.app.state.metrics
+
+
+def get_engine(request: Request) -> InferenceEngine | None:
+    """The engine once the model is loaded (None while loading)."""
+    return getattr(request.app.state, "engine", None)
+
+
+def get_phase(request: Request) -> str:
+    return request.app.state.phase
+
+
+def get_started_at(request: Request) -> float:
+    return request.app.state.started_at
+
+
+def get_rules(request: Request) -> RulesService | None:
+    """The rules service, or None when no site file is configured."""
+    return getattr(request.app.state, "rules", None)
+
+
+def get_api_keys(request: Request) -> list[bytes]:
+    return request.app.state.api_keys
+
+
+SettingsDep = Annotated[Settings, Depends(get_settings)]
+MetricsDep = Annotated[Metrics, Depends(get_metrics)]
+MaybeEngineDep = Annotated[InferenceEngine | None, Depends(get_engine)]
+PhaseDep = Annotated[str, Depends(get_phase)]
+StartedAtDep = Annotated[float, Depends(get_started_at)]
+MaybeRulesDep = Annotated[RulesService | None, Depends(get_rules)]
+ApiKeysDep = Annotated[list[bytes], Depends(get_api_keys)]
+
+
+def get_detector(engine: MaybeEngineDep) -> Detector | None:
+    """The engine's detector: one source, so a swapped engine brings its own."""
+    return engine.pipeline.detector if engine is not None else None
+
+
+MaybeDetectorDep = Annotated[Detector | None, Depends(get_detector)]
+
+
+def ready_engine(engine: MaybeEngineDep, metrics: MetricsDep, phase: PhaseDep) -> InferenceEngine:
+    """The engine if it can take work now: 503 while loading or full, checked before the
+    body is read so overload costs no bandwidth or decoding."""
+    if engine is None:
+        metrics.rejected.labels("not_ready").inc()
+        raise NotReady(f"the model is not ready yet ({phase})")
+    engine.check_capacity()
+    return engine
+
+
+EngineDep = Annotated[InferenceEngine, Depends(ready_engine)]
+
+
+def require_rules(rules: MaybeRulesDep) -> RulesService:
+    if rules is None:
+        raise NotFound("rules are disabled: no site_config is set", code="rules_disabled")
+    return rules
+
+
+RulesDep = Annotated[RulesService, Depends(require_rules)]
+
+
+def check_key(keys: list[bytes], supplied: str | None) -> None:
     """Constant-time comparison against every configured key (rotation: list old and new)."""
-    keys: list[bytes] = request.app.state.api_keys
     if not keys:
         return
     if not supplied:
@@ -24,26 +109,17 @@ def check_key(request: Request, supplied: str | None) -> None:
         raise Forbidden("the API key is not valid")
 
 
-async def require_api_key(request: Request) -> None:
-    check_key(request, request.headers.get("x-api-key"))
+def is_public(request: Request, settings: Settings) -> bool:
+    """Routes listed in ``public_routes`` answer without a key (by route template)."""
+    route = request.scope.get("route")
+    path = getattr(route, "path", request.url.path)
+    return path in settings.public_routes
 
 
-async def require_api_key_for_health(request: Request) -> None:
-    if not request.app.state.settings.open_health:
-        check_key(request, request.headers.get("x-api-key"))
+async def require_api_key(request: Request, keys: ApiKeysDep, settings: SettingsDep,
+                          supplied: Annotated[str | None, Security(api_key_header)] = None) -> None:
+    if not is_public(request, settings):
+        check_key(keys, supplied)
 
 
-async def require_api_key_for_metrics(request: Request) -> None:
-    if not request.app.state.settings.open_metrics:
-        check_key(request, request.headers.get("x-api-key"))
-
-
-def engine_of(request: Request):
-    """The inference engine if it can take work now: 503 while loading or full, checked
-    before the body is read so overload costs no bandwidth or decoding."""
-    engine = getattr(request.app.state, "engine", None)
-    if engine is None:
-        request.app.state.metrics.rejected.labels("not_ready").inc()
-        raise NotReady(f"the model is not ready yet ({request.app.state.phase})")
-    engine.check_capacity()
-    return engine
+ApiKey = Depends(require_api_key)

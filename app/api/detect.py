@@ -3,23 +3,26 @@
 from __future__ import annotations
 
 import asyncio
-import re
-from datetime import datetime
+import logging
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import Response
 
-from app.api.deps import engine_of, require_api_key
+from app.api.deps import ApiKey, EngineDep, MaybeRulesDep, MetricsDep, SettingsDep
 from app.api.images import parse_upload
-from app.api.schemas import BatchItem, BatchResponse, Box, DetectionOut, DetectResponse, ErrorBody, Timings
-from app.engine import DetectResult
-from app.errors import InvalidParameter, ServiceError
+from app.api.schemas import (BatchItem, BatchResponse, Box, DetectionOut, DetectResponse, ErrorBody, IsoDatetime,
+                             Timings, error_responses)
+from app.config import Settings
+from app.engine import DetectResult, InferenceEngine
+from app.errors import InvalidParameter, ServiceError, shorten
 from app.pipeline import DetectParams
+from app.rules.config import IDENT as CAMERA_RE
+from app.rules.service import RulesService
 
-router = APIRouter(tags=["detection"], dependencies=[Depends(require_api_key)])
-CAMERA_RE = r"^[A-Za-z0-9_.:-]{1,128}$"
-ERRORS = {code: {"model": ErrorBody} for code in (400, 401, 403, 413, 415, 422, 500, 503, 504)}
+log = logging.getLogger("campusguard.api")
+router = APIRouter(tags=["detection"], dependencies=[ApiKey])
+ERRORS = error_responses(400, 401, 403, 413, 415, 422, 500, 503, 504)
 IMAGE_BODY = {
     "requestBody": {
         "required": True,
@@ -41,82 +44,121 @@ BATCH_BODY = {
 }
 
 
-class DetectQuery:
-    """Per-request overrides of the configured defaults."""
+class Frame:
+    """Which camera sent the frame(s) and when they were captured (feeds the campus rules)."""
 
     def __init__(
         self,
-        conf: Annotated[float | None, Query(ge=0, le=1, description="Confidence threshold")] = None,
-        iou: Annotated[float | None, Query(ge=0, le=1, description="NMS IoU threshold")] = None,
-        max_det: Annotated[int | None, Query(ge=1, le=10000, description="Most detections per image")] = None,
-        classes: Annotated[str | None, Query(max_length=2000, description="Comma list of class names or ids")] = None,
-        camera_id: Annotated[str | None, Query(pattern=CAMERA_RE, description="Camera sending the frame")] = None,
-        timestamp: Annotated[datetime | None, Query(description="Capture time (ISO 8601); server time if absent")] = None,
-        annotate: Annotated[bool, Query(description="Reply with an annotated JPEG instead of JSON")] = False,
+        camera_id: Annotated[str | None, Query(pattern=CAMERA_RE, description=(
+            "Camera sending the frame: 1-64 characters, a letter or digit first, then letters, digits, "
+            "`_ . : -` (the site file's rule)"))] = None,
+        timestamp: Annotated[IsoDatetime | None, Query(description=(
+            "Capture time, ISO 8601 (naive = UTC); server time if absent"))] = None,
     ) -> None:
-        self.conf, self.iou, self.max_det, self.classes = conf, iou, max_det, classes
-        self.camera_id, self.timestamp, self.annotate = camera_id, timestamp, annotate
+        self.camera_id, self.timestamp = camera_id, timestamp
+
+
+FrameDep = Annotated[Frame, Depends()]
 
 
 def resolve_classes(spec: str | None, names: dict[int, str]) -> frozenset[int] | None:
-    """'person,car' or '0,2' (or a mix) -> class ids; unknown entries are a 422."""
+    """'person,car' or '0,2' (or a mix) -> class ids; unknown entries are a 422.
+
+    Absent or empty means every class; a list with no entry (``,,,``) is a mistake, not
+    "every class". Ids are ASCII digits only (no full-width or Arabic-Indic digits)."""
     if spec is None or not spec.strip():
         return None
     by_name = {v.lower(): k for k, v in names.items()}
+    tokens = [t.strip() for t in spec.split(",") if t.strip()]
+    if not tokens:
+        raise InvalidParameter("classes lists no class: leave it out (or empty) for every class",
+                               code="unknown_class")
     ids, unknown = set(), []
-    for token in (t.strip() for t in spec.split(",")):
-        if not token:
-            continue
-        if re.fullmatch(r"\d+", token) and int(token) in names:
+    for token in tokens:
+        if token.isascii() and token.isdigit() and int(token) in names:
             ids.add(int(token))
         elif token.lower() in by_name:
             ids.add(by_name[token.lower()])
         else:
-            unknown.append(token)
+            unknown.append(shorten(token, 40))
     if unknown:
-        raise InvalidParameter(f"unknown classes: {', '.join(unknown)} (the model knows {len(names)} classes; "
+        listed = ", ".join(unknown[:10]) + (f" and {len(unknown) - 10} more" if len(unknown) > 10 else "")
+        raise InvalidParameter(f"unknown classes: {listed} (the model knows {len(names)} classes; "
                                "see GET /health)", code="unknown_class")
     return frozenset(ids)
 
 
-def detect_params(request: Request, q: DetectQuery) -> DetectParams:
-    s = request.app.state.settings
+def detect_params(
+    settings: SettingsDep,
+    engine: EngineDep,
+    conf: Annotated[float | None, Query(ge=0, le=1, description="Confidence threshold")] = None,
+    iou: Annotated[float | None, Query(ge=0, le=1, description="NMS IoU threshold")] = None,
+    max_det: Annotated[int | None, Query(ge=1, le=10000, description="Most detections per image")] = None,
+    classes: Annotated[str | None, Query(max_length=2000, description=(
+        "Comma list of class names or ids; absent or empty = every class"))] = None,
+) -> DetectParams:
+    """Per-request overrides of the configured defaults."""
     return DetectParams(
-        conf=s.conf if q.conf is None else q.conf,
-        iou=s.iou if q.iou is None else q.iou,
-        max_det=s.max_det if q.max_det is None else q.max_det,
-        classes=resolve_classes(q.classes, request.app.state.detector.names),
+        conf=settings.conf if conf is None else conf,
+        iou=settings.iou if iou is None else iou,
+        max_det=settings.max_det if max_det is None else max_det,
+        classes=resolve_classes(classes, engine.pipeline.detector.names),
     )
 
 
-def shape_result(request: Request, result: DetectResult, camera_id: str | None, events: list[dict]) -> DetectResponse:
-    det = request.app.state.detector
-    metrics = request.app.state.metrics
-    for d in result.detections:
-        metrics.detections.labels(d.class_name).inc()
-        if camera_id:
-            metrics.camera_detections.labels(metrics.camera_label(camera_id), d.class_name).inc()
+ParamsDep = Annotated[DetectParams, Depends(detect_params)]
+
+
+def shape_result(engine: InferenceEngine, settings: Settings, result: DetectResult, camera_id: str | None,
+                 events: list[dict]) -> DetectResponse:
+    det = engine.pipeline.detector
     return DetectResponse(
         width=result.width, height=result.height,
         detections=[DetectionOut(class_id=d.class_id, class_name=d.class_name, confidence=d.confidence,
                                  box=Box(x1=d.x1, y1=d.y1, x2=d.x2, y2=d.y2)) for d in result.detections],
-        model=det.model_name, backend=det.backend, provider=det.provider, device=request.app.state.settings.device,
+        model=det.model_name, backend=det.backend, provider=det.provider, device=settings.device,
         camera_id=camera_id, timings=Timings(**result.timings_ms), events=events,
     )
 
 
-async def run_rules(request: Request, q: DetectQuery, result: DetectResult) -> list[dict]:
-    rules = getattr(request.app.state, "rules", None)
-    if rules is None or q.camera_id is None:
+async def run_rules(engine: InferenceEngine, rules: RulesService | None, frame: Frame,
+                    result: DetectResult) -> list[dict]:
+    if rules is None or frame.camera_id is None:
         return []
     loop = asyncio.get_running_loop()
-    return await loop.run_in_executor(request.app.state.engine.executor, rules.evaluate, q.camera_id, q.timestamp,
+    return await loop.run_in_executor(engine.executor, rules.evaluate, frame.camera_id, frame.timestamp,
                                       (result.width, result.height), result.detections, result.image)
 
 
-def wants_jpeg(request: Request, q: DetectQuery) -> bool:
+def accept_quality(accept: str, media_type: str) -> float:
+    """q of ``media_type`` in an Accept header (exact, ``type/*`` or ``*/*``; most specific wins)."""
+    best, specificity = 0.0, -1
+    kind = media_type.split("/")[0]
+    for part in accept.split(","):
+        fields = [f.strip() for f in part.split(";")]
+        name = fields[0].lower()
+        rank = {media_type: 2, f"{kind}/*": 1, "*/*": 0}.get(name)
+        if rank is None or rank < specificity:
+            continue
+        q = 1.0
+        for param in fields[1:]:
+            key, _, value = param.partition("=")
+            if key.strip().lower() == "q":
+                try:
+                    q = float(value)
+                except ValueError:
+                    q = 0.0
+        best, specificity = q, rank
+    return best
+
+
+def wants_jpeg(request: Request, annotate: bool) -> bool:
+    """annotate=true, or an Accept header that prefers image/jpeg to JSON (q=0 means "not")."""
     accept = request.headers.get("accept", "")
-    return q.annotate or ("image/jpeg" in accept and "application/json" not in accept)
+    if annotate:
+        return True
+    jpeg = accept_quality(accept, "image/jpeg") if "image/jpeg" in accept.lower() else 0.0
+    return jpeg > 0 and jpeg > accept_quality(accept, "application/json")
 
 
 DETECT_RESPONSES = {**ERRORS, 200: {"description": "Detections (JSON), or the annotated frame with annotate=true",
@@ -125,62 +167,75 @@ DETECT_RESPONSES = {**ERRORS, 200: {"description": "Detections (JSON), or the an
 
 @router.post("/detect", response_model=DetectResponse, responses=DETECT_RESPONSES, openapi_extra=IMAGE_BODY,
              summary="Detect objects in one image")
-async def detect(request: Request, q: Annotated[DetectQuery, Depends()]) -> DetectResponse | Response:
+async def detect(request: Request, engine: EngineDep, params: ParamsDep, frame: FrameDep, settings: SettingsDep,
+                 metrics: MetricsDep, rules: MaybeRulesDep,
+                 annotate: Annotated[bool, Query(description="Reply with an annotated JPEG instead of JSON")] = False,
+                 ) -> DetectResponse | Response:
     """Send the frame as multipart field `image` or as a raw `image/*` body.
 
     Boxes are in pixels of the original image. With `camera_id` the frame also feeds the
     campus rules of that camera and `events` lists what it started or ended. With
-    `annotate=true` (or `Accept: image/jpeg`) the reply is the annotated frame.
+    `annotate=true` (or `Accept: image/jpeg` preferred to JSON) the reply is the annotated frame.
     """
-    engine = engine_of(request)
-    params = detect_params(request, q)
-    upload = (await parse_upload(request, ("image",), 1)).images[0]
-    annotate = wants_jpeg(request, q)
-    rules_on = getattr(request.app.state, "rules", None) is not None and q.camera_id is not None
-    result = await engine.detect(upload.data, params, keep_image=annotate or rules_on)
-    events = await run_rules(request, q, result)
-    request.scope["state"].update(camera_id=q.camera_id, detections=len(result.detections))
-    if annotate:
-        return Response(await annotated_jpeg(request, q, result, events), media_type="image/jpeg")
-    return shape_result(request, result, q.camera_id, events)
+    upload = (await parse_upload(request, ("image",), 1, settings.max_body_bytes)).images[0]
+    jpeg = wants_jpeg(request, annotate)
+    rules_on = rules is not None and frame.camera_id is not None
+    result = await engine.detect(upload.data, params, keep_image=jpeg or rules_on)
+    events = await run_rules(engine, rules, frame, result)
+    metrics.count_detections([d.class_name for d in result.detections], frame.camera_id)
+    request.scope["state"].update(camera_id=frame.camera_id, detections=len(result.detections))
+    if jpeg:
+        return Response(await annotated_jpeg(engine, rules, frame, result, events), media_type="image/jpeg")
+    return shape_result(engine, settings, result, frame.camera_id, events)
 
 
-async def annotated_jpeg(request: Request, q: DetectQuery, result: DetectResult, events: list[dict]) -> bytes:
+async def annotated_jpeg(engine: InferenceEngine, rules: RulesService | None, frame: Frame, result: DetectResult,
+                         events: list[dict]) -> bytes:
     from app.vision.annotate import annotate_jpeg
 
-    rules = getattr(request.app.state, "rules", None)
-    zones = rules.zones_for(q.camera_id) if rules is not None and q.camera_id else ()
+    zones = rules.zones_for(frame.camera_id) if rules is not None and frame.camera_id else ()
     loop = asyncio.get_running_loop()
-    return await loop.run_in_executor(request.app.state.engine.executor, lambda: annotate_jpeg(
-        result.image, result.detections, zones=zones, events=events, names=request.app.state.detector.names))
+    return await loop.run_in_executor(engine.executor, lambda: annotate_jpeg(
+        result.image, result.detections, zones=zones, events=events, names=engine.pipeline.detector.names))
+
+
+def item_error(index: int, outcome: BaseException) -> ErrorBody:
+    """A failed item's error: its own ServiceError, or internal_error (logged) for a bug."""
+    if isinstance(outcome, ServiceError):
+        return ErrorBody(error=outcome.code, message=outcome.message)
+    log.error("batch item %d failed", index, exc_info=outcome)
+    return ErrorBody(error="internal_error", message="internal server error")
 
 
 @router.post("/detect/batch", response_model=BatchResponse, responses=ERRORS, openapi_extra=BATCH_BODY,
              summary="Detect objects in several images")
-async def detect_batch(request: Request, q: Annotated[DetectQuery, Depends()]) -> BatchResponse:
-    """Several images as repeated multipart fields `images` (or `image`).
+async def detect_batch(request: Request, engine: EngineDep, params: ParamsDep, frame: FrameDep,
+                       settings: SettingsDep, metrics: MetricsDep, rules: MaybeRulesDep) -> BatchResponse:
+    """Several images as repeated multipart fields `images` (or `image`); the reply is JSON.
 
     Each image succeeds or fails on its own: a corrupt file yields an error entry for that
-    index while the others are detected (the results list always matches the input).
+    index while the others are detected (the results list always matches the input). With
+    `camera_id`, the frames feed that camera's rules one after another in upload order (all
+    at `timestamp`, or the server's time) and each item lists the events it started or ended.
+    No annotated JPEGs here: send one frame to /detect for that.
     """
-    engine = engine_of(request)
-    params = detect_params(request, q)
-    settings = request.app.state.settings
-    uploads = (await parse_upload(request, ("images", "image"), settings.max_batch_images)).images
-    outcomes = await asyncio.gather(*(engine.detect(u.data, params) for u in uploads), return_exceptions=True)
+    uploads = (await parse_upload(request, ("images", "image"), settings.max_batch_images,
+                                  settings.max_body_bytes)).images
+    keep = rules is not None and frame.camera_id is not None
+    outcomes = await asyncio.gather(*(engine.detect(u.data, params, keep_image=keep) for u in uploads),
+                                    return_exceptions=True)
     unavailable = [o for o in outcomes if isinstance(o, ServiceError) and o.status == 503]
     if len(unavailable) == len(outcomes):
         raise unavailable[0]  # the service, not the images, failed: let the client retry
     items = []
     for index, (upload, outcome) in enumerate(zip(uploads, outcomes)):
-        if isinstance(outcome, ServiceError):
-            items.append(BatchItem(index=index, filename=upload.filename, ok=False,
-                                   error=ErrorBody(error=outcome.code, message=outcome.message)))
-        elif isinstance(outcome, BaseException):
-            raise outcome
-        else:
-            items.append(BatchItem(index=index, filename=upload.filename, ok=True,
-                                   result=shape_result(request, outcome, q.camera_id, [])))
-    request.scope["state"].update(camera_id=q.camera_id,
+        if isinstance(outcome, BaseException):
+            items.append(BatchItem(index=index, filename=upload.filename, ok=False, error=item_error(index, outcome)))
+            continue
+        events = await run_rules(engine, rules, frame, outcome)
+        metrics.count_detections([d.class_name for d in outcome.detections], frame.camera_id)
+        items.append(BatchItem(index=index, filename=upload.filename, ok=True,
+                               result=shape_result(engine, settings, outcome, frame.camera_id, events)))
+    request.scope["state"].update(camera_id=frame.camera_id,
                                   detections=sum(len(i.result.detections) for i in items if i.result))
     return BatchResponse(results=items)

@@ -9,23 +9,30 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from app.api.deepstack import deepstack_error, is_deepstack
 from app.errors import ServiceError
 
 log = logging.getLogger("campusguard.api")
-DEEPSTACK_PREFIX = "/v1/vision/"
+MAX_MESSAGE = 1000  # error messages built from client input stay readable and small
 
 
-def error_response(status: int, code: str, message: str, request: Request | None = None,
-                   detail: list | None = None, retry_after: float | None = None) -> JSONResponse:
-    headers = {"Retry-After": str(max(1, round(retry_after)))} if retry_after else None
-    if request is not None and request.url.path.startswith(DEEPSTACK_PREFIX):
-        # DeepStack clients (Blue Iris, Home Assistant, Frigate) read {"success": false, "error": ...}
-        # and DeepStack answers every bad input (image or parameter) with 400.
-        status = 400 if status in (415, 422) else status
-        return JSONResponse({"success": False, "error": message, "code": status}, status, headers=headers)
+def error_body(status: int, code: str, message: str, path: str,
+               detail: list | None = None) -> tuple[int, dict]:
+    """(status, JSON body) of an error: the service's shape, or DeepStack's on its routes."""
+    if len(message) > MAX_MESSAGE:
+        message = message[:MAX_MESSAGE] + "..."
+    if is_deepstack(path):
+        return deepstack_error(status, message)
     body = {"error": code, "message": message}
     if detail is not None:
         body["detail"] = detail
+    return status, body
+
+
+def error_response(status: int, code: str, message: str, request: Request,
+                   detail: list | None = None, retry_after: float | None = None) -> JSONResponse:
+    headers = {"Retry-After": str(max(1, round(retry_after)))} if retry_after else None
+    status, body = error_body(status, code, message, request.url.path, detail)
     return JSONResponse(body, status, headers=headers)
 
 
@@ -37,9 +44,10 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
-        detail = [{"loc": list(e.get("loc", ())), "msg": e.get("msg", ""), "type": e.get("type", "")}
-                  for e in exc.errors()]
-        message = "; ".join(f"{'.'.join(map(str, d['loc']))}: {d['msg']}" for d in detail) or "invalid request"
+        # loc and msg only: pydantic's `input` would echo the client's value (a 2 MB parameter) back
+        detail = [{"loc": [str(part)[:64] for part in e.get("loc", ())], "msg": e.get("msg", "")[:200],
+                   "type": e.get("type", "")} for e in exc.errors()[:20]]
+        message = "; ".join(f"{'.'.join(d['loc'])}: {d['msg']}" for d in detail) or "invalid request"
         return error_response(422, "invalid_parameter", message, request, detail=detail)
 
     @app.exception_handler(StarletteHTTPException)

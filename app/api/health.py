@@ -1,17 +1,22 @@
-"""Liveness, readiness and a status document for operators and orchestrators."""
+"""Liveness, readiness and a status document for operators and orchestrators.
+
+Every probe also answers HEAD (load balancers and uptime checkers use it). Which of
+them need a key when keys are set is the ``public_routes`` setting (default: the two
+probes are open, the status document is not).
+"""
 
 from __future__ import annotations
 
 import time
 
-from fastapi import APIRouter, Depends, Request
-from fastapi.responses import JSONResponse
+from fastapi import APIRouter
 
 from app import __version__
-from app.api.deps import require_api_key_for_health
-from app.api.schemas import ErrorBody, Health, Status
+from app.api.deps import ApiKey, MaybeDetectorDep, MaybeEngineDep, PhaseDep, StartedAtDep
+from app.api.schemas import Health, Status, error_responses
+from app.errors import NotReady
 
-router = APIRouter(tags=["health"], dependencies=[Depends(require_api_key_for_health)])
+router = APIRouter(tags=["health"], dependencies=[ApiKey], responses=error_responses(401, 403))
 
 
 @router.get("/health/live", response_model=Status, summary="Liveness: the process answers")
@@ -20,29 +25,26 @@ async def live() -> Status:
     return Status(status="alive")
 
 
-@router.get("/health/ready", response_model=Status, responses={503: {"model": ErrorBody}},
+@router.get("/health/ready", response_model=Status, responses=error_responses(503),
             summary="Readiness: the model is loaded, warm and the worker is alive")
-async def ready(request: Request):
+async def ready(engine: MaybeEngineDep, phase: PhaseDep) -> Status:
     """503 (with Retry-After) while loading, warming up, restarting a worker, after a
     watchdog trip, and while draining for shutdown; route no traffic here then."""
-    engine = getattr(request.app.state, "engine", None)
     if engine is not None and engine.ready:
         return Status(status="ready")
-    reason = request.app.state.phase if engine is None or not engine.state.ready else (
+    reason = phase if engine is None or not engine.state.ready else (
         "draining" if engine.state.draining else "watchdog_tripped" if engine.state.tripped else "worker_restarting")
-    return JSONResponse({"error": "not_ready", "message": f"not ready: {reason}"}, 503, headers={"Retry-After": "1"})
+    raise NotReady(f"not ready: {reason}")
 
 
 @router.get("/health", response_model=Health, summary="Status document")
-async def health(request: Request) -> Health:
+async def health(engine: MaybeEngineDep, detector: MaybeDetectorDep, phase: PhaseDep,
+                 started_at: StartedAtDep) -> Health:
     """Backend, provider, device and its memory, model and classes, uptime and counters."""
-    state = request.app.state
-    engine = getattr(state, "engine", None)
-    detector = getattr(state, "detector", None)
-    out = Health(status="ready" if engine is not None and engine.ready else state.phase,
+    out = Health(status="ready" if engine is not None and engine.ready else phase,
                  ready=bool(engine is not None and engine.ready), version=__version__,
-                 uptime_s=round(time.time() - state.started_at, 3))
-    if detector is not None:
+                 uptime_s=round(time.time() - started_at, 3))
+    if engine is not None and detector is not None:
         info = detector.device_info()
         mem = detector.memory()
         counters = engine.pipeline.counters
@@ -54,3 +56,8 @@ async def health(request: Request) -> Health:
             inferences=counters.inferences, images=counters.images, cache_clears=counters.cache_clears,
             queue_depth=engine.queue.qsize()))
     return out
+
+
+for _route in list(router.routes):  # HEAD beside each GET (FastAPI adds none), kept out of the schema
+    router.add_api_route(_route.path, _route.endpoint, methods=["HEAD"], include_in_schema=False,
+                         response_model=_route.response_model)

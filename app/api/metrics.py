@@ -1,21 +1,24 @@
-"""GET /metrics: Prometheus text exposition of the app's one registry."""
+"""GET /metrics: Prometheus text exposition of the app's one registry.
+
+Needs a key when keys are set (camera ids, zone names and live occupancy are in it),
+unless ``/metrics`` is listed in ``public_routes`` for a Prometheus without a key.
+"""
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter
 from fastapi.responses import Response
 
-from app.api.deps import require_api_key_for_metrics
+from app.api.deps import ApiKey, MaybeDetectorDep, MetricsDep
+from app.api.schemas import error_responses
 
-router = APIRouter(tags=["metrics"], dependencies=[Depends(require_api_key_for_metrics)])
+router = APIRouter(tags=["metrics"], dependencies=[ApiKey], responses=error_responses(401, 403))
 
 
 @router.get("/metrics", summary="Prometheus metrics", response_class=Response,
             responses={200: {"content": {"text/plain": {}}}})
-async def metrics(request: Request) -> Response:
+async def metrics(metrics: MetricsDep, detector: MaybeDetectorDep) -> Response:
     """Scrape target. Device memory is read at scrape time so it is never stale."""
-    state = request.app.state
-    detector = getattr(state, "detector", None)
     if detector is not None:
-        state.metrics.observe_memory(detector.device_info().device, detector.memory())
-    return Response(state.metrics.render(), media_type=state.metrics.content_type)
+        metrics.observe_memory(detector.device_info().device, detector.memory())
+    return Response(metrics.render(), media_type=metrics.content_type)

@@ -1,53 +1,64 @@
-"""Pure ASGI middleware: body-size limit while streaming, request metrics and access log.
+"""Pure ASGI middleware: body-size limit and body-read timeout while streaming, request
+metrics and access log.
 
 The body limit is enforced on the bytes as they arrive, before anything is buffered: a
 declared Content-Length over the limit is refused at once, and a chunked body is cut off
-the moment it crosses the limit (the app then sees a disconnect and stops).
+the moment it crosses the limit (the app then sees a disconnect and stops). A client that
+sends its body slower than ``body_read_timeout_s`` allows gets 408 and loses the
+connection, so slow uploads cannot hold connections and memory open.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
+from collections.abc import Sequence
 
+from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from app.api.errors import error_body
 from app.metrics import Metrics
 
 access_log = logging.getLogger("campusguard.access")
-KNOWN_ROUTES = ("/detect/batch", "/detect", "/v1/vision/detection", "/health/live", "/health/ready", "/health",
-                "/metrics", "/events", "/admin/reload", "/docs", "/openapi.json")
+DISCONNECT: Message = {"type": "http.disconnect"}
 
 
-def route_label(path: str) -> str:
-    """Bounded label set: a known route, or 'other' (scanners must not blow up cardinality)."""
-    if path in KNOWN_ROUTES:
-        return path
-    if path.startswith("/events/"):
-        return "/events/{id}"
+def route_label(routes: Sequence[BaseRoute], scope: Scope) -> str:
+    """Bounded label set: the template of the app route the request matches ("/events/{event_id}"),
+    or 'other' (scanners must not blow up cardinality). Read from the app's own routes, so
+    a new route is labelled without a second list to maintain."""
+    for route in routes:
+        match, _ = route.matches(scope)
+        if match is not Match.NONE:
+            return getattr(route, "path", "other") or "other"
     return "other"
 
 
 class RequestGuard:
-    def __init__(self, app: ASGIApp, max_body_bytes: int, metrics: Metrics) -> None:
+    def __init__(self, app: ASGIApp, max_body_bytes: int, metrics: Metrics, routes: Sequence[BaseRoute],
+                 body_read_timeout_s: float) -> None:
         self.app = app
         self.max_body = max_body_bytes
         self.metrics = metrics
+        self.routes = routes
+        self.body_timeout = body_read_timeout_s
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         start = time.perf_counter()
-        route = route_label(scope["path"])
+        route = route_label(self.routes, scope)
         state = {"status": 500, "responded": False, "cut": False}
         scope.setdefault("state", {})
 
         async def guarded_send(message: Message) -> None:
             if message["type"] == "http.response.start":
                 if state["cut"]:
-                    return  # we already answered 413
+                    return  # we already answered 413 / 408
                 state["status"] = message["status"]
                 state["responded"] = True
             elif state["cut"]:
@@ -56,20 +67,29 @@ class RequestGuard:
 
         declared = _content_length(scope)
         if declared is not None and declared > self.max_body:
-            await self._refuse(send, state, declared)
+            await self._refuse(scope, send, state, *self._too_large())
         else:
-            received = 0
+            received, body_done = 0, False
+            deadline = start + self.body_timeout
 
             async def limited_receive() -> Message:
-                nonlocal received
+                nonlocal received, body_done
                 if state["cut"]:
-                    return {"type": "http.disconnect"}
-                message = await receive()
+                    return DISCONNECT
+                if body_done:  # after the body the app only listens for a disconnect: no deadline
+                    return await receive()
+                try:
+                    message = await asyncio.wait_for(receive(), max(deadline - time.perf_counter(), 0.001))
+                except asyncio.TimeoutError:
+                    await self._refuse(scope, send, state, 408, "request_timeout", "body_timeout",
+                                       f"the request body was not received within {self.body_timeout:g} s")
+                    return DISCONNECT
                 if message["type"] == "http.request":
                     received += len(message.get("body", b""))
+                    body_done = not message.get("more_body", False)
                     if received > self.max_body:
-                        await self._refuse(send, state, received)
-                        return {"type": "http.disconnect"}
+                        await self._refuse(scope, send, state, *self._too_large())
+                        return DISCONNECT
                 return message
 
             self.metrics.in_flight.inc()
@@ -88,15 +108,19 @@ class RequestGuard:
                    "detections": extra.get("detections")},
         )
 
-    async def _refuse(self, send: Send, state: dict, size: int) -> None:
+    def _too_large(self) -> tuple[int, str, str, str]:
+        return 413, "payload_too_large", "payload_too_large", f"request body exceeds the limit of {self.max_body} bytes"
+
+    async def _refuse(self, scope: Scope, send: Send, state: dict, status: int, code: str, reason: str,
+                      message: str) -> None:
         if state["responded"]:
             state["cut"] = True
             return
-        state["cut"], state["status"], state["responded"] = True, 413, True
-        self.metrics.rejected.labels("payload_too_large").inc()
-        body = json.dumps({"error": "payload_too_large",
-                           "message": f"request body exceeds the limit of {self.max_body} bytes"}).encode()
-        await send({"type": "http.response.start", "status": 413,
+        state["cut"], state["status"], state["responded"] = True, status, True
+        self.metrics.rejected.labels(reason).inc()
+        status, payload = error_body(status, code, message, scope["path"])
+        body = json.dumps(payload).encode()
+        await send({"type": "http.response.start", "status": status,
                     "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
                                 (b"connection", b"close")]})
         await send({"type": "http.response.body", "body": body})

@@ -2,9 +2,34 @@
 
 from __future__ import annotations
 
-from typing import Any
+import datetime as dt
+import re
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import AfterValidator, BaseModel, BeforeValidator, Field
+
+_ISO_DATETIME = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}([T ][0-9]{2}:[0-9]{2}.*)?", re.ASCII)
+
+
+def _iso_only(value: object) -> object:
+    """Only ISO 8601 text: pydantic would also take 99999999999999 or 0.5 as Unix time."""
+    if isinstance(value, str) and not _ISO_DATETIME.fullmatch(value.strip()):
+        raise ValueError("must be an ISO 8601 date-time such as 2026-03-02T18:04:05Z")
+    return value
+
+
+def _as_utc(value: dt.datetime) -> dt.datetime:
+    """Aware UTC (naive = UTC); a time whose UTC form is outside years 1..9999 is refused here
+    instead of overflowing later (9999-12-31T23:59:59-10:00)."""
+    if value.tzinfo is None:
+        return value.replace(tzinfo=dt.timezone.utc)
+    try:
+        return value.astimezone(dt.timezone.utc)
+    except OverflowError:
+        raise ValueError("is out of range once converted to UTC") from None
+
+
+IsoDatetime = Annotated[dt.datetime, BeforeValidator(_iso_only), AfterValidator(_as_utc)]
 
 
 class ErrorBody(BaseModel):
@@ -13,6 +38,11 @@ class ErrorBody(BaseModel):
     error: str = Field(examples=["invalid_image"])
     message: str
     detail: list[Any] | None = None
+
+
+def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI ``responses`` for these error statuses, all with the ErrorBody shape."""
+    return {status: {"model": ErrorBody} for status in statuses}
 
 
 class Box(BaseModel):
@@ -111,3 +141,46 @@ class DeepStackResponse(BaseModel):
     moduleId: str = "campusguard"
     executionProvider: str = ""
     error: str | None = None
+
+
+class EventObject(BaseModel):
+    """An object that made the rule hold (at the event's peak count)."""
+
+    track_id: int | None = Field(None, description="ByteTrack id within the camera; null when not confirmed yet")
+    class_id: int
+    class_name: str
+    confidence: float
+    box: list[float] = Field(description="x1, y1, x2, y2 in pixels of the frame")
+
+
+class EventOut(BaseModel):
+    """One occurrence of a rule in a zone of a camera."""
+
+    id: str
+    camera_id: str
+    zone: str
+    rule: str = Field(description="Rule name (the rule type unless the site file names it)")
+    rule_type: Literal["intrusion", "crowd", "fire_lane"] | str
+    state: Literal["started", "ended"]
+    started_at: dt.datetime
+    ended_at: dt.datetime | None = None
+    objects: list[EventObject] = Field(default_factory=list)
+    max_count: int = Field(description="Most objects satisfying the rule on one frame during the event")
+    snapshot: str | None = Field(None, description="URL path of the annotated JPEG taken when the event started")
+
+
+class EventPage(BaseModel):
+    """A page of events, newest first."""
+
+    items: list[EventOut]
+    total: int = Field(description="Events matching the filters (all pages)")
+    limit: int
+    offset: int
+
+
+class ReloadResult(BaseModel):
+    """The site file was valid and is now in force."""
+
+    ok: bool = True
+    cameras: list[str]
+    loaded_at: dt.datetime

@@ -152,7 +152,8 @@ def test_sigterm_drains_in_flight_requests(server_factory, bus_jpg):
 
 @pytest.mark.parametrize("open_probes", [True, False])
 def test_auth_matrix(server_factory, bus_jpg, open_probes):
-    server = server_factory(imgsz=320, api_keys="key-old,key-new", open_health=open_probes, open_metrics=open_probes)
+    public = "/health/live,/health/ready,/metrics" if open_probes else "/health/ready"
+    server = server_factory(imgsz=320, api_keys="key-old,key-new", public_routes=public)
     routes = [
         ("/detect", dict(content=bus_jpg, headers=dict(JPEG))),
         ("/detect/batch", dict(files=[("images", ("a.jpg", bus_jpg, "image/jpeg"))])),

@@ -46,3 +46,24 @@ def test_readme_commands_and_ci_agree():
     assert re.search(r"^make test$", CI, re.M), ".ci/run must call the README's test command"
     for command in COMMANDS:
         assert f"campusguard {command}" in README or f"`{command}`" in README, command
+
+
+def test_every_error_code_is_in_the_readme_table():
+    """The README's error table lists every code a reply can carry (issue 15 finding 9)."""
+    import re
+
+    from app import errors as errors_module
+    from app.rules.config import SiteConfigError
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    table = readme[readme.index("| status | `error` | when |"):]
+    codes = {cls.code for cls in vars(errors_module).values()
+             if isinstance(cls, type) and issubclass(cls, errors_module.ServiceError)}
+    codes |= {SiteConfigError.code}
+    sources = "\n".join(p.read_text() for p in (Path(__file__).resolve().parents[2] / "app").rglob("*.py"))
+    codes |= set(re.findall(r'code="([a-z_]+)"', sources))
+    codes |= set(re.findall(r'\b\d{3}, "([a-z_]+)"(?!:)', sources))  # class and middleware literals
+    codes |= {"not_found", "method_not_allowed", "http_error", "internal_error", "invalid_parameter"}
+    codes -= {"config_error", "device_error"}  # startup only, never a reply
+    missing = sorted(code for code in codes if f"`{code}`" not in table)
+    assert not missing, f"README error table misses {missing}"

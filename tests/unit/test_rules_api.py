@@ -19,6 +19,7 @@ from tests.unit.rules_util import EXAMPLE_SITE, H, W, at, people
 def make_app(rules, keys=()) -> FastAPI:
     app = FastAPI()
     app.state.rules = rules
+    app.state.settings = Settings()
     app.state.api_keys = [k.encode() for k in keys]
     install_error_handlers(app)
     app.include_router(router)
@@ -71,7 +72,11 @@ def test_list_filter_paginate_and_get(rules):
     assert client.get("/events/doesnotexist/snapshot").status_code == 404
 
 
-@pytest.mark.parametrize("params", [{"limit": 0}, {"limit": 501}, {"offset": -1}, {"since": "yesterday"}])
+@pytest.mark.parametrize("params", [
+    {"limit": 0}, {"limit": 501}, {"offset": -1}, {"since": "yesterday"},
+    {"since": "9999-12-31T23:59:59-10:00"}, {"until": "0001-01-01T00:00:00+05:00"},
+    {"offset": 9223372036854775808}, {"offset": 2**63 - 1}, {"until": "0.5"}, {"since": "99999999999999"},
+    {"since": "\uff12\uff10\uff12\uff16-03-02T12:00:00Z"}])
 def test_bad_query_parameters(rules, params):
     r = TestClient(make_app(rules)).get("/events", params=params)
     assert r.status_code == 422 and r.json()["error"] == "invalid_parameter"

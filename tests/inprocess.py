@@ -1,0 +1,79 @@
+"""The real app in-process with a fake detector: contract tests without a model or a server.
+
+``inprocess_app`` builds the app with ``create_app`` (the production routes, middleware
+and error handlers), then hands the routes a real ``InferenceEngine`` over ``FakeDetector``
+through ``app.dependency_overrides`` (and a rules service, when given). The lifespan is not
+run, so no model loads; ``TestClient`` talks ASGI directly, no socket.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import cv2
+import numpy as np
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+
+from app.api.deps import get_engine, get_rules
+from app.config import Settings
+from app.engine import InferenceEngine
+from app.main import create_app
+from app.pipeline import Pipeline
+from tests.unit.test_engine import FakeDetector as EngineFakeDetector
+
+IMGSZ = 64
+
+
+class FakeDetector(EngineFakeDetector):
+    """One person box in the lower middle of every frame (foot point at 0.5, 0.75 of the
+    model input) and one car box at the top; no model, no device."""
+
+    provider, imgsz = "fake-cpu", IMGSZ
+    names = {0: "person", 1: "car", 2: "dog"}
+
+    def infer(self, batch: np.ndarray) -> np.ndarray:
+        out = np.zeros((len(batch), 4 + len(self.names), 8), np.float32)
+        out[:, :4, 0] = [32, 40, 8, 16]  # xywh of the person, in model-input pixels
+        out[:, 4, 0] = 0.9
+        out[:, :4, 1] = [32, 8, 16, 8]  # the car
+        out[:, 5, 1] = 0.5
+        return out
+
+
+def png(width: int = 64, height: int = 48) -> bytes:
+    ok, buf = cv2.imencode(".png", np.full((height, width, 3), 90, np.uint8))
+    assert ok
+    return buf.tobytes()
+
+
+@dataclass
+class InProcess:
+    app: FastAPI
+    client: TestClient
+    engine: InferenceEngine | None
+
+
+@contextmanager
+def inprocess_app(settings: Settings | None = None, *, ready: bool = True, rules=None) -> Iterator[InProcess]:
+    """The production app with a fake-detector engine (``ready=False``: no engine, as while
+    loading) and, optionally, a rules service."""
+    settings = settings or Settings(imgsz=IMGSZ, threads=1, preprocess_workers=1, warmup_iters=0)
+    app = create_app(settings)
+    engine = None
+    if ready:
+        pipeline = Pipeline(FakeDetector(), 0, settings.max_pixels)
+        engine = InferenceEngine(pipeline, settings, app.state.metrics)
+        engine.start()
+        engine.mark_ready()
+        app.dependency_overrides[get_engine] = lambda: engine
+    if rules is not None:
+        app.dependency_overrides[get_rules] = lambda: rules
+    try:
+        yield InProcess(app, TestClient(app, raise_server_exceptions=False), engine)
+    finally:
+        if engine is not None:
+            engine.begin_drain()
+            engine.stop()

@@ -1,0 +1,281 @@
+"""HTTP contract of /detect, /detect/batch, DeepStack, probes, docs and auth, in-process
+(the production app with a fake detector: tests/inprocess.py), no model and no socket."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from app.api.deps import get_engine
+from app.config import Settings
+from tests.inprocess import IMGSZ, inprocess_app, png
+
+pytestmark = pytest.mark.timeout(60)
+KEY = "key-1"
+PNG = {"content-type": "image/png"}
+
+
+def settings(**kw) -> Settings:
+    return Settings(imgsz=IMGSZ, threads=1, preprocess_workers=1, warmup_iters=0, **kw)
+
+
+@pytest.fixture(scope="module")
+def open_app():
+    with inprocess_app(settings()) as ip:
+        yield ip
+
+
+@pytest.fixture(scope="module")
+def keyed_app():
+    with inprocess_app(settings(api_keys=KEY)) as ip:
+        yield ip
+
+
+# --- /detect -------------------------------------------------------------------------------
+def test_detect_json_raw_and_multipart(open_app):
+    c = open_app.client
+    raw = c.post("/detect", content=png(), headers=PNG)
+    form = c.post("/detect", files={"image": ("f.png", png(), "image/png")})
+    for r in (raw, form):
+        assert r.status_code == 200, r.text
+        body = r.json()
+        assert (body["width"], body["height"]) == (64, 48) and body["backend"] == "fake"
+        assert [d["class_name"] for d in body["detections"]] == ["person", "car"]
+    only_people = c.post("/detect", params={"classes": "person", "conf": 0.6}, content=png(), headers=PNG).json()
+    assert [d["class_name"] for d in only_people["detections"]] == ["person"]
+
+
+@pytest.mark.parametrize("accept,jpeg", [("image/jpeg", True), ("image/jpeg;q=0", False),
+                                         ("image/jpeg;q=0.5, application/json", False),
+                                         ("application/json;q=0.2, image/jpeg", True), ("*/*", False)])
+def test_accept_header_negotiates_jpeg(open_app, accept, jpeg):
+    r = open_app.client.post("/detect", content=png(), headers={**PNG, "accept": accept})
+    assert r.status_code == 200
+    assert r.headers["content-type"].startswith("image/jpeg" if jpeg else "application/json")
+
+
+@pytest.mark.parametrize("shape", [(2, 5000), (5000, 2), (1, 20000), (20000, 1)])
+def test_extreme_aspect_images_are_detected(open_app, shape):
+    width, height = shape
+    r = open_app.client.post("/detect", content=png(width, height), headers=PNG)
+    assert r.status_code == 200, r.text
+    assert (r.json()["width"], r.json()["height"]) == (width, height)
+
+
+@pytest.mark.parametrize("params,code", [
+    ({"classes": ",,,"}, "unknown_class"),
+    ({"classes": "\uff10"}, "unknown_class"),  # full-width zero
+    ({"classes": "\u0660"}, "unknown_class"),  # Arabic-Indic zero
+    ({"camera_id": "-cam"}, "invalid_parameter"),
+    ({"camera_id": "c" * 65}, "invalid_parameter"),
+    ({"camera_id": "gate cam"}, "invalid_parameter"),
+    ({"timestamp": "99999999999999"}, "invalid_parameter"),
+    ({"timestamp": "0.5"}, "invalid_parameter"),
+    ({"conf": "1.5"}, "invalid_parameter"),
+])
+def test_bad_parameters_are_422(open_app, params, code):
+    r = open_app.client.post("/detect", params=params, content=png(), headers=PNG)
+    assert r.status_code == 422 and r.json()["error"] == code, r.text
+
+
+def test_good_camera_ids_and_empty_classes(open_app):
+    c = open_app.client
+    for camera in ("gate-cam", "c" * 64, "a.b_c:d-1"):
+        assert c.post("/detect", params={"camera_id": camera}, content=png(), headers=PNG).status_code == 200
+    every = c.post("/detect", params={"classes": ""}, content=png(), headers=PNG).json()
+    assert len(every["detections"]) == 2
+
+
+def test_two_images_on_detect_point_to_batch(open_app):
+    files = [("image", ("a.png", png(), "image/png")), ("image", ("b.png", png(), "image/png"))]
+    r = open_app.client.post("/detect", files=files)
+    assert r.status_code == 422 and r.json()["error"] == "too_many_images"
+    assert "/detect/batch" in r.json()["message"]
+
+
+def test_long_values_are_not_echoed_whole(open_app):
+    r = open_app.client.post("/detect", params={"classes": "x" * 1999}, content=png(), headers=PNG)
+    assert r.status_code == 422 and len(r.text) < 600
+    ds = open_app.client.post("/v1/vision/detection", files={"image": ("a.png", png(), "image/png")},
+                              data={"min_confidence": "9" * 100_000})
+    assert ds.status_code == 400 and len(ds.text) < 600
+
+
+def test_detection_metrics_counted_once_per_route(open_app):
+    c = open_app.client
+
+    def count() -> float:
+        text = c.get("/metrics").text
+        line = next(x for x in text.splitlines() if x.startswith('campusguard_detections_total{class_name="car"}'))
+        return float(line.split()[-1])
+
+    before = count()
+    c.post("/detect", content=png(), headers=PNG)
+    c.post("/detect/batch", files=[("images", ("a.png", png(), "image/png"))] * 2)
+    c.post("/v1/vision/detection", files={"image": ("a.png", png(), "image/png")}, data={"min_confidence": "0.1"})
+    assert count() - before == 4
+
+
+# --- /detect/batch ---------------------------------------------------------------------------
+def test_batch_items_fail_alone(open_app):
+    files = [("images", ("wide.png", png(20000, 1), "image/png")), ("images", ("bad.png", b"garbage", "image/png")),
+             ("images", ("tall.png", png(2, 5000), "image/png"))]
+    r = open_app.client.post("/detect/batch", files=files)
+    assert r.status_code == 200, r.text
+    items = r.json()["results"]
+    assert [i["ok"] for i in items] == [True, False, True]
+    assert items[1]["error"]["error"] == "invalid_image"
+
+
+def test_batch_item_bug_is_internal_error_for_that_item_only(open_app):
+    engine = open_app.engine
+    real = engine.detect
+
+    async def flaky(data, params, keep_image=False):
+        if data == b"boom-marker":
+            raise RuntimeError("a bug")
+        return await real(data, params, keep_image)
+
+    class Wrapped:  # the engine with one sabotaged image
+        def __getattr__(self, name):
+            return flaky if name == "detect" else getattr(engine, name)
+
+    open_app.app.dependency_overrides[get_engine] = lambda: Wrapped()
+    try:
+        files = [("images", ("a.png", png(), "image/png")), ("images", ("b.png", b"boom-marker", "image/png"))]
+        r = open_app.client.post("/detect/batch", files=files)
+    finally:
+        open_app.app.dependency_overrides[get_engine] = lambda: engine
+    assert r.status_code == 200
+    assert [(i["ok"], (i["error"] or {}).get("error")) for i in r.json()["results"]] == [
+        (True, None), (False, "internal_error")]
+
+
+# --- DeepStack ------------------------------------------------------------------------------
+def test_deepstack_contract(open_app):
+    c = open_app.client
+    ok = c.post("/v1/vision/detection", files={"image": ("a.png", png(), "image/png")},
+                data={"min_confidence": "0.6"}).json()
+    assert ok["success"] is True and [p["label"] for p in ok["predictions"]] == ["person"]
+    assert set(ok["predictions"][0]) == {"label", "confidence", "x_min", "y_min", "x_max", "y_max"}
+    for bad in ("\uff10.5", "\u0660.\u0665", "nan", "-0.1", "1.5", "abc"):
+        r = c.post("/v1/vision/detection", files={"image": ("a.png", png(), "image/png")},
+                   data={"min_confidence": bad})
+        assert r.status_code == 400 and r.json()["success"] is False, bad
+    missing = c.post("/v1/vision/detection", data={"foo": "bar"}, files={"x": ("a.png", png(), "image/png")})
+    assert missing.status_code == 400 and missing.json()["success"] is False
+
+
+def test_deepstack_key_is_checked_before_the_form_is_judged(keyed_app):
+    c = keyed_app.client
+    two = [("image", ("a.png", png(), "image/png")), ("image", ("b.png", png(), "image/png"))]
+    assert c.post("/v1/vision/detection", files=two).status_code == 401
+    assert c.post("/v1/vision/detection", data={"foo": "bar"}, files={"x": ("a", b"x")}).status_code == 401
+    assert c.post("/v1/vision/detection", files=two, data={"api_key": "nope"}).status_code == 403
+    form_key = c.post("/v1/vision/detection", files={"image": ("a.png", png(), "image/png")}, data={"api_key": KEY})
+    header_key = c.post("/v1/vision/detection", files={"image": ("a.png", png(), "image/png")},
+                        headers={"x-api-key": KEY})
+    assert form_key.json()["success"] is True and header_key.json()["success"] is True
+
+
+def test_deepstack_body_limit_has_deepstack_shape():
+    with inprocess_app(settings(max_body_bytes=2048)) as ip:
+        r = ip.client.post("/v1/vision/detection", files={"image": ("a.png", b"\0" * 5000, "image/png")})
+        assert r.status_code == 413 and r.json()["success"] is False and "limit" in r.json()["error"]
+        plain = ip.client.post("/detect", content=b"\0" * 5000, headers=PNG)
+        assert plain.status_code == 413 and plain.json()["error"] == "payload_too_large"
+
+
+def asgi_post(app, path: str, headers: dict[str, str]) -> tuple[int, int]:
+    """POST straight through ASGI; (status, how many times the app asked for the body)."""
+    reads = 0
+    status = 0
+
+    async def receive():
+        nonlocal reads
+        reads += 1
+        return {"type": "http.request", "body": png(), "more_body": False}
+
+    async def send(message):
+        nonlocal status
+        if message["type"] == "http.response.start":
+            status = message["status"]
+
+    raw = [(k.lower().encode(), v.encode()) for k, v in {"content-type": "image/png", **headers}.items()]
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
+             "path": path, "raw_path": path.encode(), "query_string": b"", "headers": raw, "root_path": "",
+             "server": ("test", 80), "client": ("test", 1)}
+    asyncio.run(app(scope, receive, send))
+    return status, reads
+
+
+@pytest.mark.parametrize("path", ["/detect", "/detect/batch", "/v1/vision/detection"])
+def test_key_and_capacity_are_checked_before_the_body_is_read(path):
+    with inprocess_app(settings(api_keys=KEY)) as ip:
+        assert asgi_post(ip.app, path, {"x-api-key": "wrong"}) == (403, 0)
+        if path != "/v1/vision/detection":  # DeepStack may carry the key in the form
+            assert asgi_post(ip.app, path, {}) == (401, 0)
+    with inprocess_app(settings(), ready=False) as ip:
+        assert asgi_post(ip.app, path, {}) == (503, 0)
+
+
+# --- probes, docs, auth ---------------------------------------------------------------------
+def test_probes_answer_head_and_readiness_503_is_a_service_error():
+    with inprocess_app(settings(), ready=False) as ip:
+        r = ip.client.get("/health/ready")
+        assert r.status_code == 503 and r.json()["error"] == "not_ready" and r.headers["retry-after"] == "1"
+        assert ip.client.head("/health/live").status_code == 200
+        assert ip.client.head("/health").status_code == 200
+        assert ip.client.get("/health").json()["ready"] is False
+
+
+def test_what_a_key_protects(keyed_app):
+    c = keyed_app.client
+    for path in ("/health/live", "/health/ready", "/docs/static/swagger-ui-bundle.js"):
+        assert c.get(path).status_code == 200, path
+    for path in ("/health", "/metrics", "/docs", "/redoc", "/openapi.json"):
+        r = c.get(path)
+        assert r.status_code == 401 and r.json()["error"] == "unauthorized", path
+        assert c.get(path, headers={"x-api-key": "wrong"}).status_code == 403, path
+        assert c.get(path, headers={"x-api-key": KEY}).status_code == 200, path
+    assert c.post("/detect", content=png(), headers=PNG).status_code == 401
+    assert c.post("/detect", content=png(), headers={**PNG, "x-api-key": KEY}).status_code == 200
+
+
+def test_public_routes_setting_opens_listed_routes():
+    with inprocess_app(settings(api_keys=KEY, public_routes="/health/live,/metrics")) as ip:
+        assert ip.client.get("/metrics").status_code == 200
+        assert ip.client.get("/health/ready").status_code == 401
+
+
+def test_docs_are_served_offline(open_app):
+    c = open_app.client
+    for page, asset in (("/docs", "swagger-ui-bundle.js"), ("/redoc", "redoc.standalone.js")):
+        html = c.get(page).text
+        assert f"/docs/static/{asset}" in html and "cdn." not in html and "googleapis" not in html
+        js = c.get(f"/docs/static/{asset}")
+        assert js.status_code == 200 and len(js.content) > 100_000
+
+
+def test_openapi_declares_key_scheme_and_error_statuses(open_app):
+    doc = open_app.client.get("/openapi.json").json()
+    assert doc["components"]["securitySchemes"]["ApiKey"] == {
+        "type": "apiKey", "in": "header", "name": "X-API-Key",
+        "description": doc["components"]["securitySchemes"]["ApiKey"]["description"]}
+    for path, method in (("/detect", "post"), ("/detect/batch", "post"), ("/metrics", "get"), ("/health", "get"),
+                         ("/v1/vision/detection", "post")):
+        op = doc["paths"][path][method]
+        assert {"ApiKey": []} in op["security"], path
+        assert {"401", "403"} <= set(op["responses"]), path
+    batch = {p["name"] for p in doc["paths"]["/detect/batch"]["post"]["parameters"]}
+    assert "annotate" not in batch and {"camera_id", "timestamp"} <= batch
+    assert "HEAD" not in json.dumps(doc)  # HEAD routes stay out of the schema
+
+
+def test_blank_api_keys_are_a_settings_error():
+    for blank in (" ", ",", " , "):
+        with pytest.raises(ValueError, match="api_keys"):
+            Settings(api_keys=blank)
+    assert Settings(api_keys="").api_keys == []
