@@ -279,3 +279,68 @@ def test_blank_api_keys_are_a_settings_error():
         with pytest.raises(ValueError, match="api_keys"):
             Settings(api_keys=blank)
     assert Settings(api_keys="").api_keys == []
+
+
+# --- batch + rules, log injection, slow bodies ---------------------------------------------
+def test_batch_feeds_the_camera_rules_in_order(tmp_path):
+    from app.metrics import Metrics
+    from app.rules.service import RulesService
+    from tests.unit.rules_util import EXAMPLE_SITE
+
+    rules = RulesService.from_settings(settings(site_config=EXAMPLE_SITE, events_db_url=f"sqlite:///{tmp_path}/e.db",
+                                                snapshot_dir=tmp_path / "snaps"), Metrics())
+    try:
+        with inprocess_app(settings(site_config=EXAMPLE_SITE), rules=rules) as ip:
+            night = "2026-03-02T23:00:00Z"  # gate-cam's intrusion rule is active 22:00-06:00 Berlin
+            files = [("images", (f"{i}.png", png(), "image/png")) for i in range(3)]
+            files.insert(1, ("images", ("bad.png", b"garbage", "image/png")))
+            r = ip.client.post("/detect/batch", params={"camera_id": "gate-cam", "timestamp": night}, files=files)
+            assert r.status_code == 200, r.text
+            items = r.json()["results"]
+            assert [i["ok"] for i in items] == [True, False, True, True]
+            started = [[e["rule_type"] for e in i["result"]["events"] if e["state"] == "started"]
+                       for i in items if i["ok"]]
+            assert sum(len(s) for s in started) == 1 and "intrusion" in sum(started, [])  # once, not per frame
+            listed = ip.client.get("/events", params={"camera_id": "gate-cam"}).json()
+            assert listed["total"] == 1 and listed["items"][0]["rule_type"] == "intrusion"
+    finally:
+        rules.stop()
+
+
+def test_control_characters_in_request_data_are_escaped_in_text_logs():
+    import logging
+
+    from app.logs import TextFormatter
+
+    forged = "/events/x\n2026-12-02 19:00:00,000 INFO campusguard.access: POST /admin/reload 200 1.0ms"
+    record = logging.LogRecord("campusguard.access", logging.INFO, __file__, 1, "%s %s %s %.1fms",
+                               ("GET", forged, 404, 1.0), None)
+    record.camera_id = "cam\r\nforged"
+    line = TextFormatter().format(record)
+    assert "\n" not in line and "\r" not in line
+    assert "/events/x\\x0a2026-12-02" in line and "cam\\x0d\\x0aforged" in line
+
+
+def test_slow_body_gets_408_and_is_not_read_further():
+    from app.api.middleware import RequestGuard
+    from app.metrics import Metrics
+
+    async def app(scope, receive, send):
+        while (await receive()).get("more_body"):
+            pass
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+    async def slow_receive():
+        await asyncio.sleep(0.05)
+        return {"type": "http.request", "body": b"x", "more_body": True}  # a byte now and then, forever
+
+    sent = []
+
+    async def send(message):
+        sent.append(message)
+
+    guard = RequestGuard(app, 10_000, Metrics(), routes=[], body_read_timeout_s=0.3)
+    scope = {"type": "http", "method": "POST", "path": "/detect", "headers": []}
+    asyncio.run(asyncio.wait_for(guard(scope, slow_receive, send), 5))
+    assert sent[0]["status"] == 408 and json.loads(sent[1]["body"])["error"] == "request_timeout"

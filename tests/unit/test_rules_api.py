@@ -105,3 +105,8 @@ def test_rules_disabled_and_api_keys(rules):
     assert locked.get("/events").status_code == 401
     assert locked.post("/admin/reload", headers={"X-API-Key": "bad"}).status_code == 403
     assert locked.get("/events", headers={"X-API-Key": "k1"}).status_code == 200
+
+
+def test_long_ids_are_not_echoed_whole(rules):
+    r = TestClient(make_app(rules)).get("/events/" + "x" * 5000)
+    assert r.status_code == 404 and len(r.json()["message"]) < 200
