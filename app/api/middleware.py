@@ -14,9 +14,7 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Sequence
 
-from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.api.errors import error_body
@@ -26,24 +24,19 @@ access_log = logging.getLogger("campusguard.access")
 DISCONNECT: Message = {"type": "http.disconnect"}
 
 
-def route_label(routes: Sequence[BaseRoute], scope: Scope) -> str:
-    """Bounded label set: the template of the app route the request matches ("/events/{event_id}"),
-    or 'other' (scanners must not blow up cardinality). Read from the app's own routes, so
-    a new route is labelled without a second list to maintain."""
-    for route in routes:
-        match, _ = route.matches(scope)
-        if match is not Match.NONE:
-            return getattr(route, "path", "other") or "other"
-    return "other"
+def route_label(scope: Scope) -> str:
+    """Bounded label set: the template of the route the app's router matched
+    ("/events/{event_id}"), or 'other' (scanners must not blow up cardinality; a body refused
+    before routing counts there too). The router's own table decides, so there is no second
+    list of routes to keep in step."""
+    return getattr(scope.get("route"), "path", None) or "other"
 
 
 class RequestGuard:
-    def __init__(self, app: ASGIApp, max_body_bytes: int, metrics: Metrics, routes: Sequence[BaseRoute],
-                 body_read_timeout_s: float) -> None:
+    def __init__(self, app: ASGIApp, max_body_bytes: int, metrics: Metrics, body_read_timeout_s: float) -> None:
         self.app = app
         self.max_body = max_body_bytes
         self.metrics = metrics
-        self.routes = routes
         self.body_timeout = body_read_timeout_s
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -51,7 +44,6 @@ class RequestGuard:
             await self.app(scope, receive, send)
             return
         start = time.perf_counter()
-        route = route_label(self.routes, scope)
         state = {"status": 500, "responded": False, "cut": False}
         scope.setdefault("state", {})
 
@@ -98,6 +90,7 @@ class RequestGuard:
             finally:
                 self.metrics.in_flight.dec()
         elapsed = time.perf_counter() - start
+        route = route_label(scope)
         self.metrics.requests.labels(route, str(state["status"])).inc()
         self.metrics.request_latency.labels(route).observe(elapsed)
         extra = scope["state"]

@@ -118,6 +118,17 @@ def test_detection_metrics_counted_once_per_route(open_app):
     assert count() - before == 4
 
 
+def test_request_metrics_are_labelled_by_route_template(tmp_path):
+    with inprocess_app(settings()) as ip:
+        ip.client.post("/detect", content=png(), headers=PNG)
+        ip.client.get("/health/ready")
+        ip.client.get("/wp-login.php")
+        text = ip.client.get("/metrics").text
+    routes = {line.split('route="')[1].split('"')[0] for line in text.splitlines()
+              if line.startswith("campusguard_requests_total{")}
+    assert routes == {"/detect", "/health/ready", "other"}
+
+
 # --- /detect/batch ---------------------------------------------------------------------------
 def test_batch_items_fail_alone(open_app):
     files = [("images", ("wide.png", png(20000, 1), "image/png")), ("images", ("bad.png", b"garbage", "image/png")),
@@ -340,7 +351,7 @@ def test_slow_body_gets_408_and_is_not_read_further():
     async def send(message):
         sent.append(message)
 
-    guard = RequestGuard(app, 10_000, Metrics(), routes=[], body_read_timeout_s=0.3)
+    guard = RequestGuard(app, 10_000, Metrics(), body_read_timeout_s=0.3)
     scope = {"type": "http", "method": "POST", "path": "/detect", "headers": []}
     asyncio.run(asyncio.wait_for(guard(scope, slow_receive, send), 5))
     assert sent[0]["status"] == 408 and json.loads(sent[1]["body"])["error"] == "request_timeout"
