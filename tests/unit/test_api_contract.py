@@ -355,3 +355,15 @@ def test_slow_body_gets_408_and_is_not_read_further():
     scope = {"type": "http", "method": "POST", "path": "/detect", "headers": []}
     asyncio.run(asyncio.wait_for(guard(scope, slow_receive, send), 5))
     assert sent[0]["status"] == 408 and json.loads(sent[1]["body"])["error"] == "request_timeout"
+
+
+def test_startup_log_says_whether_auth_is_on(caplog):
+    from app.main import log_auth
+
+    with caplog.at_level("INFO", logger="campusguard"):
+        log_auth(settings(api_keys=f"{KEY},key-2"))
+        log_auth(settings())
+    on, off = caplog.records[-2:]
+    assert "auth on: 2 API key(s)" in on.getMessage() and "/health/live, /health/ready" in on.getMessage()
+    assert off.levelname == "WARNING" and "auth off" in off.getMessage()
+    assert KEY not in caplog.text
