@@ -367,3 +367,12 @@ def test_startup_log_says_whether_auth_is_on(caplog):
     assert "auth on: 2 API key(s)" in on.getMessage() and "/health/live, /health/ready" in on.getMessage()
     assert off.levelname == "WARNING" and "auth off" in off.getMessage()
     assert KEY not in caplog.text
+
+
+def test_no_router_reads_app_state():
+    """Routes take their services as typed dependencies (app/api/deps.py is the one reader)."""
+    from pathlib import Path
+
+    api = Path(__file__).resolve().parents[2] / "app" / "api"
+    readers = [p.name for p in api.glob("*.py") if p.name != "deps.py" and "app.state" in p.read_text()]
+    assert readers == []
