@@ -56,6 +56,13 @@ class InvalidParameter(ServiceError):
     status, code = 422, "invalid_parameter"
 
 
+class InvalidTimestamp(InvalidParameter):
+    """The capture time is outside the accepted window around the server clock."""
+
+    code = "invalid_timestamp"
+    reason: str = "invalid"  # "future" or "past": the label of the refusal counter
+
+
 class Unauthorized(ServiceError):
     """No API key was given."""
 

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import hmac
+from typing import TYPE_CHECKING, Annotated
 
-from fastapi import Request
+from fastapi import Depends, Request
 
-from app.errors import Forbidden, NotReady, Unauthorized
+from app.errors import Forbidden, NotFound, NotReady, Unauthorized
+
+if TYPE_CHECKING:
+    from app.rules.service import RulesService
 
 
 def check_key(request: Request, supplied: str | None) -> None:
@@ -47,3 +51,14 @@ def engine_of(request: Request):
         raise NotReady(f"the model is not ready yet ({request.app.state.phase})")
     engine.check_capacity()
     return engine
+
+
+def rules_of(request: Request) -> "RulesService":
+    """The rules service; 404 ``rules_disabled`` when no site file is configured."""
+    rules = getattr(request.app.state, "rules", None)
+    if rules is None:
+        raise NotFound("rules are disabled: no site_config is set", code="rules_disabled")
+    return rules
+
+
+RulesDep = Annotated["RulesService", Depends(rules_of)]

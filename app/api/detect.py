@@ -16,6 +16,7 @@ from app.api.schemas import BatchItem, BatchResponse, Box, DetectionOut, DetectR
 from app.engine import DetectResult
 from app.errors import InvalidParameter, ServiceError
 from app.pipeline import DetectParams
+from app.timeutil import IsoDatetime
 
 router = APIRouter(tags=["detection"], dependencies=[Depends(require_api_key)])
 CAMERA_RE = r"^[A-Za-z0-9_.:-]{1,128}$"
@@ -51,7 +52,10 @@ class DetectQuery:
         max_det: Annotated[int | None, Query(ge=1, le=10000, description="Most detections per image")] = None,
         classes: Annotated[str | None, Query(max_length=2000, description="Comma list of class names or ids")] = None,
         camera_id: Annotated[str | None, Query(pattern=CAMERA_RE, description="Camera sending the frame")] = None,
-        timestamp: Annotated[datetime | None, Query(description="Capture time (ISO 8601); server time if absent")] = None,
+        timestamp: Annotated[IsoDatetime | None, Query(
+            description="Capture time (ISO 8601; naive = UTC); server time if absent. Refused (422 "
+                        "invalid_timestamp) when more than CAMPUSGUARD_MAX_CLOCK_SKEW_S ahead of the server "
+                        "clock or more than CAMPUSGUARD_MAX_CAPTURE_AGE_S behind it")] = None,
         annotate: Annotated[bool, Query(description="Reply with an annotated JPEG instead of JSON")] = False,
     ) -> None:
         self.conf, self.iou, self.max_det, self.classes = conf, iou, max_det, classes
@@ -105,12 +109,21 @@ def shape_result(request: Request, result: DetectResult, camera_id: str | None, 
     )
 
 
-async def run_rules(request: Request, q: DetectQuery, result: DetectResult) -> list[dict]:
+def rule_time(request: Request, q: DetectQuery) -> datetime | None:
+    """The frame's capture time under the capture-time policy (422 invalid_timestamp), checked
+    before inference; None when the frame feeds no rules."""
+    rules = getattr(request.app.state, "rules", None)
+    if rules is None or q.camera_id is None:
+        return None
+    return rules.accept_capture_time(q.camera_id, q.timestamp)
+
+
+async def run_rules(request: Request, q: DetectQuery, when: datetime | None, result: DetectResult) -> list[dict]:
     rules = getattr(request.app.state, "rules", None)
     if rules is None or q.camera_id is None:
         return []
     loop = asyncio.get_running_loop()
-    return await loop.run_in_executor(request.app.state.engine.executor, rules.evaluate, q.camera_id, q.timestamp,
+    return await loop.run_in_executor(request.app.state.engine.executor, rules.evaluate, q.camera_id, when,
                                       (result.width, result.height), result.detections, result.image)
 
 
@@ -134,11 +147,12 @@ async def detect(request: Request, q: Annotated[DetectQuery, Depends()]) -> Dete
     """
     engine = engine_of(request)
     params = detect_params(request, q)
+    when = rule_time(request, q)
     upload = (await parse_upload(request, ("image",), 1)).images[0]
     annotate = wants_jpeg(request, q)
     rules_on = getattr(request.app.state, "rules", None) is not None and q.camera_id is not None
     result = await engine.detect(upload.data, params, keep_image=annotate or rules_on)
-    events = await run_rules(request, q, result)
+    events = await run_rules(request, q, when, result)
     request.scope["state"].update(camera_id=q.camera_id, detections=len(result.detections))
     if annotate:
         return Response(await annotated_jpeg(request, q, result, events), media_type="image/jpeg")

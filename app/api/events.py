@@ -14,7 +14,7 @@ from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import Response
 from pydantic import BaseModel, Field
 
-from app.api.deps import require_api_key
+from app.api.deps import RulesDep, require_api_key, rules_of
 from app.errors import NotFound
 
 router = APIRouter(tags=["events"], dependencies=[Depends(require_api_key)])
@@ -63,11 +63,7 @@ class ReloadResult(BaseModel):
     loaded_at: dt.datetime
 
 
-def _rules(request: Request):
-    rules = getattr(request.app.state, "rules", None)
-    if rules is None:
-        raise NotFound("rules are disabled: no site_config is set", code="rules_disabled")
-    return rules
+_rules = rules_of
 
 
 def _utc(value: dt.datetime | None) -> dt.datetime | None:
@@ -120,3 +116,20 @@ async def reload_site(request: Request) -> ReloadResult:
     rules = _rules(request)
     await asyncio.to_thread(rules.reload)
     return ReloadResult(cameras=rules.camera_ids, loaded_at=rules.loaded_at)
+
+
+class ResetResult(BaseModel):
+    """The camera's rule state was discarded; its next frame starts afresh."""
+
+    ok: bool = True
+    camera_id: str
+    ended_events: int = Field(description="Open events of the camera that were ended (at its last frame's time)")
+
+
+@router.post("/admin/cameras/{camera_id}/reset", response_model=ResetResult, summary="Reset one camera's rule state",
+             responses={404: {"description": "`unknown_camera`: not in the site file; `rules_disabled`"}})
+async def reset_camera(camera_id: str, rules: RulesDep) -> ResetResult:
+    """Forget the camera's tracks, rule clock and open events without a restart (other cameras
+    are untouched): the way out when a camera's state is wrong, e.g. after its clock was."""
+    ended = await asyncio.to_thread(rules.reset_camera, camera_id)
+    return ResetResult(camera_id=camera_id, ended_events=ended)

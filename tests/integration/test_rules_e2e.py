@@ -37,9 +37,14 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def plaza_polygon() -> Polygon:
+    site = load_site_config(EXAMPLE_SITE)
+    return Polygon(next(c for c in site.cameras if c.id == CAMERA).zones[0].polygon)
+
+
 def candidates(dataset: Path) -> tuple[list[Path], list[Path]]:
     """Frames ranked by labelled persons (big enough to detect at 320 px) with feet in the plaza; frames with none."""
-    plaza = Polygon(load_site_config(EXAMPLE_SITE).camera(CAMERA).zones[0].polygon)
+    plaza = plaza_polygon()
     ranked, empty = [], []
     for label in sorted((dataset / "labels").glob("*.txt")):
         image = dataset / "images" / f"{label.stem}.jpg"
@@ -57,7 +62,7 @@ def candidates(dataset: Path) -> tuple[list[Path], list[Path]]:
 
 
 def persons_in_plaza(body: dict) -> int:
-    plaza = Polygon(load_site_config(EXAMPLE_SITE).camera(CAMERA).zones[0].polygon)
+    plaza = plaza_polygon()
     w, h = body["width"], body["height"]
     return sum(1 for d in body["detections"] if d["class_name"] == "person"
                and plaza.contains((d["box"]["x1"] + d["box"]["x2"]) / 2 / w, d["box"]["y2"] / h))
