@@ -96,6 +96,8 @@ class RulesService:
             self.metrics.webhook_deliveries.labels(outcome)
         for cam in self._cameras.values():
             label = self.metrics.camera_label(cam.camera.id)
+            for reason in ("future", "past"):
+                self.metrics.invalid_timestamps.labels(label, reason)
             for zone in cam.zones:
                 self.metrics.zone_objects.labels(label, zone.name).set(cam.zone_counts.get(zone.name, 0))
                 for rule in zone.rules:

@@ -243,6 +243,17 @@ def test_webhook_outage_annotate_and_reload(server_factory, tmp_path, dataset):
             site.write_text(good)
             r = c.post("/admin/reload")
             assert r.status_code == 200 and r.json()["cameras"] == ["gate-cam", "plaza-cam", "lot-cam"]
+
+            # a wrong gateway clock: 422 before inference, and the camera's next frame is evaluated
+            r = c.post("/detect", files={"image": ("f.jpg", crowd, "image/jpeg")},
+                       params={"camera_id": CAMERA, "timestamp": "9999-12-31T23:59:59Z"})
+            assert r.status_code == 422 and r.json()["error"] == "invalid_timestamp", r.text
+            assert detect(c, crowd, t1 + dt.timedelta(seconds=12)).json()["events"] == []  # same crowd goes on
+            assert metric(c.get("/metrics").text, "campusguard_invalid_timestamps_total",
+                          camera_id=CAMERA, reason="future") == 1
+            # and its state can be reset without a restart: the open crowd event ends
+            r = c.post(f"/admin/cameras/{CAMERA}/reset")
+            assert r.status_code == 200 and r.json()["ended_events"] == 1, r.text
     finally:
         if rx:
             rx.close()
