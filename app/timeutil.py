@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-from typing import Annotated
+from typing import Annotated, overload
 
 from pydantic import BeforeValidator
 
@@ -44,6 +44,10 @@ def utcnow() -> dt.datetime:
     return dt.datetime.now(UTC)
 
 
+@overload
+def iso(ts: dt.datetime) -> str: ...
+@overload
+def iso(ts: None) -> None: ...
 def iso(ts: dt.datetime | None) -> str | None:
     """``2026-03-02T12:00:00Z`` (UTC, ``Z`` suffix); None stays None."""
     if ts is None:

@@ -25,7 +25,7 @@ import datetime as dt
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal, TypedDict
 
 from app.pipeline import Detection
 from app.rules.config import Camera, CrowdRule, FireLaneRule, IntrusionRule, RuleBase, SiteConfig
@@ -33,6 +33,36 @@ from app.rules.geometry import Polygon, box_area_fraction, foot_point
 from app.rules.schedule import Schedule
 from app.rules.tracking import CameraTracker
 from app.timeutil import UTC, clamp_utc, iso
+
+
+class ObjectRecord(TypedDict):
+    """An object that made a rule hold, as events carry it."""
+
+    track_id: int | None
+    class_id: int
+    class_name: str
+    confidence: float
+    box: list[float]
+
+
+class EventRecord(TypedDict):
+    """An event as it travels: in /detect replies, the store, webhooks and snapshots.
+
+    A snapshot (plain JSON types), not the live ``Event``, which later frames keep updating
+    from another thread. ``app.api.events.EventOut`` documents the same shape in OpenAPI.
+    """
+
+    id: str
+    camera_id: str
+    zone: str
+    rule: str
+    rule_type: str
+    state: Literal["started", "ended"]
+    started_at: str
+    ended_at: str | None
+    objects: list[ObjectRecord]
+    max_count: int
+    snapshot: str | None
 
 
 @dataclass(slots=True)
@@ -44,7 +74,7 @@ class FrameObject:
     foot: tuple[float, float]
     area: float
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> ObjectRecord:
         d = self.det
         return {"track_id": self.track_id, "class_id": d.class_id, "class_name": d.class_name,
                 "confidence": round(d.confidence, 4),
@@ -62,7 +92,7 @@ class Event:
     rule_type: str
     started_at: dt.datetime
     ended_at: dt.datetime | None = None
-    objects: list[dict[str, Any]] = field(default_factory=list)
+    objects: list[ObjectRecord] = field(default_factory=list)
     max_count: int = 0
     snapshot: str | None = None
 
@@ -70,7 +100,7 @@ class Event:
     def state(self) -> Literal["started", "ended"]:
         return "started" if self.ended_at is None else "ended"
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> EventRecord:
         return {"id": self.id, "camera_id": self.camera_id, "zone": self.zone, "rule": self.rule,
                 "rule_type": self.rule_type, "state": self.state, "started_at": iso(self.started_at),
                 "ended_at": iso(self.ended_at), "objects": list(self.objects), "max_count": self.max_count,

@@ -33,7 +33,7 @@ from app.errors import ConfigError, InvalidTimestamp, NotFound
 from app.pipeline import Detection
 from app.rules.capture_time import CaptureTimePolicy
 from app.rules.config import SiteConfig, load_site_config
-from app.rules.evaluator import CameraRules, Transition
+from app.rules.evaluator import CameraRules, EventRecord, Transition
 from app.rules.store import EventStore, dumps
 from app.rules.webhooks import OutboxWorker
 from app.timeutil import utcnow
@@ -148,8 +148,8 @@ class RulesService:
             raise
 
     def evaluate(self, camera_id: str, timestamp: dt.datetime | None, frame_size: tuple[int, int],
-                 detections: list[Detection], frame_rgb: np.ndarray | None = None) -> list[dict[str, Any]]:
-        """Run the camera's rules on one frame; the events started or ended on it (JSON-ready dicts).
+                 detections: list[Detection], frame_rgb: np.ndarray | None = None) -> list[EventRecord]:
+        """Run the camera's rules on one frame; the events started or ended on it (JSON-ready records).
 
         ``timestamp`` is the capture time (naive = UTC), normally from ``accept_capture_time``;
         None means now. Frames of a camera that is not in the site file are ignored (empty list).
@@ -171,7 +171,7 @@ class RulesService:
         return events
 
     def _emit(self, cam: CameraRules, tr: Transition, detections: Sequence[Detection],
-              frame_rgb: np.ndarray | None) -> dict[str, Any]:
+              frame_rgb: np.ndarray | None) -> EventRecord:
         ev = tr.event
         if tr.kind == "started":
             if frame_rgb is not None and self._snapshots_on(tr):
@@ -203,7 +203,7 @@ class RulesService:
             log.exception("could not write the snapshot of event %s", ev.id)
             return None
 
-    def _persist(self, data: dict[str, Any], kind: str) -> None:
+    def _persist(self, data: EventRecord, kind: str) -> None:
         key = f"{data['id']}:{kind}"
         deliveries = []
         if self.webhook_urls:
@@ -287,7 +287,7 @@ class RulesService:
         return [ZoneView(camera_id, z.name, z.kind, z.polygon.points, tuple(r.name for r in z.rules))
                 for z in cam.zones]
 
-    def open_events(self, camera_id: str | None = None) -> list[dict[str, Any]]:
+    def open_events(self, camera_id: str | None = None) -> list[EventRecord]:
         cams = [self._cameras[camera_id]] if camera_id in self._cameras else ([] if camera_id else self._cameras.values())
         out = []
         for cam in cams:
