@@ -222,7 +222,7 @@ class RulesService:
         """Re-read the site file. On error raise SiteConfigError and keep the running config.
 
         Cameras whose configuration is unchanged keep their state (tracks, open events);
-        open events of changed or removed cameras are ended now.
+        open events of changed or removed cameras are ended at that camera's last frame time.
         """
         with self._reload_lock:
             config = load_site_config(self.path)  # raises before anything changes
