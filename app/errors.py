@@ -60,7 +60,10 @@ class InvalidTimestamp(InvalidParameter):
     """The capture time is outside the accepted window around the server clock."""
 
     code = "invalid_timestamp"
-    reason: str = "invalid"  # "future" or "past": the label of the refusal counter
+
+    def __init__(self, message: str, *, reason: str) -> None:
+        super().__init__(message)
+        self.reason = reason  # "future" or "past": the label of the refusal counter
 
 
 class Unauthorized(ServiceError):

@@ -57,7 +57,5 @@ class CaptureTimePolicy:
             return as_utc(when)
         bound = (f"more than {self.max_skew.total_seconds():g} s ahead of" if reason == "future"
                  else f"more than {self.max_age.total_seconds():g} s behind")
-        err = InvalidTimestamp(f"capture time {when.isoformat()} is {bound} the server clock ({iso(now)}); "
-                               "check the camera or gateway clock")
-        err.reason = reason
-        raise err
+        raise InvalidTimestamp(f"capture time {when.isoformat()} is {bound} the server clock ({iso(now)}); "
+                               "check the camera or gateway clock", reason=reason)
