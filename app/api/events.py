@@ -16,6 +16,7 @@ from pydantic import BaseModel, Field
 
 from app.api.deps import RulesDep, require_api_key, rules_of
 from app.errors import NotFound
+from app.timeutil import as_utc
 
 router = APIRouter(tags=["events"], dependencies=[Depends(require_api_key)])
 
@@ -67,9 +68,7 @@ _rules = rules_of
 
 
 def _utc(value: dt.datetime | None) -> dt.datetime | None:
-    if value is None:
-        return None
-    return value.replace(tzinfo=dt.timezone.utc) if value.tzinfo is None else value
+    return None if value is None else as_utc(value)
 
 
 @router.get("/events", response_model=EventPage, summary="List rule events")

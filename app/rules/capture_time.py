@@ -17,10 +17,13 @@ IANA zone cannot overflow.
 from __future__ import annotations
 
 import datetime as dt
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from app.errors import InvalidTimestamp
 from app.timeutil import as_utc, clamp_utc, iso, utcnow
+
+if TYPE_CHECKING:
+    from app.config import Settings
 
 Reason = Literal["future", "past"]
 
@@ -35,7 +38,7 @@ class CaptureTimePolicy:
         self.max_age = dt.timedelta(seconds=max_age_s)
 
     @classmethod
-    def from_settings(cls, settings) -> "CaptureTimePolicy":
+    def from_settings(cls, settings: "Settings") -> "CaptureTimePolicy":
         return cls(settings.max_clock_skew_s, settings.max_capture_age_s)
 
     def violation(self, when: dt.datetime, now: dt.datetime) -> Reason | None:

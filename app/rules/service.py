@@ -71,8 +71,9 @@ def snapshot_url(event_id: str) -> str:
 
 class RulesService:
     def __init__(self, path: Path, config: SiteConfig, store: EventStore, metrics: "Metrics | None" = None, *,
-                 capture_policy: CaptureTimePolicy, webhook_urls: Sequence[str] = (), webhook_secret: bytes = b"", webhook_timeout_s: float = 5.0,
-                 webhook_max_backoff_s: float = 60.0, snapshot_dir: Path | None = None) -> None:
+                 capture_policy: CaptureTimePolicy, webhook_urls: Sequence[str] = (), webhook_secret: bytes = b"",
+                 webhook_timeout_s: float = 5.0, webhook_max_backoff_s: float = 60.0,
+                 snapshot_dir: Path | None = None) -> None:
         self.path = Path(path)
         self.capture_policy = capture_policy
         self.store = store
