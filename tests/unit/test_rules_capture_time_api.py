@@ -105,3 +105,12 @@ def test_reset_route(client):
     r = client.post("/admin/cameras/nope/reset")
     assert r.status_code == 404 and r.json()["error"] == "unknown_camera"
     assert client.post("/admin/cameras/plaza-cam/reset", headers={"X-API-Key": ""}).status_code == 401
+
+
+def test_reload_of_a_non_utf8_site_file_is_422(client):
+    path = client.app.state.rules.path
+    path.write_bytes(path.read_bytes() + "# Bibliothèque\n".encode("latin-1"))
+    r = client.post("/admin/reload")
+    assert r.status_code == 422 and r.json()["error"] == "invalid_site_config", r.text
+    assert "not UTF-8" in r.json()["detail"][0]
+    assert post(client).status_code == 200  # the running config stays
