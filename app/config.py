@@ -155,6 +155,10 @@ class Settings(BaseSettings):
     webhook_secret: SecretStr = Field(SecretStr(""), description="HMAC-SHA256 key for X-CampusGuard-Signature")
     webhook_timeout_s: float = Field(5.0, gt=0)
     webhook_max_backoff_s: float = Field(60.0, gt=0)
+    max_clock_skew_s: float = Field(300.0, ge=0, le=86_400,
+                                    description="Refuse capture times further ahead of the server clock (422)")
+    max_capture_age_s: float = Field(86_400.0, gt=0, le=3_650 * 86_400,
+                                     description="Refuse capture times older than this (422)")
 
     # --- test-only fault injection (never set in production) ---------------------------
     debug_infer_delay_ms: float = Field(0.0, ge=0.0)

@@ -63,6 +63,16 @@ class InvalidParameter(ServiceError):
     status, code = 422, "invalid_parameter"
 
 
+class InvalidTimestamp(InvalidParameter):
+    """The capture time is outside the accepted window around the server clock."""
+
+    code = "invalid_timestamp"
+
+    def __init__(self, message: str, *, reason: str) -> None:
+        super().__init__(message)
+        self.reason = reason  # "future" or "past": the label of the refusal counter
+
+
 class Unauthorized(ServiceError):
     """No API key was given."""
 

@@ -69,6 +69,9 @@ class Metrics:
                                   namespace=ns, registry=r)
         self.rule_latency = Histogram("rule_evaluation_seconds", "Rule evaluation time per frame",
                                       namespace=ns, registry=r, buckets=LATENCY_BUCKETS)
+        self.invalid_timestamps = Counter("invalid_timestamps", "Frames refused for their capture time, by camera "
+                                          "and reason (future: clock ahead; past: too old)",
+                                          ["camera_id", "reason"], namespace=ns, registry=r)
         self.webhook_deliveries = Counter("webhook_deliveries", "Webhook delivery attempts by outcome",
                                           ["outcome"], namespace=ns, registry=r)
         self.outbox_depth = Gauge("webhook_outbox_depth", "Events waiting for webhook delivery", namespace=ns, registry=r)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from datetime import datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query, Request
@@ -11,10 +12,11 @@ from fastapi.responses import Response
 
 from app.api.deps import ApiKey, EngineDep, MaybeRulesDep, MetricsDep, SettingsDep
 from app.api.images import parse_upload
-from app.api.schemas import (BatchItem, BatchResponse, Box, DetectionOut, DetectResponse, ErrorBody, IsoDatetime,
+from app.api.schemas import (BatchItem, BatchResponse, Box, DetectionOut, DetectResponse, ErrorBody,
                              Timings, error_responses)
 from app.config import Settings
 from app.engine import DetectResult, InferenceEngine
+from app.timeutil import IsoDatetime
 from app.errors import InvalidParameter, ServiceError, shorten
 from app.pipeline import DetectParams
 from app.rules.config import IDENT as CAMERA_RE
@@ -121,12 +123,20 @@ def shape_result(engine: InferenceEngine, settings: Settings, result: DetectResu
     )
 
 
-async def run_rules(engine: InferenceEngine, rules: RulesService | None, frame: Frame,
+def rule_time(rules: RulesService | None, frame: Frame) -> datetime | None:
+    """The frame's capture time under the capture-time policy (422 invalid_timestamp),
+    checked before the body is read or anything is inferred; None when no rules apply."""
+    if rules is None or frame.camera_id is None:
+        return None
+    return rules.accept_capture_time(frame.camera_id, frame.timestamp)
+
+
+async def run_rules(engine: InferenceEngine, rules: RulesService | None, frame: Frame, when: datetime | None,
                     result: DetectResult) -> list[dict]:
     if rules is None or frame.camera_id is None:
         return []
     loop = asyncio.get_running_loop()
-    return await loop.run_in_executor(engine.executor, rules.evaluate, frame.camera_id, frame.timestamp,
+    return await loop.run_in_executor(engine.executor, rules.evaluate, frame.camera_id, when,
                                       (result.width, result.height), result.detections, result.image)
 
 
@@ -177,11 +187,12 @@ async def detect(request: Request, engine: EngineDep, params: ParamsDep, frame: 
     campus rules of that camera and `events` lists what it started or ended. With
     `annotate=true` (or `Accept: image/jpeg` preferred to JSON) the reply is the annotated frame.
     """
+    when = rule_time(rules, frame)
     upload = (await parse_upload(request, ("image",), 1, settings.max_body_bytes)).images[0]
     jpeg = wants_jpeg(request, annotate)
     rules_on = rules is not None and frame.camera_id is not None
     result = await engine.detect(upload.data, params, keep_image=jpeg or rules_on)
-    events = await run_rules(engine, rules, frame, result)
+    events = await run_rules(engine, rules, frame, when, result)
     metrics.count_detections([d.class_name for d in result.detections], frame.camera_id)
     request.scope["state"].update(camera_id=frame.camera_id, detections=len(result.detections))
     if jpeg:
@@ -219,6 +230,7 @@ async def detect_batch(request: Request, engine: EngineDep, params: ParamsDep, f
     at `timestamp`, or the server's time) and each item lists the events it started or ended.
     No annotated JPEGs here: send one frame to /detect for that.
     """
+    when = rule_time(rules, frame)
     uploads = (await parse_upload(request, ("images", "image"), settings.max_batch_images,
                                   settings.max_body_bytes)).images
     keep = rules is not None and frame.camera_id is not None
@@ -232,7 +244,7 @@ async def detect_batch(request: Request, engine: EngineDep, params: ParamsDep, f
         if isinstance(outcome, BaseException):
             items.append(BatchItem(index=index, filename=upload.filename, ok=False, error=item_error(index, outcome)))
             continue
-        events = await run_rules(engine, rules, frame, outcome)
+        events = await run_rules(engine, rules, frame, when, outcome)
         metrics.count_detections([d.class_name for d in outcome.detections], frame.camera_id)
         items.append(BatchItem(index=index, filename=upload.filename, ok=True,
                                result=shape_result(engine, settings, outcome, frame.camera_id, events)))

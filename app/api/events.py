@@ -13,7 +13,8 @@ from fastapi import APIRouter, Query
 from fastapi.responses import Response
 
 from app.api.deps import ApiKey, RulesDep
-from app.api.schemas import ErrorBody, EventOut, EventPage, IsoDatetime, ReloadResult, error_responses
+from app.api.schemas import ErrorBody, EventOut, EventPage, ReloadResult, ResetResult, error_responses
+from app.timeutil import IsoDatetime
 from app.errors import NotFound, shorten
 
 router = APIRouter(tags=["events"], dependencies=[ApiKey], responses=error_responses(401, 403, 404))
@@ -65,3 +66,12 @@ async def reload_site(rules: RulesDep) -> ReloadResult:
     (the SiteConfigError becomes a 422 listing every error, in app/api/errors.py)."""
     await asyncio.to_thread(rules.reload)
     return ReloadResult(cameras=rules.camera_ids, loaded_at=rules.loaded_at)
+
+
+@router.post("/admin/cameras/{camera_id}/reset", response_model=ResetResult, summary="Reset one camera's rule state",
+             responses={404: {"model": ErrorBody, "description": "`unknown_camera`: not in the site file; `rules_disabled`"}})
+async def reset_camera(camera_id: str, rules: RulesDep) -> ResetResult:
+    """Forget the camera's tracks, rule clock and open events without a restart (other cameras
+    are untouched): the way out when a camera's state is wrong, e.g. after its clock was."""
+    ended = await asyncio.to_thread(rules.reset_camera, camera_id)
+    return ResetResult(camera_id=camera_id, ended_events=ended)

@@ -3,33 +3,11 @@
 from __future__ import annotations
 
 import datetime as dt
-import re
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, Field
-
-_ISO_DATETIME = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}([T ][0-9]{2}:[0-9]{2}.*)?", re.ASCII)
+from pydantic import BaseModel, Field
 
 
-def _iso_only(value: object) -> object:
-    """Only ISO 8601 text: pydantic would also take 99999999999999 or 0.5 as Unix time."""
-    if isinstance(value, str) and not _ISO_DATETIME.fullmatch(value.strip()):
-        raise ValueError("must be an ISO 8601 date-time such as 2026-03-02T18:04:05Z")
-    return value
-
-
-def _as_utc(value: dt.datetime) -> dt.datetime:
-    """Aware UTC (naive = UTC); a time whose UTC form is outside years 1..9999 is refused here
-    instead of overflowing later (9999-12-31T23:59:59-10:00)."""
-    if value.tzinfo is None:
-        return value.replace(tzinfo=dt.timezone.utc)
-    try:
-        return value.astimezone(dt.timezone.utc)
-    except OverflowError:
-        raise ValueError("is out of range once converted to UTC") from None
-
-
-IsoDatetime = Annotated[dt.datetime, BeforeValidator(_iso_only), AfterValidator(_as_utc)]
 
 
 class ErrorBody(BaseModel):
@@ -184,3 +162,11 @@ class ReloadResult(BaseModel):
     ok: bool = True
     cameras: list[str]
     loaded_at: dt.datetime
+
+
+class ResetResult(BaseModel):
+    """The camera's rule state was discarded; its next frame starts afresh."""
+
+    ok: bool = True
+    camera_id: str
+    ended_events: int = Field(description="Open events of the camera that were ended (at its last frame's time)")

@@ -48,11 +48,5 @@ def _reload_rules(app) -> None:
         log.info("SIGHUP: no site configuration to reload")
         return
 
-    def _do() -> None:
-        try:
-            rules.reload()
-            log.info("SIGHUP: site configuration reloaded")
-        except Exception as exc:  # keep the running config; say why
-            log.error("SIGHUP: reload refused, keeping the running configuration: %s", exc)
-
-    threading.Thread(target=_do, name="campusguard-reload", daemon=True).start()
+    # off the signal handler: reading and validating the file must not block the event loop
+    threading.Thread(target=rules.reload_or_log, name="campusguard-reload", daemon=True).start()

@@ -197,9 +197,6 @@ class SiteConfig(_Strict):
     def _tz(cls, value: str) -> str:
         return _check_timezone(value)  # type: ignore[return-value]
 
-    def camera(self, camera_id: str) -> Camera | None:
-        return next((c for c in self.cameras if c.id == camera_id), None)
-
 
 # --- loading -----------------------------------------------------------------------------
 
@@ -289,6 +286,9 @@ def load_site_config(path: Path | str) -> SiteConfig:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise SiteConfigError(path, [f"cannot read the file: {exc.strerror or exc}"]) from exc
+    except UnicodeDecodeError as exc:
+        raise SiteConfigError(path, [f"the file is not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset "
+                                     f"{exc.start}); save it as UTF-8"]) from exc
     try:
         raw = yaml.safe_load(text)
     except yaml.YAMLError as exc:

@@ -14,7 +14,9 @@ their count; ``RuleState`` turns that stream into events:
   event only records the peak count;
 * once it has been false for ``clear_after_s`` the event *ends* (``ended_at`` is the first
   frame where it was false);
-* after an end, the same rule in the same zone does not start again for ``cooldown_s``.
+* after an end, the same rule in the same zone does not start again for ``cooldown_s``;
+* a silence longer than ``clear_after_s`` (no frame at all) resets a pending condition: a
+  start again needs ``min_duration_s`` of frames. An open event ends only on frames.
 """
 
 from __future__ import annotations
@@ -23,21 +25,44 @@ import datetime as dt
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal, TypedDict
 
 from app.pipeline import Detection
 from app.rules.config import Camera, CrowdRule, FireLaneRule, IntrusionRule, RuleBase, SiteConfig
 from app.rules.geometry import Polygon, box_area_fraction, foot_point
 from app.rules.schedule import Schedule
 from app.rules.tracking import CameraTracker
+from app.timeutil import UTC, clamp_utc, iso
 
-UTC = dt.timezone.utc
+
+class ObjectRecord(TypedDict):
+    """An object that made a rule hold, as events carry it."""
+
+    track_id: int | None
+    class_id: int
+    class_name: str
+    confidence: float
+    box: list[float]
 
 
-def iso(ts: dt.datetime | None) -> str | None:
-    if ts is None:
-        return None
-    return ts.astimezone(UTC).isoformat().replace("+00:00", "Z")
+class EventRecord(TypedDict):
+    """An event as it travels: in /detect replies, the store, webhooks and snapshots.
+
+    A snapshot (plain JSON types), not the live ``Event``, which later frames keep updating
+    from another thread. ``app.api.events.EventOut`` documents the same shape in OpenAPI.
+    """
+
+    id: str
+    camera_id: str
+    zone: str
+    rule: str
+    rule_type: str
+    state: Literal["started", "ended"]
+    started_at: str
+    ended_at: str | None
+    objects: list[ObjectRecord]
+    max_count: int
+    snapshot: str | None
 
 
 @dataclass(slots=True)
@@ -49,7 +74,7 @@ class FrameObject:
     foot: tuple[float, float]
     area: float
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> ObjectRecord:
         d = self.det
         return {"track_id": self.track_id, "class_id": d.class_id, "class_name": d.class_name,
                 "confidence": round(d.confidence, 4),
@@ -67,7 +92,7 @@ class Event:
     rule_type: str
     started_at: dt.datetime
     ended_at: dt.datetime | None = None
-    objects: list[dict[str, Any]] = field(default_factory=list)
+    objects: list[ObjectRecord] = field(default_factory=list)
     max_count: int = 0
     snapshot: str | None = None
 
@@ -75,7 +100,7 @@ class Event:
     def state(self) -> Literal["started", "ended"]:
         return "started" if self.ended_at is None else "ended"
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> EventRecord:
         return {"id": self.id, "camera_id": self.camera_id, "zone": self.zone, "rule": self.rule,
                 "rule_type": self.rule_type, "state": self.state, "started_at": iso(self.started_at),
                 "ended_at": iso(self.ended_at), "objects": list(self.objects), "max_count": self.max_count,
@@ -93,7 +118,7 @@ class RuleState:
     """The start / hold / clear / cool-down state machine of one rule in one zone."""
 
     __slots__ = ("min_duration_s", "clear_after_s", "cooldown_s", "true_since", "false_since",
-                 "cooldown_until", "active")
+                 "cooldown_until", "active", "last_t")
 
     def __init__(self, min_duration_s: float, clear_after_s: float, cooldown_s: float) -> None:
         self.min_duration_s = min_duration_s
@@ -103,6 +128,16 @@ class RuleState:
         self.false_since: float | None = None
         self.cooldown_until: float | None = None
         self.active: Event | None = None
+        self.last_t: float | None = None  # time of the previous frame
+
+    def silence(self, t: float) -> None:
+        """Apply the gap since the previous frame: a silence longer than ``clear_after_s``
+        means nobody saw the condition hold in between, so a pending start needs a full
+        ``min_duration_s`` again (one crowd frame, hours of nothing, one crowd frame is not
+        a standing crowd). An open event still ends only on a frame where it is false."""
+        last, self.last_t = self.last_t, t
+        if last is not None and t - last > self.clear_after_s and self.active is None:
+            self.true_since = None
 
     def step(self, t: float, condition: bool) -> Literal["start", "end", None]:
         """Advance to time ``t``; say whether an event starts or ends on this frame."""
@@ -213,8 +248,7 @@ class CameraRules:
                  detections: Sequence[Detection]) -> list[Transition]:
         """One frame: track, place objects in zones, step every rule. Returns started/ended events."""
         width, height = frame_size
-        if when.tzinfo is None:
-            when = when.replace(tzinfo=UTC)
+        when = clamp_utc(when)
         t = when.timestamp()
         if self.last_t is not None and t < self.last_t:
             t = self.last_t  # out-of-order frame: time never runs backwards for the state machines
@@ -232,8 +266,9 @@ class CameraRules:
             inside = [o for o in objects if o.det.class_name in zone.classes and zone.polygon.contains(*o.foot)]
             self.zone_counts[zone.name] = len(inside)
             for rule in zone.rules:
-                holds, matching = rule.condition(t, when, inside)
                 state = rule.state
+                state.silence(t)
+                holds, matching = rule.condition(t, when, inside)
                 action = state.step(t, holds)
                 if action == "start":
                     event = Event(uuid.uuid4().hex, self.id, zone.name, rule.name, rule.type, when,
@@ -241,25 +276,39 @@ class CameraRules:
                     state.active = event
                     out.append(Transition("started", event, rule))
                 elif action == "end":
-                    event = state.active
-                    assert event is not None
-                    event.ended_at = dt.datetime.fromtimestamp(state.false_since or t, UTC)
-                    state.active = None
-                    state.cooldown_until = (state.false_since or t) + state.cooldown_s
-                    out.append(Transition("ended", event, rule))
+                    out.append(self._end(rule, t))
                 elif holds and state.active is not None and len(matching) > state.active.max_count:
                     state.active.max_count = len(matching)
                     state.active.objects = [o.to_dict() for o in matching]
         return out
 
-    def close_all(self, when: dt.datetime) -> list[Transition]:
-        """End every open event (the camera's rules were changed or removed by a reload)."""
+    @staticmethod
+    def _end(rule: CompiledRule, t: float) -> Transition:
+        """End the rule's open event where its condition stopped holding, then cool down."""
+        state = rule.state
+        event = state.active
+        assert event is not None
+        end_t = t if state.false_since is None else state.false_since
+        # float seconds lose microseconds far from 1970: never let that put the end before the start
+        event.ended_at = max(dt.datetime.fromtimestamp(end_t, UTC), event.started_at)
+        state.active = None
+        state.cooldown_until = end_t + state.cooldown_s
+        return Transition("ended", event, rule)
+
+    def close_all(self) -> list[Transition]:
+        """End every open event (the camera's rules were changed, removed or reset).
+
+        They end at the camera's own rule time (its last frame), not the server clock: a
+        camera whose capture times lag the server would otherwise get ``ended_at`` values
+        before ``started_at``.
+        """
         out = []
         for zone in self.zones:
             for rule in zone.rules:
-                if rule.state.active is not None:
-                    event = rule.state.active
-                    event.ended_at = when
+                event = rule.state.active
+                if event is not None:
+                    last = dt.datetime.fromtimestamp(self.last_t, UTC) if self.last_t is not None else event.started_at
+                    event.ended_at = max(last, event.started_at)
                     rule.state.active = None
                     out.append(Transition("ended", event, rule))
         return out

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from zoneinfo import ZoneInfo
 
 from app.rules.config import WEEKDAYS, ActiveWindow
+from app.timeutil import clamp_utc
 
 
 def window_active(window: ActiveWindow, local: dt.datetime) -> bool:
@@ -35,9 +36,10 @@ class Schedule:
         self.tz = ZoneInfo(tz)
 
     def active(self, when: dt.datetime) -> bool:
+        """Naive ``when`` is UTC. Times at the very ends of datetime's range (which the
+        capture-time policy never lets in) are clamped a day inwards instead of overflowing."""
         if self.windows is None:
             return True
-        if when.tzinfo is None:
-            when = when.replace(tzinfo=dt.timezone.utc)
+        when = clamp_utc(when)
         local = when.astimezone(self.tz)
         return any(window_active(w, local) for w in self.windows)

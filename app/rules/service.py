@@ -4,8 +4,10 @@ Lifecycle (driven by the app's lifespan)::
 
     rules = RulesService.from_settings(settings, metrics)   # None when site_config is unset
     rules.start()                                          # webhook outbox worker
-    events = rules.evaluate(camera_id, ts, (w, h), detections, frame_rgb)   # per frame
+    when = rules.accept_capture_time(camera_id, ts)        # 422 invalid_timestamp, before inference
+    events = rules.evaluate(camera_id, when, (w, h), detections, frame_rgb)   # per frame
     rules.reload()                                         # SIGHUP / POST /admin/reload
+    rules.reset_camera(camera_id)                          # POST /admin/cameras/{id}/reset
     rules.stop()
 
 Thread-safety: ``evaluate`` may be called from any number of threads. Each camera's
@@ -23,16 +25,22 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from app.errors import ConfigError
+from app.errors import ConfigError, InvalidTimestamp, NotFound
 from app.pipeline import Detection
+from app.rules.capture_time import CaptureTimePolicy
 from app.rules.config import SiteConfig, load_site_config
-from app.rules.evaluator import UTC, CameraRules, Transition
+from app.rules.evaluator import CameraRules, EventRecord, Transition
 from app.rules.store import EventStore, dumps
 from app.rules.webhooks import OutboxWorker
+from app.timeutil import utcnow
+
+if TYPE_CHECKING:
+    from app.config import Settings
+    from app.metrics import Metrics
 
 log = logging.getLogger("campusguard.rules")
 
@@ -62,10 +70,12 @@ def snapshot_url(event_id: str) -> str:
 
 
 class RulesService:
-    def __init__(self, path: Path, config: SiteConfig, store: EventStore, metrics=None, *,
-                 webhook_urls: Sequence[str] = (), webhook_secret: bytes = b"", webhook_timeout_s: float = 5.0,
-                 webhook_max_backoff_s: float = 60.0, snapshot_dir: Path | None = None) -> None:
+    def __init__(self, path: Path, config: SiteConfig, store: EventStore, metrics: "Metrics | None" = None, *,
+                 capture_policy: CaptureTimePolicy, webhook_urls: Sequence[str] = (), webhook_secret: bytes = b"",
+                 webhook_timeout_s: float = 5.0, webhook_max_backoff_s: float = 60.0,
+                 snapshot_dir: Path | None = None) -> None:
         self.path = Path(path)
+        self.capture_policy = capture_policy
         self.store = store
         self.metrics = metrics
         self.webhook_urls = list(webhook_urls)
@@ -75,7 +85,7 @@ class RulesService:
         self._reload_lock = threading.Lock()
         self._config = config
         self._cameras: dict[str, CameraRules] = {c.id: CameraRules(c, config) for c in config.cameras}
-        self.loaded_at = dt.datetime.now(UTC)
+        self.loaded_at = utcnow()
         self._init_series()
 
     def _init_series(self) -> None:
@@ -87,13 +97,15 @@ class RulesService:
             self.metrics.webhook_deliveries.labels(outcome)
         for cam in self._cameras.values():
             label = self.metrics.camera_label(cam.camera.id)
+            for reason in ("future", "past"):
+                self.metrics.invalid_timestamps.labels(label, reason)
             for zone in cam.zones:
                 self.metrics.zone_objects.labels(label, zone.name).set(cam.zone_counts.get(zone.name, 0))
                 for rule in zone.rules:
                     self.metrics.events.labels(label, zone.name, rule.name)
 
     @classmethod
-    def from_settings(cls, settings, metrics=None) -> "RulesService | None":
+    def from_settings(cls, settings: "Settings", metrics: "Metrics | None" = None) -> "RulesService | None":
         """Build from ``Settings``; None when ``site_config`` is unset. Raises SiteConfigError (a ConfigError)."""
         if settings.site_config is None:
             return None
@@ -105,7 +117,8 @@ class RulesService:
                    webhook_secret=settings.webhook_secret.get_secret_value().encode(),
                    webhook_timeout_s=settings.webhook_timeout_s,
                    webhook_max_backoff_s=settings.webhook_max_backoff_s,
-                   snapshot_dir=settings.snapshot_dir)
+                   snapshot_dir=settings.snapshot_dir,
+                   capture_policy=CaptureTimePolicy.from_settings(settings))
 
     # --- lifecycle ------------------------------------------------------------------------
     def start(self) -> None:
@@ -124,18 +137,29 @@ class RulesService:
         return list(self._cameras)
 
     # --- per frame ------------------------------------------------------------------------
-    def evaluate(self, camera_id: str, timestamp: dt.datetime | None, frame_size: tuple[int, int],
-                 detections: list[Detection], frame_rgb: np.ndarray | None = None) -> list[dict[str, Any]]:
-        """Run the camera's rules on one frame; the events started or ended on it (JSON-ready dicts).
+    def accept_capture_time(self, camera_id: str, timestamp: dt.datetime | None) -> dt.datetime:
+        """The frame's rule time (aware UTC; now when absent), or InvalidTimestamp (422), counted
+        per camera, when the capture-time policy refuses it. Call before inference."""
+        try:
+            return self.capture_policy.check(timestamp)
+        except InvalidTimestamp as exc:
+            if self.metrics is not None:
+                self.metrics.invalid_timestamps.labels(self.metrics.camera_label(camera_id), exc.reason).inc()
+            log.warning("camera %s: %s", camera_id, exc.message)
+            raise
 
-        ``timestamp`` is the capture time (naive = UTC); None means now. Frames of a camera
-        that is not in the site file are ignored (empty list).
+    def evaluate(self, camera_id: str, timestamp: dt.datetime | None, frame_size: tuple[int, int],
+                 detections: list[Detection], frame_rgb: np.ndarray | None = None) -> list[EventRecord]:
+        """Run the camera's rules on one frame; the events started or ended on it (JSON-ready records).
+
+        ``timestamp`` is the capture time (naive = UTC), normally from ``accept_capture_time``;
+        None means now. Frames of a camera that is not in the site file are ignored (empty list).
         """
         cam = self._cameras.get(camera_id)
         if cam is None:
             return []
         t0 = time.perf_counter()
-        when = timestamp or dt.datetime.now(UTC)
+        when = timestamp or utcnow()
         with cam.lock:
             transitions = cam.evaluate(when, frame_size, detections)
             counts = dict(cam.zone_counts)
@@ -148,7 +172,7 @@ class RulesService:
         return events
 
     def _emit(self, cam: CameraRules, tr: Transition, detections: Sequence[Detection],
-              frame_rgb: np.ndarray | None) -> dict[str, Any]:
+              frame_rgb: np.ndarray | None) -> EventRecord:
         ev = tr.event
         if tr.kind == "started":
             if frame_rgb is not None and self._snapshots_on(tr):
@@ -180,7 +204,7 @@ class RulesService:
             log.exception("could not write the snapshot of event %s", ev.id)
             return None
 
-    def _persist(self, data: dict[str, Any], kind: str) -> None:
+    def _persist(self, data: EventRecord, kind: str) -> None:
         key = f"{data['id']}:{kind}"
         deliveries = []
         if self.webhook_urls:
@@ -199,7 +223,7 @@ class RulesService:
         """Re-read the site file. On error raise SiteConfigError and keep the running config.
 
         Cameras whose configuration is unchanged keep their state (tracks, open events);
-        open events of changed or removed cameras are ended now.
+        open events of changed or removed cameras are ended at that camera's last frame time.
         """
         with self._reload_lock:
             config = load_site_config(self.path)  # raises before anything changes
@@ -212,19 +236,9 @@ class RulesService:
             retired = [c for cid, c in old.items() if new.get(cid) is not c]
             self._config = config
             self._cameras = new  # atomic swap: evaluate() reads the dict once per frame
-            self.loaded_at = dt.datetime.now(UTC)
-            now = dt.datetime.now(UTC)
+            self.loaded_at = utcnow()
             for cam in retired:
-                with cam.lock:
-                    transitions = cam.close_all(now)
-                for tr in transitions:
-                    self._persist(tr.event.to_dict(), "ended")
-                if self.metrics is not None:
-                    for zone in cam.zones:
-                        try:
-                            self.metrics.zone_objects.remove(self.metrics.camera_label(cam.id), zone.name)
-                        except KeyError:
-                            pass
+                self._retire(cam)
             self._init_series()
             kept = sum(1 for cid, c in new.items() if old.get(cid) is c)
             log.info("site config %s reloaded: %d camera(s), %d unchanged (state kept), %d replaced or removed",
@@ -239,6 +253,33 @@ class RulesService:
             return False
         return True
 
+    def reset_camera(self, camera_id: str) -> int:
+        """Forget one camera's rule state (tracks, rule clock, open events) without a restart;
+        its open events end at its own rule time. Returns how many ended; NotFound if unknown."""
+        with self._reload_lock:
+            old = self._cameras.get(camera_id)
+            if old is None:
+                raise NotFound(f"camera {camera_id!r} is not in the site file", code="unknown_camera")
+            self._cameras = {**self._cameras, camera_id: CameraRules(old.camera, self._config)}
+            ended = self._retire(old)
+            self._init_series()
+        log.info("camera %s: rule state reset (%d open event(s) ended)", camera_id, ended)
+        return ended
+
+    def _retire(self, cam: CameraRules) -> int:
+        """End the open events of a camera state that is no longer in use; drop its gauges."""
+        with cam.lock:
+            transitions = cam.close_all()
+        for tr in transitions:
+            self._persist(tr.event.to_dict(), "ended")
+        if self.metrics is not None:
+            for zone in cam.zones:
+                try:
+                    self.metrics.zone_objects.remove(self.metrics.camera_label(cam.id), zone.name)
+                except KeyError:
+                    pass
+        return len(transitions)
+
     def zones_for(self, camera_id: str) -> list[ZoneView]:
         """The zones of a camera (empty for unknown cameras), for drawing."""
         cam = self._cameras.get(camera_id)
@@ -247,7 +288,7 @@ class RulesService:
         return [ZoneView(camera_id, z.name, z.kind, z.polygon.points, tuple(r.name for r in z.rules))
                 for z in cam.zones]
 
-    def open_events(self, camera_id: str | None = None) -> list[dict[str, Any]]:
+    def open_events(self, camera_id: str | None = None) -> list[EventRecord]:
         cams = [self._cameras[camera_id]] if camera_id in self._cameras else ([] if camera_id else self._cameras.values())
         out = []
         for cam in cams:

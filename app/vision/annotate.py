@@ -3,19 +3,24 @@
 Used by ``POST /detect?annotate=true`` (or ``Accept: image/jpeg``) and for the event
 snapshots. Drawing is OpenCV only; the output JPEG has exactly the input frame's size.
 
-``zones`` items may be mappings or objects with ``name``, ``polygon`` (normalized 0..1
-``[x, y]`` points) and optionally ``kind``; ``events`` items are event dicts (``zone``,
-``rule``, ``state``): a zone with a started (open) event is drawn red and the rule names
-are written next to it and in a banner.
+Inputs are the service's own types: ``Detection`` boxes, ``ZoneView`` zones (normalized
+0..1 polygons) and ``EventRecord`` events; a zone with a started (open) event is drawn red
+and the rule names are written next to it and in a banner.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 import cv2
 import numpy as np
+
+from app.pipeline import Detection
+
+if TYPE_CHECKING:
+    from app.rules.evaluator import EventRecord
+    from app.rules.service import ZoneView
 
 ZONE_COLOR = (255, 200, 0)       # BGR: cyan-ish for idle zones
 ALERT_COLOR = (0, 0, 255)        # BGR: red for zones with a triggered rule
@@ -23,12 +28,6 @@ _PALETTE = [(56, 56, 255), (151, 157, 255), (31, 112, 255), (29, 178, 255), (49,
             (23, 204, 146), (134, 219, 61), (52, 147, 26), (187, 212, 0), (168, 153, 44), (255, 194, 0),
             (147, 69, 52), (255, 115, 100), (236, 24, 0), (255, 56, 132), (133, 0, 82), (255, 56, 203),
             (200, 149, 255), (199, 55, 255)]
-
-
-def _get(item: Any, key: str, default: Any = None) -> Any:
-    if isinstance(item, Mapping):
-        return item.get(key, default)
-    return getattr(item, key, default)
 
 
 def _label(img: np.ndarray, text: str, x: int, y: int, color: tuple[int, int, int], scale: float) -> None:
@@ -42,8 +41,8 @@ def _label(img: np.ndarray, text: str, x: int, y: int, color: tuple[int, int, in
                 cv2.LINE_AA)
 
 
-def draw(frame_rgb: np.ndarray, detections: Sequence[Any], zones: Iterable[Any] = (), events: Iterable[Any] = (),
-         names: Mapping[int, str] | Sequence[str] | None = None) -> np.ndarray:
+def draw(frame_rgb: np.ndarray, detections: Sequence[Detection], zones: Iterable["ZoneView"] = (),
+         events: Iterable["EventRecord"] = (), names: Mapping[int, str] | Sequence[str] | None = None) -> np.ndarray:
     """A BGR copy of ``frame_rgb`` with everything drawn on it."""
     img = cv2.cvtColor(np.ascontiguousarray(frame_rgb), cv2.COLOR_RGB2BGR)
     h, w = img.shape[:2]
@@ -52,13 +51,12 @@ def draw(frame_rgb: np.ndarray, detections: Sequence[Any], zones: Iterable[Any] 
 
     triggered: dict[str, list[str]] = {}
     for ev in events:
-        if _get(ev, "state", "started") == "started" or _get(ev, "ended_at") is None:
-            triggered.setdefault(str(_get(ev, "zone")), []).append(str(_get(ev, "rule")))
+        if ev["state"] == "started":
+            triggered.setdefault(ev["zone"], []).append(ev["rule"])
 
     # zones: translucent fill + outline + name
     overlay = img.copy()
-    zone_px = [(str(_get(zone, "name", "")),
-                np.round(np.asarray(_get(zone, "polygon"), dtype=np.float64) * (w, h)).astype(np.int32))
+    zone_px = [(zone.name, np.round(np.asarray(zone.polygon, dtype=np.float64) * (w, h)).astype(np.int32))
                for zone in zones]
     for name, pts in zone_px:
         cv2.fillPoly(overlay, [pts], ALERT_COLOR if name in triggered else ZONE_COLOR)
@@ -73,20 +71,17 @@ def draw(frame_rgb: np.ndarray, detections: Sequence[Any], zones: Iterable[Any] 
 
     # detections
     for det in detections:
-        cls = int(_get(det, "class_id", 0))
+        cls = det.class_id
+        label = det.class_name
         if names is not None:
             try:
                 label = names[cls]
             except (KeyError, IndexError):
-                label = str(_get(det, "class_name", cls))
-        else:
-            label = str(_get(det, "class_name", cls))
+                pass
         color = _PALETTE[cls % len(_PALETTE)]
-        x1, y1, x2, y2 = (int(round(float(_get(det, k)))) for k in ("x1", "y1", "x2", "y2"))
+        x1, y1, x2, y2 = (int(round(v)) for v in (det.x1, det.y1, det.x2, det.y2))
         cv2.rectangle(img, (x1, y1), (x2, y2), color, line, cv2.LINE_AA)
-        track = _get(det, "track_id")
-        text = f"{label} {float(_get(det, 'confidence', 0.0)):.2f}" + (f" #{track}" if track is not None else "")
-        _label(img, text, x1, y1, color, scale * 0.8)
+        _label(img, f"{label} {det.confidence:.2f}", x1, y1, color, scale * 0.8)
 
     # banner with the triggered rules
     if triggered:
@@ -95,8 +90,8 @@ def draw(frame_rgb: np.ndarray, detections: Sequence[Any], zones: Iterable[Any] 
     return img
 
 
-def annotate_jpeg(frame_rgb: np.ndarray, detections: Sequence[Any], zones: Iterable[Any] = (),
-                  events: Iterable[Any] = (), names: Mapping[int, str] | Sequence[str] | None = None,
+def annotate_jpeg(frame_rgb: np.ndarray, detections: Sequence[Detection], zones: Iterable["ZoneView"] = (),
+                  events: Iterable["EventRecord"] = (), names: Mapping[int, str] | Sequence[str] | None = None,
                   quality: int = 85) -> bytes:
     """JPEG bytes of the annotated frame (same width and height as ``frame_rgb``)."""
     img = draw(frame_rgb, detections, zones, events, names)

@@ -37,9 +37,14 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def plaza_polygon() -> Polygon:
+    site = load_site_config(EXAMPLE_SITE)
+    return Polygon(next(c for c in site.cameras if c.id == CAMERA).zones[0].polygon)
+
+
 def candidates(dataset: Path) -> tuple[list[Path], list[Path]]:
     """Frames ranked by labelled persons (big enough to detect at 320 px) with feet in the plaza; frames with none."""
-    plaza = Polygon(load_site_config(EXAMPLE_SITE).camera(CAMERA).zones[0].polygon)
+    plaza = plaza_polygon()
     ranked, empty = [], []
     for label in sorted((dataset / "labels").glob("*.txt")):
         image = dataset / "images" / f"{label.stem}.jpg"
@@ -57,7 +62,7 @@ def candidates(dataset: Path) -> tuple[list[Path], list[Path]]:
 
 
 def persons_in_plaza(body: dict) -> int:
-    plaza = Polygon(load_site_config(EXAMPLE_SITE).camera(CAMERA).zones[0].polygon)
+    plaza = plaza_polygon()
     w, h = body["width"], body["height"]
     return sum(1 for d in body["detections"] if d["class_name"] == "person"
                and plaza.contains((d["box"]["x1"] + d["box"]["x2"]) / 2 / w, d["box"]["y2"] / h))
@@ -238,6 +243,17 @@ def test_webhook_outage_annotate_and_reload(server_factory, tmp_path, dataset):
             site.write_text(good)
             r = c.post("/admin/reload")
             assert r.status_code == 200 and r.json()["cameras"] == ["gate-cam", "plaza-cam", "lot-cam"]
+
+            # a wrong gateway clock: 422 before inference, and the camera's next frame is evaluated
+            r = c.post("/detect", files={"image": ("f.jpg", crowd, "image/jpeg")},
+                       params={"camera_id": CAMERA, "timestamp": "9999-12-31T23:59:59Z"})
+            assert r.status_code == 422 and r.json()["error"] == "invalid_timestamp", r.text
+            assert detect(c, crowd, t1 + dt.timedelta(seconds=12)).json()["events"] == []  # same crowd goes on
+            assert metric(c.get("/metrics").text, "campusguard_invalid_timestamps_total",
+                          camera_id=CAMERA, reason="future") == 1
+            # and its state can be reset without a restart: the open crowd event ends
+            r = c.post(f"/admin/cameras/{CAMERA}/reset")
+            assert r.status_code == 200 and r.json()["ended_events"] == 1, r.text
     finally:
         if rx:
             rx.close()

@@ -302,7 +302,13 @@ def test_batch_feeds_the_camera_rules_in_order(tmp_path):
                                                 snapshot_dir=tmp_path / "snaps"), Metrics())
     try:
         with inprocess_app(settings(site_config=EXAMPLE_SITE), rules=rules) as ip:
-            night = "2026-03-02T23:00:00Z"  # gate-cam's intrusion rule is active 22:00-06:00 Berlin
+            import datetime as dt
+
+            now = dt.datetime.now(dt.timezone.utc)
+            last_night = now.replace(hour=23, minute=0, second=0, microsecond=0)
+            if last_night > now:
+                last_night -= dt.timedelta(days=1)  # within the capture-time window (a day back at most)
+            night = last_night.isoformat()  # gate-cam's intrusion rule is active 22:00-06:00 Berlin
             files = [("images", (f"{i}.png", png(), "image/png")) for i in range(3)]
             files.insert(1, ("images", ("bad.png", b"garbage", "image/png")))
             r = ip.client.post("/detect/batch", params={"camera_id": "gate-cam", "timestamp": night}, files=files)

@@ -33,7 +33,7 @@ def test_things_are_drawn_and_alerts_are_red():
     plain = decode(annotate_jpeg(frame, []))
     assert plain.max() < 10  # nothing to draw: still the (black) frame
 
-    zone = {"name": "gate", "polygon": [[0.25, 0.25], [0.75, 0.25], [0.75, 0.75], [0.25, 0.75]]}
+    zone = ZoneView("c", "gate", "restricted", ((0.25, 0.25), (0.75, 0.25), (0.75, 0.75), (0.25, 0.75)), ("crowd",))
     idle = decode(annotate_jpeg(frame, [], [zone]))
     alert = decode(annotate_jpeg(frame, [], [zone], [{"zone": "gate", "rule": "crowd", "state": "started"}]))
     inside = (slice(100, 200), slice(120, 280))
@@ -43,8 +43,11 @@ def test_things_are_drawn_and_alerts_are_red():
     assert boxed[50:120, 48:53].max() > 100  # the box's left edge
 
 
-def test_detections_as_dicts_with_track_ids():
+def test_only_open_events_mark_their_zone():
     frame = np.full((200, 300, 3), 255, np.uint8)
-    det = {"class_id": 0, "class_name": "person", "confidence": 0.5, "x1": 10, "y1": 10, "x2": 100, "y2": 150,
-           "track_id": 7}
-    assert decode(annotate_jpeg(frame, [det])).shape == (200, 300, 3)
+    zone = ZoneView("c", "gate", "restricted", ((0.25, 0.25), (0.75, 0.25), (0.75, 0.75), (0.25, 0.75)), ("crowd",))
+    inside = (slice(90, 110), slice(140, 160))
+    ended = decode(annotate_jpeg(frame, [], [zone], [{"zone": "gate", "rule": "crowd", "state": "ended"}]))
+    started = decode(annotate_jpeg(frame, [], [zone], [{"zone": "gate", "rule": "crowd", "state": "started"}]))
+    # BGR: an open event's zone is tinted red (blue channel drops), an ended one keeps the idle colour
+    assert started[inside][..., 0].mean() < ended[inside][..., 0].mean() - 20

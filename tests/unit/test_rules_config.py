@@ -63,7 +63,7 @@ def test_example_site_is_valid_and_has_one_camera_per_rule_kind():
     assert kinds == {IntrusionRule, CrowdRule, FireLaneRule}
     for cam in site.cameras:
         assert len({type(r) for z in cam.zones for r in z.rules}) == 1, "one rule kind per example camera"
-    gate = site.camera("gate-cam")
+    gate = next(c for c in site.cameras if c.id == "gate-cam")
     window = gate.zones[0].rules[0].active_hours[0]
     assert window.start > window.end  # the example shows a window across midnight
 
