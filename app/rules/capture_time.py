@@ -43,10 +43,10 @@ class CaptureTimePolicy:
 
     def violation(self, when: dt.datetime, now: dt.datetime) -> Reason | None:
         """Why ``when`` is refused at server time ``now`` (None: accepted)."""
-        when, now = clamp_utc(when), as_utc(now)
-        if when > now + self.max_skew:
+        ahead = clamp_utc(when) - clamp_utc(now)  # a difference cannot leave datetime's range
+        if ahead > self.max_skew:
             return "future"
-        if when < now - self.max_age:
+        if ahead < -self.max_age:
             return "past"
         return None
 
@@ -57,7 +57,7 @@ class CaptureTimePolicy:
             return now
         reason = self.violation(when, now)
         if reason is None:
-            return as_utc(when)
+            return clamp_utc(when)  # unchanged for any plausible server clock
         bound = (f"more than {self.max_skew.total_seconds():g} s ahead of" if reason == "future"
                  else f"more than {self.max_age.total_seconds():g} s behind")
         raise InvalidTimestamp(f"capture time {when.isoformat()} is {bound} the server clock ({iso(now)}); "

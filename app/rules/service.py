@@ -137,9 +137,14 @@ class RulesService:
         return list(self._cameras)
 
     # --- per frame ------------------------------------------------------------------------
-    def accept_capture_time(self, camera_id: str, timestamp: dt.datetime | None) -> dt.datetime:
+    def accept_capture_time(self, camera_id: str, timestamp: dt.datetime | None) -> dt.datetime | None:
         """The frame's rule time (aware UTC; now when absent), or InvalidTimestamp (422), counted
-        per camera, when the capture-time policy refuses it. Call before inference."""
+        per camera, when the capture-time policy refuses it. Call before inference.
+
+        A camera that is not in the site file is not evaluated, so its time is not used and
+        not checked (nor does it get a metric label): ``timestamp`` comes back unchanged."""
+        if camera_id not in self._cameras:
+            return timestamp
         try:
             return self.capture_policy.check(timestamp)
         except InvalidTimestamp as exc:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import shutil
+from zoneinfo import ZoneInfo
 
 import pytest
 
@@ -18,6 +19,7 @@ from tests.unit.rules_util import EXAMPLE_SITE, H, W, people
 
 UTC = dt.timezone.utc
 BERLIN = dt.timezone(dt.timedelta(hours=1))  # Europe/Berlin in winter
+BERLIN_TZ = ZoneInfo("Europe/Berlin")
 NOW = dt.datetime(2026, 10, 25, 1, 30, tzinfo=UTC)  # 02:30 CET, just after the autumn DST change
 POLICY = CaptureTimePolicy(max_skew_s=300, max_age_s=86_400)
 
@@ -30,6 +32,8 @@ POLICY = CaptureTimePolicy(max_skew_s=300, max_age_s=86_400)
     (dt.datetime(1, 1, 1, tzinfo=dt.timezone(dt.timedelta(hours=5))), "past"),  # year 0 in UTC
     (dt.datetime(1, 1, 1), "past"),                                              # zone-less
     (NOW - dt.timedelta(days=1, seconds=1), "past"),
+    # 03:36 CET is 02:36 UTC: 66 min ahead, though the wall clock only went 6 min past the repeated hour
+    (dt.datetime(2026, 10, 25, 3, 36, tzinfo=BERLIN_TZ), "future"),
 ])
 def test_implausible_capture_times_are_refused(when, reason):
     with pytest.raises(InvalidTimestamp) as info:
@@ -45,11 +49,15 @@ def test_implausible_capture_times_are_refused(when, reason):
     dt.datetime(2026, 10, 25, 2, 30, tzinfo=BERLIN),           # the repeated hour, second pass (CET)
     dt.datetime(2026, 10, 25, 2, 30, tzinfo=dt.timezone(dt.timedelta(hours=2))),  # first pass (CEST)
     dt.datetime(2026, 10, 24, 23, 59, 59, tzinfo=UTC),
+    dt.datetime(2026, 10, 25, 2, 30, tzinfo=BERLIN_TZ, fold=0),  # the repeated hour in the IANA zone: CEST
+    dt.datetime(2026, 10, 25, 2, 30, tzinfo=BERLIN_TZ, fold=1),  # ... and CET (= NOW)
 ])
 def test_plausible_capture_times_are_accepted_as_utc(when):
     got = POLICY.check(when, now=NOW)
     assert got.tzinfo is UTC
-    assert got == (when if when.tzinfo else when.replace(tzinfo=UTC))
+    # compared as instants: PEP 495 makes inter-zone == false for times in a repeated hour
+    assert got.timestamp() == (when if when.tzinfo else when.replace(tzinfo=UTC)).timestamp()
+    assert got.utcoffset() == dt.timedelta(0)
 
 
 def test_absent_time_is_now():

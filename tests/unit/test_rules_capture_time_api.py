@@ -95,6 +95,11 @@ def test_refusals_are_counted_per_camera(client):
     metrics = client.app.state.metrics
     assert metrics.registry.get_sample_value("campusguard_invalid_timestamps_total",
                                              {"camera_id": "plaza-cam", "reason": "future"}) == 1
+    # a camera outside the site file is detected, not evaluated: its time is not used, so not refused
+    r = post(client, "2100-01-01T00:00:00Z", camera="not-in-site")
+    assert r.status_code == 200 and r.json()["events"] == []
+    assert metrics.registry.get_sample_value("campusguard_invalid_timestamps_total",
+                                             {"camera_id": "not-in-site", "reason": "future"}) is None
 
 
 def test_reset_route(client):

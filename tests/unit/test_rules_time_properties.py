@@ -67,6 +67,26 @@ def test_schedule_never_overflows(zone, when):
     assert Schedule(WINDOWS, zone).active(when) in (True, False)
 
 
+CORNERS = [d.replace(tzinfo=tz) for d in (dt.datetime.min, dt.datetime.max)
+           for tz in (None, UTC, dt.timezone(dt.timedelta(hours=23, minutes=59)),
+                      dt.timezone(-dt.timedelta(hours=23, minutes=59)))]
+
+
+def test_every_zone_at_the_ends_of_the_calendar():
+    """Not sampled: each of the ~600 zones, at the very ends of datetime's range, both through
+    the schedule and through the policy (whatever it accepts converts to the zone)."""
+    policy = CaptureTimePolicy(max_skew_s=86_400, max_age_s=3_650 * 86_400)  # the widest settings allow
+    for zone in ZONES:
+        schedule, tz = Schedule(WINDOWS, zone), zoneinfo.ZoneInfo(zone)
+        for when in CORNERS:
+            assert schedule.active(when) in (True, False)
+            for now in (dt.datetime(1, 1, 2, tzinfo=UTC), dt.datetime(9999, 12, 30, tzinfo=UTC)):
+                try:
+                    policy.check(when, now=now).astimezone(tz)
+                except InvalidTimestamp:
+                    pass
+
+
 @PROPS
 @given(edge=dst_edges())
 def test_schedule_on_dst_days_matches_wall_clock(edge):
