@@ -1,7 +1,8 @@
 """The event store and the webhook outbox: two tables in one SQLAlchemy database.
 
-SQLite by default (a file path in ``events_db_url``), any SQLAlchemy URL otherwise
-(``postgresql+psycopg://...``). Tables are created on start. An event row is inserted
+SQLite by default (a file path in ``events_db_url``), PostgreSQL for several replicas
+(``postgresql+psycopg://...``). The schema is managed by Alembic migrations
+(``app.rules.migrate``), applied on start. An event row is inserted
 when the event starts and updated when it ends; in the *same* transaction one outbox row
 per webhook URL is written, so a crash can never record an event and lose its delivery.
 
@@ -21,6 +22,9 @@ from typing import Any
 from sqlalchemy import (JSON, Column, DateTime, Index, Integer, MetaData, String, Table, Text, TypeDecorator,
                         UniqueConstraint, create_engine, event, func, select, update)
 from sqlalchemy.engine import Engine, make_url
+from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+
+from app.errors import ConfigError
 
 UTC = dt.timezone.utc
 
@@ -130,10 +134,27 @@ def _row_to_event(row) -> dict[str, Any]:
 class EventStore:
     """Events and outbox in one database; every method is thread-safe (a connection pool)."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, *, migrate: bool = True) -> None:
+        """``migrate``: apply pending migrations now (the service defers it to its writer
+        thread, so a database that is down at startup does not stop detection)."""
         self.url = url
-        self.engine = make_engine(url)
-        metadata.create_all(self.engine)
+        try:
+            self.engine = make_engine(url)
+        except (ArgumentError, NoSuchModuleError, ValueError) as exc:
+            raise ConfigError(f"invalid CAMPUSGUARD_EVENTS_DB_URL: {exc}") from None
+        if migrate:
+            self.migrate()
+
+    @property
+    def safe_url(self) -> str:
+        """The URL with its password masked (for logs and messages)."""
+        return self.engine.url.render_as_string(hide_password=True)
+
+    def migrate(self) -> tuple[str | None, str | None]:
+        """Apply pending migrations (cross-replica safe); (revision before, revision after)."""
+        from app.rules.migrate import upgrade
+
+        return upgrade(self.engine)
 
     def close(self) -> None:
         self.engine.dispose()
