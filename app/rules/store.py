@@ -6,9 +6,10 @@ SQLite by default (a file path in ``events_db_url``), PostgreSQL for several rep
 when the event starts and updated when it ends; in the *same* transaction one outbox row
 per webhook URL is written, so a crash can never record an event and lose its delivery.
 
-The outbox is claimed row by row with a conditional UPDATE (a lease), which is safe when
-several replicas share one PostgreSQL database; receivers de-duplicate on the
-``Idempotency-Key`` anyway.
+The outbox is claimed row by row (``SELECT ... FOR UPDATE SKIP LOCKED`` plus a lease
+written with a compare-and-set), so several replicas on one PostgreSQL database deliver
+each row once; receivers de-duplicate on the ``Idempotency-Key`` for the one case no
+sender can rule out (killed after the receiver answered, before the row was marked).
 """
 
 from __future__ import annotations
@@ -222,25 +223,35 @@ class EventStore:
         with self.engine.connect() as conn:
             return int(conn.execute(select(func.count()).select_from(outbox_table).where(*conds)).scalar_one())
 
-    def outbox_head(self, url: str) -> OutboxItem | None:
-        """The oldest undelivered row for ``url`` (deliveries to one URL stay in order)."""
-        o = outbox_table.c
-        with self.engine.connect() as conn:
-            row = conn.execute(select(outbox_table).where(o.url == url, o.delivered_at.is_(None))
-                               .order_by(o.id).limit(1)).first()
-        if row is None:
-            return None
-        return OutboxItem(row.id, row.event_id, row.url, row.idempotency_key, row.payload.encode(),
-                          row.attempts, row.next_attempt_at)
+    def outbox_claim_next(self, url: str, lease_until: dt.datetime) -> tuple[OutboxItem | None, dt.datetime | None]:
+        """Lease the oldest undelivered row for ``url`` if it is due: (item, None).
 
-    def outbox_claim(self, item: OutboxItem, lease_until: dt.datetime) -> bool:
-        """Take a lease on a row (compare-and-set on next_attempt_at); False if another worker has it."""
+        Otherwise (None, when it is due) or (None, None) when there is nothing, or another
+        replica is claiming that row right now. The head row is locked with ``FOR UPDATE
+        SKIP LOCKED`` (PostgreSQL; SQLite serialises writers anyway) for the instant of the
+        claim, and the claim itself is a compare-and-set of ``next_attempt_at`` to the
+        lease's end, committed before the HTTP request: a replica killed mid-delivery
+        leaves a lease that simply expires, and the next replica retries the row. Only the
+        head is ever claimed, so deliveries to one URL stay in order across replicas.
+        """
         o = outbox_table.c
+        now = utcnow()
+        head = (select(o.id).where(o.url == url, o.delivered_at.is_(None)).order_by(o.id).limit(1)
+                .scalar_subquery())
         with self.engine.begin() as conn:
-            res = conn.execute(update(outbox_table).where(
-                o.id == item.id, o.delivered_at.is_(None), o.next_attempt_at == item.next_attempt_at,
-            ).values(next_attempt_at=lease_until))
-        return res.rowcount == 1
+            row = conn.execute(select(outbox_table).where(o.id == head, o.delivered_at.is_(None))
+                               .with_for_update(skip_locked=True)).first()
+            if row is None:
+                return None, None
+            if row.next_attempt_at > now:
+                return None, row.next_attempt_at
+            taken = conn.execute(update(outbox_table).where(
+                o.id == row.id, o.delivered_at.is_(None), o.next_attempt_at == row.next_attempt_at,
+            ).values(next_attempt_at=lease_until)).rowcount
+        if taken != 1:
+            return None, None
+        return OutboxItem(row.id, row.event_id, row.url, row.idempotency_key, row.payload.encode(),
+                          row.attempts, lease_until), None
 
     def outbox_delivered(self, item_id: int) -> None:
         with self.engine.begin() as conn:

@@ -56,7 +56,7 @@ class OutboxWorker:
     """A daemon thread that drains the outbox to the configured webhook URLs."""
 
     def __init__(self, store: EventStore, urls: list[str], secret: bytes, *, timeout_s: float = 5.0,
-                 max_backoff_s: float = 60.0, metrics=None, poll_s: float = 1.0) -> None:
+                 max_backoff_s: float = 60.0, metrics=None, poll_s: float = 1.0, lease_s: float | None = None) -> None:
         self.store = store
         self.urls = list(urls)
         self.secret = secret
@@ -64,6 +64,10 @@ class OutboxWorker:
         self.max_backoff_s = max_backoff_s
         self.metrics = metrics
         self.poll_s = poll_s
+        # How long a claimed row is ours: longer than any one attempt (httpx applies the
+        # timeout to connect, write and read separately), short enough that the row of a
+        # replica killed mid-delivery is retried by another soon.
+        self.lease_s = lease_s if lease_s is not None else 3 * timeout_s + 5
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -104,16 +108,11 @@ class OutboxWorker:
         next_due = self.poll_s
         for url in self.urls:
             while not self._stop.is_set():
-                item = self.store.outbox_head(url)
-                if item is None:
+                item, due_at = self.store.outbox_claim_next(url, utcnow() + dt.timedelta(seconds=self.lease_s))
+                if item is None:  # nothing due, or another replica is delivering the head row
+                    if due_at is not None:
+                        next_due = min(next_due, (due_at - utcnow()).total_seconds())
                     break
-                wait = (item.next_attempt_at - utcnow()).total_seconds()
-                if wait > 0:
-                    next_due = min(next_due, wait)
-                    break
-                lease = utcnow() + dt.timedelta(seconds=self.timeout_s + 5)
-                if not self.store.outbox_claim(item, lease):
-                    break  # another replica holds it
                 if not self._deliver(client, item):
                     break  # keep order: later rows for this URL wait for this one
         self._update_depth()

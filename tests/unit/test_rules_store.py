@@ -71,12 +71,12 @@ def test_outbox_rows_written_with_the_event_once_per_key(db_url):
     s.record(event(0), deliveries)  # recorded again (e.g. a retry): no duplicate deliveries
     assert s.outbox_depth() == 2
     assert s.outbox_depth(["http://127.0.0.1:1/a"]) == 1
-    head = s.outbox_head("http://127.0.0.1:1/a")
-    assert head.idempotency_key == "ev000:started" and head.attempts == 0
-    assert s.outbox_claim(head, head.next_attempt_at + dt.timedelta(seconds=10))
-    assert not s.outbox_claim(head, head.next_attempt_at + dt.timedelta(seconds=20))  # already leased
+    lease = dt.datetime.now(dt.timezone.utc) + dt.timedelta(seconds=10)
+    head, due = s.outbox_claim_next("http://127.0.0.1:1/a", lease)
+    assert head.idempotency_key == "ev000:started" and head.attempts == 0 and due is None
+    assert s.outbox_claim_next("http://127.0.0.1:1/a", lease) == (None, lease)  # leased: due when the lease ends
     s.outbox_delivered(head.id)
-    assert s.outbox_depth() == 1 and s.outbox_head("http://127.0.0.1:1/a") is None
+    assert s.outbox_depth() == 1 and s.outbox_claim_next("http://127.0.0.1:1/a", lease) == (None, None)
 
 
 def test_persists_across_reopen(db_url):
