@@ -153,6 +153,7 @@ class Settings(BaseSettings):
     webhook_secret: SecretStr = Field(SecretStr(""), description="HMAC-SHA256 key for X-CampusGuard-Signature")
     webhook_timeout_s: float = Field(5.0, gt=0)
     webhook_max_backoff_s: float = Field(60.0, gt=0)
+    events_buffer_size: int = Field(10_000, ge=1, description="Event writes kept in memory while the store is down")
 
     # --- test-only fault injection (never set in production) ---------------------------
     debug_infer_delay_ms: float = Field(0.0, ge=0.0)

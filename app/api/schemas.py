@@ -80,10 +80,13 @@ class Health(BaseModel):
     images: int = 0
     cache_clears: int = 0
     queue_depth: int = 0
+    event_store: str | None = Field(None, description="Rules on: `ok`, or why the event store is unavailable")
 
 
 class Status(BaseModel):
     status: str
+    event_store: str | None = Field(None, description="Rules on: `ok`, or why the event store is unavailable "
+                                    "(detection stays ready; events are buffered)")
 
 
 class DeepStackPrediction(BaseModel):

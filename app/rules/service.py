@@ -31,8 +31,10 @@ from app.errors import ConfigError
 from app.pipeline import Detection
 from app.rules.config import SiteConfig, load_site_config
 from app.rules.evaluator import UTC, CameraRules, Transition
+from app.rules.migrate import StoreUnavailable, describe
 from app.rules.store import EventStore, dumps
 from app.rules.webhooks import OutboxWorker
+from app.rules.writer import EventWriter, is_outage
 
 log = logging.getLogger("campusguard.rules")
 
@@ -64,7 +66,8 @@ def snapshot_url(event_id: str) -> str:
 class RulesService:
     def __init__(self, path: Path, config: SiteConfig, store: EventStore, metrics=None, *,
                  webhook_urls: Sequence[str] = (), webhook_secret: bytes = b"", webhook_timeout_s: float = 5.0,
-                 webhook_max_backoff_s: float = 60.0, snapshot_dir: Path | None = None) -> None:
+                 webhook_max_backoff_s: float = 60.0, snapshot_dir: Path | None = None,
+                 event_buffer_size: int = 10_000) -> None:
         self.path = Path(path)
         self.store = store
         self.metrics = metrics
@@ -72,6 +75,7 @@ class RulesService:
         self.snapshot_dir = Path(snapshot_dir) if snapshot_dir is not None else None
         self.outbox = OutboxWorker(store, self.webhook_urls, webhook_secret, timeout_s=webhook_timeout_s,
                                    max_backoff_s=webhook_max_backoff_s, metrics=metrics)
+        self.writer = EventWriter(store, capacity=event_buffer_size, metrics=metrics, on_stored=self.outbox.notify)
         self._reload_lock = threading.Lock()
         self._config = config
         self._cameras: dict[str, CameraRules] = {c.id: CameraRules(c, config) for c in config.cameras}
@@ -99,21 +103,31 @@ class RulesService:
             return None
         config = load_site_config(settings.site_config)
         check_tracker()
-        store = EventStore(settings.events_db_url)
-        return cls(settings.site_config, config, store, metrics,
+        store = EventStore(settings.events_db_url, migrate=False)
+        service = cls(settings.site_config, config, store, metrics,
                    webhook_urls=settings.webhook_urls,
                    webhook_secret=settings.webhook_secret.get_secret_value().encode(),
                    webhook_timeout_s=settings.webhook_timeout_s,
                    webhook_max_backoff_s=settings.webhook_max_backoff_s,
-                   snapshot_dir=settings.snapshot_dir)
+                   snapshot_dir=settings.snapshot_dir, event_buffer_size=settings.events_buffer_size)
+        # Apply pending migrations now (a MigrationError stops startup); an unreachable
+        # database does not: events are buffered until it answers.
+        service.writer.connect()
+        return service
 
     # --- lifecycle ------------------------------------------------------------------------
     def start(self) -> None:
+        self.writer.start()
         self.outbox.start()
 
     def stop(self) -> None:
         self.outbox.stop()
+        self.writer.stop()
         self.store.close()
+
+    def store_status(self) -> str:
+        """``ok`` or why the event store is unavailable (readiness, /health)."""
+        return self.writer.status()
 
     @property
     def config(self) -> SiteConfig:
@@ -186,12 +200,7 @@ class RulesService:
         if self.webhook_urls:
             payload = dumps({"type": f"event.{kind}", "idempotency_key": key, "event": data})
             deliveries = [(url, key, payload) for url in self.webhook_urls]
-        try:
-            self.store.record(data, deliveries)
-        except Exception:
-            log.exception("could not store event %s (%s)", data["id"], kind)
-            return
-        if self.webhook_urls:
+        if self.writer.write(data, deliveries) and self.webhook_urls:
             self.outbox.notify()
 
     # --- configuration --------------------------------------------------------------------
@@ -257,10 +266,19 @@ class RulesService:
 
     # --- event store ----------------------------------------------------------------------
     def get_event(self, event_id: str) -> dict[str, Any] | None:
-        return self.store.get(event_id)
+        return self._read(self.store.get, event_id)
 
     def query_events(self, **filters) -> tuple[list[dict[str, Any]], int]:
-        return self.store.query(**filters)
+        return self._read(self.store.query, **filters)
+
+    def _read(self, fn, *args, **kwargs):
+        """A read from the store; an outage is a 503 ``event_store_unavailable``, not a 500."""
+        try:
+            return fn(*args, **kwargs)
+        except Exception as exc:
+            if is_outage(exc):
+                raise StoreUnavailable(f"event store unreachable: {describe(exc)}") from None
+            raise
 
     def snapshot_path(self, event_id: str) -> Path | None:
         if self.snapshot_dir is None or not event_id.isalnum():

@@ -99,6 +99,8 @@ def make_engine(url: str) -> Engine:
             from sqlalchemy.pool import StaticPool
 
             kwargs["poolclass"] = StaticPool
+    elif parsed.get_backend_name() == "postgresql" and "connect_timeout" not in parsed.query:
+        kwargs["connect_args"] = {"connect_timeout": 5}  # an unreachable host fails a write in seconds
     engine = create_engine(url, **kwargs)
     if parsed.get_backend_name() == "sqlite":
         @event.listens_for(engine, "connect")
@@ -150,6 +152,11 @@ class EventStore:
     def safe_url(self) -> str:
         """The URL with its password masked (for logs and messages)."""
         return self.engine.url.render_as_string(hide_password=True)
+
+    def ping(self) -> None:
+        """Raise if the database cannot be reached."""
+        with self.engine.connect() as conn:
+            conn.execute(select(1))
 
     def migrate(self) -> tuple[str | None, str | None]:
         """Apply pending migrations (cross-replica safe); (revision before, revision after)."""
