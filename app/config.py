@@ -154,6 +154,9 @@ class Settings(BaseSettings):
     webhook_timeout_s: float = Field(5.0, gt=0)
     webhook_max_backoff_s: float = Field(60.0, gt=0)
     events_buffer_size: int = Field(10_000, ge=1, description="Event writes kept in memory while the store is down")
+    events_retain_days: float = Field(30.0, gt=0, description="Delete events that ended longer ago (reviewed ones too)")
+    snapshot_budget_mb: float = Field(1024.0, ge=0, description="Snapshot disk budget; oldest deleted first; 0 = none")
+    retention_sweep_s: float = Field(600.0, gt=0, description="Seconds between retention sweeps")
 
     # --- test-only fault injection (never set in production) ---------------------------
     debug_infer_delay_ms: float = Field(0.0, ge=0.0)

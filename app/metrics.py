@@ -75,6 +75,10 @@ class Metrics:
         self.event_store_up = Gauge("event_store_up", "1 when the event store database answers", namespace=ns, registry=r)
         self.event_buffer_depth = Gauge("event_buffer_depth", "Event writes held in memory while the store is down",
                                         namespace=ns, registry=r)
+        self.snapshot_bytes = Gauge("snapshot_bytes", "Disk used by event snapshots (this replica)",
+                                    namespace=ns, registry=r)
+        self.retention_deleted = Counter("retention_deleted", "Events and snapshot files deleted by retention",
+                                         ["kind"], namespace=ns, registry=r)
         self.event_buffer_dropped = Counter("event_buffer_dropped", "Event writes dropped because the buffer was full",
                                             namespace=ns, registry=r)
         self._max_cameras = max_cameras

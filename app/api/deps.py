@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import hashlib
 import hmac
+from typing import TYPE_CHECKING, Annotated
 
-from fastapi import Request
+from fastapi import Depends, Request
 
-from app.errors import Forbidden, NotReady, Unauthorized
+from app.errors import Forbidden, NotFound, NotReady, Unauthorized
+
+if TYPE_CHECKING:
+    from app.rules.service import RulesService
 
 
 def check_key(request: Request, supplied: str | None) -> None:
@@ -47,3 +52,24 @@ def engine_of(request: Request):
         raise NotReady(f"the model is not ready yet ({request.app.state.phase})")
     engine.check_capacity()
     return engine
+
+
+def rules_service(request: Request) -> "RulesService":
+    """The campus-rules service; 404 ``rules_disabled`` when no site file is configured."""
+    rules = getattr(request.app.state, "rules", None)
+    if rules is None:
+        raise NotFound("rules are disabled: no site_config is set", code="rules_disabled")
+    return rules
+
+
+def key_id(request: Request) -> str | None:
+    """Who is calling, as far as the API keys tell: ``key:<first 8 hex of its SHA-256>`` (never
+    the key itself), or None when no keys are configured."""
+    supplied = request.headers.get("x-api-key")
+    if not request.app.state.api_keys or not supplied:
+        return None
+    return "key:" + hashlib.sha256(supplied.encode()).hexdigest()[:8]
+
+
+RulesDep = Annotated["RulesService", Depends(rules_service)]
+KeyIdDep = Annotated["str | None", Depends(key_id)]

@@ -12,9 +12,9 @@ from typing import Literal
 
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import Response
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from app.api.deps import require_api_key
+from app.api.deps import KeyIdDep, RulesDep, require_api_key
 from app.errors import NotFound
 
 router = APIRouter(tags=["events"], dependencies=[Depends(require_api_key)])
@@ -44,6 +44,29 @@ class EventOut(BaseModel):
     objects: list[EventObject] = Field(default_factory=list)
     max_count: int = Field(description="Most objects satisfying the rule on one frame during the event")
     snapshot: str | None = Field(None, description="URL path of the annotated JPEG taken when the event started")
+    acknowledged: bool = Field(False, description="An operator has seen it (PATCH)")
+    false_positive: bool = Field(False, description="An operator marked it as not a real situation (PATCH)")
+    note: str | None = Field(None, description="The operator's note")
+    reviewed_by: str | None = Field(None, description="Who last reviewed it: the `operator` given, and/or key:<id>")
+    reviewed_at: dt.datetime | None = Field(None, description="When it was last reviewed")
+
+
+class EventReview(BaseModel):
+    """An operator's review of an event; fields left out are unchanged."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    acknowledged: bool | None = None
+    false_positive: bool | None = None
+    note: str | None = Field(None, max_length=2000)
+    operator: str | None = Field(None, min_length=1, max_length=128,
+                                 description="Who is reviewing (recorded in reviewed_by with the API key's id)")
+
+    @model_validator(mode="after")
+    def _something(self) -> "EventReview":
+        if self.acknowledged is None and self.false_positive is None and self.note is None:
+            raise ValueError("give at least one of acknowledged, false_positive, note")
+        return self
 
 
 class EventPage(BaseModel):
@@ -84,12 +107,15 @@ def list_events(
     rule: str | None = Query(None, description="Only this rule name"),
     since: dt.datetime | None = Query(None, description="started_at >= since (ISO 8601; naive = UTC)"),
     until: dt.datetime | None = Query(None, description="started_at < until (ISO 8601; naive = UTC)"),
+    acknowledged: bool | None = Query(None, description="Only (un)acknowledged events"),
+    false_positive: bool | None = Query(None, description="Only events (not) marked false positive"),
     limit: int = Query(50, ge=1, le=500),
     offset: int = Query(0, ge=0),
 ) -> EventPage:
-    """Events filtered by camera, zone, rule and start-time range, newest first, paginated."""
+    """Events filtered by camera, zone, rule, start-time range and review state, newest first, paginated."""
     items, total = _rules(request).query_events(camera_id=camera_id, zone=zone, rule=rule, since=_utc(since),
-                                                until=_utc(until), limit=limit, offset=offset)
+                                                until=_utc(until), acknowledged=acknowledged,
+                                                false_positive=false_positive, limit=limit, offset=offset)
     return EventPage(items=items, total=total, limit=limit, offset=offset)
 
 
@@ -97,6 +123,22 @@ def list_events(
 def get_event(request: Request, event_id: str) -> EventOut:
     """One event by id (404 ``not_found`` if unknown)."""
     event = _rules(request).get_event(event_id)
+    if event is None:
+        raise NotFound(f"no event with id {event_id!r}")
+    return EventOut(**event)
+
+
+@router.patch("/events/{event_id}", response_model=EventOut, summary="Acknowledge an event or mark it false positive",
+              responses={404: {"description": "No such event"}, 422: {"description": "Bad body"}})
+def review_event(event_id: str, review: EventReview, rules: RulesDep, key: KeyIdDep) -> EventOut:
+    """Record an operator's review: ``{"acknowledged": true, "note": "..."}`` or
+    ``{"false_positive": true}``; who (``operator`` and/or the API key's id) and when are stored.
+    Reviewed events are still deleted at retention (docs/rules.md)."""
+    if review.operator:
+        by = f"{review.operator} ({key})" if key else review.operator
+    else:
+        by = key or "anonymous"
+    event = rules.review_event(event_id, review.model_dump(exclude_none=True, exclude={"operator"}), by)
     if event is None:
         raise NotFound(f"no event with id {event_id!r}")
     return EventOut(**event)

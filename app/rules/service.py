@@ -32,6 +32,7 @@ from app.pipeline import Detection
 from app.rules.config import SiteConfig, load_site_config
 from app.rules.evaluator import UTC, CameraRules, Transition
 from app.rules.migrate import StoreUnavailable, describe
+from app.rules.retention import RetentionSweeper
 from app.rules.store import EventStore, dumps
 from app.rules.webhooks import OutboxWorker
 from app.rules.writer import EventWriter, is_outage
@@ -67,7 +68,7 @@ class RulesService:
     def __init__(self, path: Path, config: SiteConfig, store: EventStore, metrics=None, *,
                  webhook_urls: Sequence[str] = (), webhook_secret: bytes = b"", webhook_timeout_s: float = 5.0,
                  webhook_max_backoff_s: float = 60.0, snapshot_dir: Path | None = None,
-                 event_buffer_size: int = 10_000) -> None:
+                 event_buffer_size: int = 10_000, retention: RetentionSweeper | None = None) -> None:
         self.path = Path(path)
         self.store = store
         self.metrics = metrics
@@ -76,6 +77,7 @@ class RulesService:
         self.outbox = OutboxWorker(store, self.webhook_urls, webhook_secret, timeout_s=webhook_timeout_s,
                                    max_backoff_s=webhook_max_backoff_s, metrics=metrics)
         self.writer = EventWriter(store, capacity=event_buffer_size, metrics=metrics, on_stored=self.outbox.notify)
+        self.retention = retention
         self._reload_lock = threading.Lock()
         self._config = config
         self._cameras: dict[str, CameraRules] = {c.id: CameraRules(c, config) for c in config.cameras}
@@ -109,7 +111,8 @@ class RulesService:
                    webhook_secret=settings.webhook_secret.get_secret_value().encode(),
                    webhook_timeout_s=settings.webhook_timeout_s,
                    webhook_max_backoff_s=settings.webhook_max_backoff_s,
-                   snapshot_dir=settings.snapshot_dir, event_buffer_size=settings.events_buffer_size)
+                   snapshot_dir=settings.snapshot_dir, event_buffer_size=settings.events_buffer_size,
+                   retention=RetentionSweeper.from_settings(store, settings, metrics))
         # Apply pending migrations now (a MigrationError stops startup); an unreachable
         # database does not: events are buffered until it answers.
         service.writer.connect()
@@ -119,8 +122,12 @@ class RulesService:
     def start(self) -> None:
         self.writer.start()
         self.outbox.start()
+        if self.retention is not None:
+            self.retention.start()
 
     def stop(self) -> None:
+        if self.retention is not None:
+            self.retention.stop()
         self.outbox.stop()
         self.writer.stop()
         self.store.close()
@@ -266,13 +273,17 @@ class RulesService:
 
     # --- event store ----------------------------------------------------------------------
     def get_event(self, event_id: str) -> dict[str, Any] | None:
-        return self._read(self.store.get, event_id)
+        return self._store_call(self.store.get, event_id)
 
     def query_events(self, **filters) -> tuple[list[dict[str, Any]], int]:
-        return self._read(self.store.query, **filters)
+        return self._store_call(self.store.query, **filters)
 
-    def _read(self, fn, *args, **kwargs):
-        """A read from the store; an outage is a 503 ``event_store_unavailable``, not a 500."""
+    def review_event(self, event_id: str, changes: dict[str, Any], by: str) -> dict[str, Any] | None:
+        """An operator's acknowledgement / false-positive mark / note; None for an unknown event."""
+        return self._store_call(self.store.review, event_id, changes, by, dt.datetime.now(UTC))
+
+    def _store_call(self, fn, *args, **kwargs):
+        """A request-time store call; an outage is a 503 ``event_store_unavailable``, not a 500."""
         try:
             return fn(*args, **kwargs)
         except Exception as exc:

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import (JSON, Column, DateTime, Index, Integer, MetaData, String, Table, Text, TypeDecorator,
-                        UniqueConstraint, create_engine, event, func, select, update)
+from sqlalchemy import (JSON, Boolean, Column, DateTime, Index, Integer, MetaData, String, Table, Text, TypeDecorator,
+                        UniqueConstraint, create_engine, delete, event, false, func, select, update)
 from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
@@ -62,8 +62,15 @@ events_table = Table(
     Column("objects", JSON, nullable=False),
     Column("max_count", Integer, nullable=False, default=0),
     Column("snapshot", String(512), nullable=True),
+    # operator review (migration 0002)
+    Column("acknowledged", Boolean, nullable=False, server_default=false()),
+    Column("false_positive", Boolean, nullable=False, server_default=false()),
+    Column("note", Text, nullable=True),
+    Column("reviewed_by", String(256), nullable=True),
+    Column("reviewed_at", UTCDateTime(), nullable=True),
     Index("ix_campusguard_events_started", "started_at"),
     Index("ix_campusguard_events_camera", "camera_id", "started_at"),
+    Index("ix_campusguard_events_ended", "ended_at"),
 )
 
 outbox_table = Table(
@@ -131,7 +138,9 @@ def _row_to_event(row) -> dict[str, Any]:
     return {"id": row.id, "camera_id": row.camera_id, "zone": row.zone, "rule": row.rule,
             "rule_type": row.rule_type, "state": "started" if row.ended_at is None else "ended",
             "started_at": iso(row.started_at), "ended_at": iso(row.ended_at), "objects": row.objects or [],
-            "max_count": row.max_count, "snapshot": row.snapshot}
+            "max_count": row.max_count, "snapshot": row.snapshot,
+            "acknowledged": bool(row.acknowledged), "false_positive": bool(row.false_positive), "note": row.note,
+            "reviewed_by": row.reviewed_by, "reviewed_at": iso(row.reviewed_at)}
 
 
 class EventStore:
@@ -201,6 +210,7 @@ class EventStore:
 
     def query(self, *, camera_id: str | None = None, zone: str | None = None, rule: str | None = None,
               since: dt.datetime | None = None, until: dt.datetime | None = None,
+              acknowledged: bool | None = None, false_positive: bool | None = None,
               limit: int = 50, offset: int = 0) -> tuple[list[dict[str, Any]], int]:
         """Events whose ``started_at`` is in [since, until), newest first; and the total count."""
         t = events_table.c
@@ -215,11 +225,50 @@ class EventStore:
             conds.append(t.started_at >= since)
         if until is not None:
             conds.append(t.started_at < until)
+        if acknowledged is not None:
+            conds.append(t.acknowledged.is_(acknowledged))
+        if false_positive is not None:
+            conds.append(t.false_positive.is_(false_positive))
         with self.engine.connect() as conn:
             total = conn.execute(select(func.count()).select_from(events_table).where(*conds)).scalar_one()
             rows = conn.execute(select(events_table).where(*conds)
                                 .order_by(t.started_at.desc(), t.id.desc()).limit(limit).offset(offset)).all()
         return [_row_to_event(r) for r in rows], int(total)
+
+    def review(self, event_id: str, changes: dict[str, Any], by: str, at: dt.datetime) -> dict[str, Any] | None:
+        """Set ``acknowledged`` / ``false_positive`` / ``note`` and who/when; the event, or None if unknown."""
+        allowed = {k: v for k, v in changes.items() if k in ("acknowledged", "false_positive", "note")}
+        with self.engine.begin() as conn:
+            res = conn.execute(update(events_table).where(events_table.c.id == event_id)
+                               .values(**allowed, reviewed_by=by, reviewed_at=at))
+        return self.get(event_id) if res.rowcount else None
+
+    # --- retention ------------------------------------------------------------------------
+    def delete_ended_before(self, cutoff: dt.datetime, batch: int = 500) -> list[tuple[str, str | None]]:
+        """Delete events that ended before ``cutoff`` (reviewed or not) with their delivered outbox
+        rows, and any delivered row older than it; the (id, snapshot) of the deleted events.
+        Open events and undelivered rows are kept."""
+        t, o = events_table.c, outbox_table.c
+        deleted: list[tuple[str, str | None]] = []
+        while True:
+            with self.engine.begin() as conn:
+                rows = conn.execute(select(t.id, t.snapshot).where(t.ended_at < cutoff).order_by(t.ended_at)
+                                    .limit(batch)).all()
+                if not rows:
+                    break
+                ids = [r.id for r in rows]
+                conn.execute(delete(events_table).where(t.id.in_(ids)))
+                conn.execute(delete(outbox_table).where(o.event_id.in_(ids), o.delivered_at.is_not(None)))
+            deleted.extend((r.id, r.snapshot) for r in rows)
+        with self.engine.begin() as conn:
+            conn.execute(delete(outbox_table).where(o.delivered_at.is_not(None), o.delivered_at < cutoff))
+        return deleted
+
+    def clear_snapshot(self, event_ids: list[str]) -> None:
+        """The snapshot files of these events were deleted (disk budget): stop pointing at them."""
+        if event_ids:
+            with self.engine.begin() as conn:
+                conn.execute(update(events_table).where(events_table.c.id.in_(event_ids)).values(snapshot=None))
 
     # --- outbox ---------------------------------------------------------------------------
     def outbox_depth(self, urls: list[str] | None = None) -> int:
