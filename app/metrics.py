@@ -72,9 +72,15 @@ class Metrics:
         self.webhook_deliveries = Counter("webhook_deliveries", "Webhook delivery attempts by outcome",
                                           ["outcome"], namespace=ns, registry=r)
         self.outbox_depth = Gauge("webhook_outbox_depth", "Events waiting for webhook delivery", namespace=ns, registry=r)
-        self.event_store_up = Gauge("event_store_up", "1 when the event store database answers", namespace=ns, registry=r)
+        self.event_store_up = Gauge("event_store_up", "1 when the event store database answers (rules on only)",
+                                    ["backend"], namespace=ns, registry=r)
         self.event_buffer_depth = Gauge("event_buffer_depth", "Event writes held in memory while the store is down",
                                         namespace=ns, registry=r)
+        self.camera_frame_age = Gauge("camera_last_frame_age_seconds",
+                                      "Seconds since the camera's last frame reached this replica (NaN: never)",
+                                      ["camera_id"], namespace=ns, registry=r)
+        self.camera_offline_after = Gauge("camera_offline_after_seconds", "The camera's offline_after_s",
+                                          ["camera_id"], namespace=ns, registry=r)
         self.snapshot_bytes = Gauge("snapshot_bytes", "Disk used by event snapshots (this replica)",
                                     namespace=ns, registry=r)
         self.retention_deleted = Counter("retention_deleted", "Events and snapshot files deleted by retention",

@@ -14,7 +14,7 @@ from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from app.api.deps import KeyIdDep, RulesDep, require_api_key
+from app.api.deps import KeyIdDep, RulesDep, require_api_key, rules_service
 from app.errors import NotFound
 
 router = APIRouter(tags=["events"], dependencies=[Depends(require_api_key)])
@@ -78,19 +78,25 @@ class EventPage(BaseModel):
     offset: int
 
 
+class CameraOut(BaseModel):
+    """A configured camera as this replica sees it."""
+
+    id: str
+    name: str | None = None
+    status: Literal["online", "offline", "never_seen"] = Field(
+        description="never_seen: no frame reached this replica since it started")
+    last_frame_at: dt.datetime | None = Field(None, description="Capture time of the last frame")
+    seconds_since_last_frame: float | None = Field(None, description="Since the last frame arrived (server clock)")
+    offline_after_s: float
+    open_events: list[EventOut] = Field(default_factory=list)
+
+
 class ReloadResult(BaseModel):
     """The site file was valid and is now in force."""
 
     ok: bool = True
     cameras: list[str]
     loaded_at: dt.datetime
-
-
-def _rules(request: Request):
-    rules = getattr(request.app.state, "rules", None)
-    if rules is None:
-        raise NotFound("rules are disabled: no site_config is set", code="rules_disabled")
-    return rules
 
 
 def _utc(value: dt.datetime | None) -> dt.datetime | None:
@@ -113,7 +119,7 @@ def list_events(
     offset: int = Query(0, ge=0),
 ) -> EventPage:
     """Events filtered by camera, zone, rule, start-time range and review state, newest first, paginated."""
-    items, total = _rules(request).query_events(camera_id=camera_id, zone=zone, rule=rule, since=_utc(since),
+    items, total = rules_service(request).query_events(camera_id=camera_id, zone=zone, rule=rule, since=_utc(since),
                                                 until=_utc(until), acknowledged=acknowledged,
                                                 false_positive=false_positive, limit=limit, offset=offset)
     return EventPage(items=items, total=total, limit=limit, offset=offset)
@@ -122,7 +128,7 @@ def list_events(
 @router.get("/events/{event_id}", response_model=EventOut, summary="Get one event")
 def get_event(request: Request, event_id: str) -> EventOut:
     """One event by id (404 ``not_found`` if unknown)."""
-    event = _rules(request).get_event(event_id)
+    event = rules_service(request).get_event(event_id)
     if event is None:
         raise NotFound(f"no event with id {event_id!r}")
     return EventOut(**event)
@@ -148,10 +154,16 @@ def review_event(event_id: str, review: EventReview, rules: RulesDep, key: KeyId
             responses={200: {"content": {"image/jpeg": {}}}}, response_class=Response)
 def get_snapshot(request: Request, event_id: str) -> Response:
     """The frame that started the event with boxes, zones and the rule drawn (404 if none was taken)."""
-    path = _rules(request).snapshot_path(event_id)
+    path = rules_service(request).snapshot_path(event_id)
     if path is None:
         raise NotFound(f"no snapshot for event {event_id!r}")
     return Response(path.read_bytes(), media_type="image/jpeg")
+
+
+@router.get("/cameras", response_model=list[CameraOut], summary="Configured cameras and their health")
+def list_cameras(rules: RulesDep) -> list[CameraOut]:
+    """Every camera of the site file: online / offline / never_seen, last frame, open events."""
+    return [CameraOut(**c) for c in rules.cameras()]
 
 
 @router.post("/admin/reload", response_model=ReloadResult, summary="Reload the site file",
@@ -159,6 +171,6 @@ def get_snapshot(request: Request, event_id: str) -> Response:
 async def reload_site(request: Request) -> ReloadResult:
     """Re-read the site YAML. Frames keep being served during and after; on error nothing changes
     (the SiteConfigError becomes a 422 listing every error, in app/api/errors.py)."""
-    rules = _rules(request)
+    rules = rules_service(request)
     await asyncio.to_thread(rules.reload)
     return ReloadResult(cameras=rules.camera_ids, loaded_at=rules.loaded_at)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
 
@@ -46,3 +47,31 @@ class BackgroundLoop:
         """Sleep up to ``seconds``; return early on ``wake()`` or ``stop()``."""
         self._wake.wait(seconds)
         self._wake.clear()
+
+
+class Periodic:
+    """Calls ``job()`` every ``interval_s`` (the first call one interval after ``start``); an
+    exception is logged by ``on_error`` (default: with its traceback) and the next call comes."""
+
+    def __init__(self, name: str, job: Callable[[], object], interval_s: float,
+                 on_error: Callable[[Exception], None] | None = None) -> None:
+        self.job = job
+        self.interval_s = interval_s  # may be changed while running (read before each wait)
+        self.on_error = on_error or (lambda exc: logging.getLogger("campusguard.rules").exception("%s failed", name))
+        self._loop = BackgroundLoop(name, self._run)
+
+    def start(self) -> None:
+        self._loop.start()
+
+    def stop(self) -> None:
+        self._loop.stop()
+
+    def _run(self, loop: BackgroundLoop) -> None:
+        while not loop.stopping:
+            loop.wait(self.interval_s)
+            if loop.stopping:
+                break
+            try:
+                self.job()
+            except Exception as exc:  # never kill the job
+                self.on_error(exc)

@@ -20,7 +20,7 @@ import datetime as dt
 import logging
 from pathlib import Path
 
-from app.rules.background import BackgroundLoop
+from app.rules.background import Periodic
 from app.rules.store import EventStore, utcnow
 from app.rules.writer import is_outage
 
@@ -34,9 +34,8 @@ class RetentionSweeper:
         self.snapshot_dir = snapshot_dir
         self.retain = dt.timedelta(days=retain_days)
         self.budget_bytes = budget_bytes  # 0 = no budget
-        self.interval_s = interval_s
         self.metrics = metrics
-        self._loop = BackgroundLoop("retention-sweep", self._run)
+        self._job = Periodic("retention-sweep", self.sweep, interval_s, on_error=self._failed)
 
     @classmethod
     def from_settings(cls, store: EventStore, settings, metrics=None) -> "RetentionSweeper":
@@ -45,23 +44,17 @@ class RetentionSweeper:
                    interval_s=settings.retention_sweep_s, metrics=metrics)
 
     def start(self) -> None:
-        self._loop.start()
+        self._job.start()  # the first sweep one interval after start
 
     def stop(self) -> None:
-        self._loop.stop()
+        self._job.stop()
 
-    def _run(self, loop: BackgroundLoop) -> None:
-        while not loop.stopping:
-            loop.wait(self.interval_s)  # the first sweep one interval after start
-            if loop.stopping:
-                break
-            try:
-                self.sweep()
-            except Exception as exc:  # an outage or a disk error must not kill the sweep
-                if is_outage(exc):
-                    log.warning("retention sweep skipped: event store unreachable")
-                else:
-                    log.exception("retention sweep failed")
+    @staticmethod
+    def _failed(exc: Exception) -> None:
+        if is_outage(exc):
+            log.warning("retention sweep skipped: event store unreachable")
+        else:
+            log.exception("retention sweep failed", exc_info=exc)
 
     def sweep(self, now: dt.datetime | None = None) -> dict[str, int]:
         """One pass; counts of what was deleted."""

@@ -29,6 +29,8 @@ import numpy as np
 
 from app.errors import ConfigError
 from app.pipeline import Detection
+from app.rules.background import Periodic
+from app.rules.cameras import CameraMonitor, camera_event, sweep_interval
 from app.rules.config import SiteConfig, load_site_config
 from app.rules.evaluator import UTC, CameraRules, Transition
 from app.rules.migrate import StoreUnavailable, describe
@@ -78,11 +80,16 @@ class RulesService:
                                    max_backoff_s=webhook_max_backoff_s, metrics=metrics)
         self.writer = EventWriter(store, capacity=event_buffer_size, metrics=metrics, on_stored=self.outbox.notify)
         self.retention = retention
+        self.monitor = CameraMonitor()
         self._reload_lock = threading.Lock()
         self._config = config
         self._cameras: dict[str, CameraRules] = {c.id: CameraRules(c, config) for c in config.cameras}
         self.loaded_at = dt.datetime.now(UTC)
+        self.offline_sweeper = Periodic("camera-offline-sweep", self.check_offline, sweep_interval(self._thresholds()))
         self._init_series()
+
+    def _thresholds(self) -> dict[str, float]:
+        return {c.id: self._config.offline_after(c) for c in self._config.cameras}
 
     def _init_series(self) -> None:
         """Expose every configured camera/zone/rule series at 0 from the start, so rate()
@@ -93,6 +100,8 @@ class RulesService:
             self.metrics.webhook_deliveries.labels(outcome)
         for cam in self._cameras.values():
             label = self.metrics.camera_label(cam.camera.id)
+            self.metrics.camera_frame_age.labels(label).set_function(lambda cid=cam.id: self.monitor.age_or_nan(cid))
+            self.metrics.camera_offline_after.labels(label).set(self._config.offline_after(cam.camera))
             for zone in cam.zones:
                 self.metrics.zone_objects.labels(label, zone.name).set(cam.zone_counts.get(zone.name, 0))
                 for rule in zone.rules:
@@ -122,10 +131,12 @@ class RulesService:
     def start(self) -> None:
         self.writer.start()
         self.outbox.start()
+        self.offline_sweeper.start()
         if self.retention is not None:
             self.retention.start()
 
     def stop(self) -> None:
+        self.offline_sweeper.stop()
         if self.retention is not None:
             self.retention.stop()
         self.outbox.stop()
@@ -157,10 +168,13 @@ class RulesService:
             return []
         t0 = time.perf_counter()
         when = timestamp or dt.datetime.now(UTC)
+        back = self.monitor.seen(camera_id, when if when.tzinfo else when.replace(tzinfo=UTC))
         with cam.lock:
             transitions = cam.evaluate(when, frame_size, detections)
             counts = dict(cam.zone_counts)
         events = [self._emit(cam, tr, detections, frame_rgb) for tr in transitions]
+        if back is not None:
+            events = self._camera_back(back, when if when.tzinfo else when.replace(tzinfo=UTC)) + events
         if self.metrics is not None:
             label = self.metrics.camera_label(camera_id)
             for zone, n in counts.items():
@@ -210,6 +224,50 @@ class RulesService:
         if self.writer.write(data, deliveries) and self.webhook_urls:
             self.outbox.notify()
 
+    # --- camera health --------------------------------------------------------------------
+    def check_offline(self) -> None:
+        """The background sweep: cameras silent past ``offline_after_s`` go offline. Their open
+        events end at their last frame's capture time, their rule state starts afresh (tracks
+        and durations from before the gap mean nothing after it), and ``camera_offline`` starts."""
+        thresholds = self._thresholds()
+        for cid in self.monitor.silent(thresholds):
+            event = camera_event(cid, "camera_offline", dt.datetime.now(UTC))
+            with self._reload_lock:
+                cam = self._cameras.get(cid)
+                if cam is None or not self.monitor.mark_offline(cid, event):
+                    continue
+                with cam.lock:
+                    ended = cam.close_all(self.monitor.last_capture(cid) or event.started_at)
+                self._cameras = {**self._cameras, cid: CameraRules(cam.camera, self._config)}
+            for tr in ended:
+                self._persist(tr.event.to_dict(), "ended")
+            self._persist(event.to_dict(), "started")
+            log.warning("camera %s offline: no frame for more than %.0f s; %d open event(s) ended",
+                        cid, thresholds[cid], len(ended))
+
+    def _camera_back(self, offline, when: dt.datetime) -> list[dict[str, Any]]:
+        """First frame after an offline spell: end ``camera_offline``, raise ``camera_online`` (instant)."""
+        offline.ended_at = when
+        online = camera_event(offline.camera_id, "camera_online", when)
+        online.ended_at = when
+        out = [offline.to_dict(), online.to_dict()]
+        self._persist(out[0], "ended")
+        self._persist(out[1], "started")
+        log.info("camera %s online again", offline.camera_id)
+        return out
+
+    def cameras(self) -> list[dict[str, Any]]:
+        """Every configured camera: status (online / offline / never_seen), last frame, open events."""
+        out = []
+        for camera in self._config.cameras:
+            last = self.monitor.last_capture(camera.id)
+            age = self.monitor.age_s(camera.id)
+            out.append({"id": camera.id, "name": camera.name, "status": self.monitor.status(camera.id),
+                        "last_frame_at": last, "seconds_since_last_frame": None if age is None else round(age, 3),
+                        "offline_after_s": self._config.offline_after(camera),
+                        "open_events": self.open_events(camera.id)})
+        return out
+
     # --- configuration --------------------------------------------------------------------
     def reload(self) -> None:
         """Re-read the site file. On error raise SiteConfigError and keep the running config.
@@ -241,6 +299,8 @@ class RulesService:
                             self.metrics.zone_objects.remove(self.metrics.camera_label(cam.id), zone.name)
                         except KeyError:
                             pass
+            self.monitor.forget(set(new))
+            self.offline_sweeper.interval_s = sweep_interval(self._thresholds())
             self._init_series()
             kept = sum(1 for cid, c in new.items() if old.get(cid) is c)
             log.info("site config %s reloaded: %d camera(s), %d unchanged (state kept), %d replaced or removed",

@@ -140,14 +140,14 @@ class EventWriter:
     def _down(self, error: str) -> None:
         self.up, self.error = False, error
         if self.metrics is not None:
-            self.metrics.event_store_up.set(0)
+            self.metrics.event_store_up.labels(self.store.engine.dialect.name).set(0)
 
     def _set_up(self) -> None:
         if not self.up and self.error != "not connected yet":
             log.info("event store %s is reachable again", self.store.safe_url)
         self.up, self.error = True, None
         if self.metrics is not None:
-            self.metrics.event_store_up.set(1)
+            self.metrics.event_store_up.labels(self.store.engine.dialect.name).set(1)
 
     def _migrate(self) -> None:
         if not self._migrated:

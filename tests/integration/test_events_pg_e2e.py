@@ -1,7 +1,7 @@
 """The event side on a real PostgreSQL, end to end: the real server and model, real COCO frames.
 
 Migrations run at startup on an empty database; events land in PostgreSQL; an operator
-acknowledges one (PATCH); retention deletes the event whose (capture-time) end is older than
+acknowledges one (PATCH); a silent camera goes offline and comes back; retention deletes the event whose (capture-time) end is older than
 the retention, with its snapshot, by itself; the webhook gets each start/end once. And a
 database that cannot be reached at startup: the server still becomes ready and says why.
 """
@@ -11,10 +11,13 @@ from __future__ import annotations
 import datetime as dt
 import time
 
+import yaml
+
 from app.cli import main as cli_main
 from app.rules.migrate import head_revision
 from tests.conftest import free_port
-from tests.integration.test_rules_e2e import SECRET, drive_crowd, metric, pick_frames, site_copy, wait_for
+from tests.integration.test_rules_e2e import (CAMERA, SECRET, detect, drive_crowd, metric, pick_frames, site_copy,
+                                              wait_for)
 from tests.unit.rules_util import Receiver
 
 
@@ -49,7 +52,7 @@ def test_postgres_store_review_and_retention(server_factory, tmp_path, dataset, 
             assert kept["acknowledged"] and kept["note"] == "guard on site" and kept["state"] == "ended"
             assert c.get(kept["snapshot"]).status_code == 200
             assert metric(c.get("/metrics").text, "campusguard_retention_deleted_total", kind="events") >= 1
-            assert metric(c.get("/metrics").text, "campusguard_event_store_up") == 1
+            assert metric(c.get("/metrics").text, "campusguard_event_store_up", backend="postgresql") == 1
 
             assert wait_for(lambda: len(rx.requests) >= 4)
             time.sleep(0.5)
@@ -69,6 +72,38 @@ def test_unreachable_database_at_startup_is_reported_not_fatal(server_factory, t
         assert ready.json()["event_store"].startswith("unavailable: event store unreachable: OperationalError")
         events = c.get("/events")
         assert events.status_code == 503 and events.json()["error"] == "event_store_unavailable"
-        assert metric(c.get("/metrics").text, "campusguard_event_store_up") == 0
+        assert metric(c.get("/metrics").text, "campusguard_event_store_up", backend="postgresql") == 0
     log = server.log()
     assert "event store unreachable" in log and "Traceback" not in log and "hunter2" not in log
+
+
+def test_camera_goes_offline_and_comes_back(server_factory, tmp_path, dataset, pg_url):
+    site = yaml.safe_load(site_copy(tmp_path).read_text())
+    next(c for c in site["cameras"] if c["id"] == CAMERA)["offline_after_s"] = 2
+    path = tmp_path / "site-offline.yaml"
+    path.write_text(yaml.safe_dump(site))
+    server = server_factory(site_config=path, events_db_url=pg_url, snapshot_dir=tmp_path / "snaps", imgsz=320)
+    t0 = dt.datetime.now(dt.timezone.utc).replace(microsecond=0) - dt.timedelta(minutes=5)
+    with server.client() as c:
+        crowd, _ = pick_frames(c, dataset)
+        started = [e for sec in range(0, 12, 2) for e in detect(c, crowd, t0 + dt.timedelta(seconds=sec)).json()["events"]]
+        assert [e["state"] for e in started] == ["started"]  # the crowd stands; then the camera goes silent
+
+        def camera() -> dict:
+            return next(cam for cam in c.get("/cameras").json() if cam["id"] == CAMERA)
+
+        assert camera()["status"] == "online" and [e["id"] for e in camera()["open_events"]] == [started[0]["id"]]
+        assert wait_for(lambda: camera()["status"] == "offline", timeout=20)  # the sweep, not a frame
+        assert camera()["open_events"] == []
+        assert c.get(f"/events/{started[0]['id']}").json()["ended_at"] == (t0 + dt.timedelta(seconds=10)).isoformat()[:19] + "Z"
+        offline = c.get("/events", params={"camera_id": CAMERA, "rule": "camera_offline"}).json()["items"]
+        assert len(offline) == 1 and offline[0]["state"] == "started"
+        age = metric(c.get("/metrics").text, "campusguard_camera_last_frame_age_seconds", camera_id=CAMERA)
+        assert age is not None and age > 2
+
+        back = detect(c, crowd, t0 + dt.timedelta(seconds=60)).json()["events"]
+        assert [(e["rule"], e["state"]) for e in back] == [("camera_offline", "ended"), ("camera_online", "ended")]
+        assert camera()["status"] == "online"
+        assert c.get(f"/events/{offline[0]['id']}").json()["state"] == "ended"
+        gate = next(cam for cam in c.get("/cameras").json() if cam["id"] == "gate-cam")
+        assert gate["status"] == "never_seen" and gate["last_frame_at"] is None

@@ -82,7 +82,7 @@ def test_outage_buffers_and_writes_back_once_the_database_answers(tmp_path, post
         during = crowd_event(svc, 100)  # the rules keep answering, nothing raises
         assert [e["state"] for e in during] == ["started", "ended"]
         assert svc.store_status().startswith("unavailable: event store unreachable: OperationalError")
-        assert sample(metrics, "campusguard_event_store_up") == 0
+        assert sample(metrics, "campusguard_event_store_up", backend="postgresql") == 0
         assert sample(metrics, "campusguard_event_buffer_depth") == 2
         ready = client.get("/health/ready")
         assert ready.status_code == 200 and ready.json()["event_store"].startswith("unavailable:")
@@ -95,7 +95,7 @@ def test_outage_buffers_and_writes_back_once_the_database_answers(tmp_path, post
 
         set_connections(postgres, pg_url, True)
         assert wait_for(lambda: svc.store_status() == "ok", timeout=20)
-        assert sample(metrics, "campusguard_event_store_up") == 1
+        assert sample(metrics, "campusguard_event_store_up", backend="postgresql") == 1
         assert sample(metrics, "campusguard_event_buffer_depth") == 0
         stored = svc.get_event(during[0]["id"])
         assert stored["state"] == "ended" and stored["ended_at"] == during[1]["ended_at"]
@@ -122,6 +122,6 @@ def test_unreachable_at_startup_then_bounded_buffer(tmp_path, caplog):
             assert len(crowd_event(svc, k * 100)) == 2  # 6 writes into a buffer of 3
         assert svc.writer.buffered == 3
         assert sample(svc.metrics, "campusguard_event_buffer_dropped_total") == 3
-        assert sample(svc.metrics, "campusguard_event_store_up") == 0
+        assert sample(svc.metrics, "campusguard_event_store_up", backend="postgresql") == 0
     finally:
         svc.stop()

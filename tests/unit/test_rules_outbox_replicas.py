@@ -12,7 +12,7 @@ import time
 from app.rules.store import EventStore
 from tests.conftest import REPO
 from tests.unit.rules_util import Receiver
-from tests.unit.test_rules_webhooks import SECRET, enqueue, wait_for, worker
+from tests.unit.test_rules_webhooks import enqueue, wait_for, worker
 
 DELIVERER = """
 import sys, time
