@@ -168,13 +168,14 @@ class RulesService:
             return []
         t0 = time.perf_counter()
         when = timestamp or dt.datetime.now(UTC)
-        back = self.monitor.seen(camera_id, when if when.tzinfo else when.replace(tzinfo=UTC))
+        arrived = when if when.tzinfo else when.replace(tzinfo=UTC)
+        back = self.monitor.seen(camera_id, arrived)  # the camera_offline event, if it was offline
         with cam.lock:
             transitions = cam.evaluate(when, frame_size, detections)
             counts = dict(cam.zone_counts)
         events = [self._emit(cam, tr, detections, frame_rgb) for tr in transitions]
         if back is not None:
-            events = self._camera_back(back, when if when.tzinfo else when.replace(tzinfo=UTC)) + events
+            events = self._camera_back(back, arrived) + events
         if self.metrics is not None:
             label = self.metrics.camera_label(camera_id)
             for zone, n in counts.items():
