@@ -107,3 +107,23 @@ def test_camera_goes_offline_and_comes_back(server_factory, tmp_path, dataset, p
         assert c.get(f"/events/{offline[0]['id']}").json()["state"] == "ended"
         gate = next(cam for cam in c.get("/cameras").json() if cam["id"] == "gate-cam")
         assert gate["status"] == "never_seen" and gate["last_frame_at"] is None
+
+
+def test_corrupt_migration_state_stops_startup_and_is_left_alone(server_factory, tmp_path, pg_url):
+    from sqlalchemy import text
+
+    from app.rules.migrate import upgrade
+    from app.rules.store import make_engine
+
+    engine = make_engine(pg_url)
+    upgrade(engine)
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE alembic_version SET version_num = 'abc123'"))
+    server = server_factory(wait=False, site_config=site_copy(tmp_path), events_db_url=pg_url, imgsz=320)
+    server.proc.wait(timeout=120)
+    assert server.proc.returncode != 0
+    log = server.log()
+    assert "'abc123', which this version of CampusGuard does not know" in log and "Nothing was changed" in log
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar_one() == "abc123"
+    engine.dispose()
