@@ -14,10 +14,12 @@ $(VENV)/.installed: pyproject.toml requirements/cpu.txt
 	$(PY) -m pip install -q -r requirements/cpu.txt -e ".[dev,nvidia]"
 	touch $@
 
-# Debian packages the tests use: promtool and the Prometheus server, nginx (deploy tests).
+# Debian packages the tests use: promtool and the Prometheus server, nginx (deploy tests),
+# the PostgreSQL server (a throw-away cluster for the event-store tests, tests/pg.py).
 system-deps:
-	@command -v prometheus >/dev/null && command -v promtool >/dev/null && command -v nginx >/dev/null || \
-	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus nginx-light >/dev/null; }
+	@command -v prometheus >/dev/null && command -v promtool >/dev/null && command -v nginx >/dev/null && \
+	  ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || \
+	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus nginx-light postgresql >/dev/null; }
 
 run: setup
 	$(VENV)/bin/campusguard serve

@@ -1,4 +1,4 @@
-"""`campusguard serve | export | eval | bench | loadtest | soak`.
+"""`campusguard serve | export | eval | detect | db | bench | loadtest | soak`.
 
 Each command lives in its own module exposing ``configure(parser)`` and ``run(args) ->
 int``; this file only wires them together, so adding a command is one line in COMMANDS.
@@ -18,6 +18,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "export": ("app.commands.export", "export weights to a fixed-shape ONNX model"),
     "eval": ("app.commands.eval", "COCO mAP of a backend over a YOLO-format dataset"),
     "detect": ("app.commands.detect", "detect objects in image files and print JSON"),
+    "db": ("app.commands.db", "event-store schema: apply pending migrations, show the current revision"),
     "bench": ("app.bench.command", "benchmark backends x sizes x batches (the migration table)"),
     "loadtest": ("app.bench.loadtest", "HTTP concurrency sweep against a running server"),
     "soak": ("app.bench.soak", "long mixed-size run against a running server, tracking memory"),

@@ -159,6 +159,10 @@ class Settings(BaseSettings):
                                     description="Refuse capture times further ahead of the server clock (422)")
     max_capture_age_s: float = Field(86_400.0, gt=0, le=3_650 * 86_400,
                                      description="Refuse capture times older than this (422)")
+    events_buffer_size: int = Field(10_000, ge=1, description="Event writes kept in memory while the store is down")
+    events_retain_days: float = Field(30.0, gt=0, description="Delete events that ended longer ago (reviewed ones too)")
+    snapshot_budget_mb: float = Field(1024.0, ge=0, description="Snapshot disk budget; oldest deleted first; 0 = none")
+    retention_sweep_s: float = Field(600.0, gt=0, description="Seconds between retention sweeps")
 
     # --- test-only fault injection (never set in production) ---------------------------
     debug_infer_delay_ms: float = Field(0.0, ge=0.0)

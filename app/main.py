@@ -144,7 +144,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
         app.include_router(events.router)
     if settings.cors_origins:
-        app.add_middleware(CORSMiddleware, allow_origins=settings.cors_origins, allow_methods=["GET", "POST"],
+        app.add_middleware(CORSMiddleware, allow_origins=settings.cors_origins, allow_methods=["GET", "POST", "PATCH"],
                            allow_headers=["X-API-Key", "Content-Type"])
     app.add_middleware(RequestGuard, max_body_bytes=settings.max_body_bytes, metrics=metrics,
                        body_read_timeout_s=settings.body_read_timeout_s)

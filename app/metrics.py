@@ -75,6 +75,21 @@ class Metrics:
         self.webhook_deliveries = Counter("webhook_deliveries", "Webhook delivery attempts by outcome",
                                           ["outcome"], namespace=ns, registry=r)
         self.outbox_depth = Gauge("webhook_outbox_depth", "Events waiting for webhook delivery", namespace=ns, registry=r)
+        self.event_store_up = Gauge("event_store_up", "1 when the event store database answers (rules on only)",
+                                    ["backend"], namespace=ns, registry=r)
+        self.event_buffer_depth = Gauge("event_buffer_depth", "Event writes held in memory while the store is down",
+                                        namespace=ns, registry=r)
+        self.camera_frame_age = Gauge("camera_last_frame_age_seconds",
+                                      "Seconds since the camera's last frame reached this replica (NaN: never)",
+                                      ["camera_id"], namespace=ns, registry=r)
+        self.camera_offline_after = Gauge("camera_offline_after_seconds", "The camera's offline_after_s",
+                                          ["camera_id"], namespace=ns, registry=r)
+        self.snapshot_bytes = Gauge("snapshot_bytes", "Disk used by event snapshots (this replica)",
+                                    namespace=ns, registry=r)
+        self.retention_deleted = Counter("retention_deleted", "Events and snapshot files deleted by retention",
+                                         ["kind"], namespace=ns, registry=r)
+        self.event_buffer_dropped = Counter("event_buffer_dropped", "Event writes dropped because the buffer was full",
+                                            namespace=ns, registry=r)
         self._max_cameras = max_cameras
         self._cameras: set[str] = set()
         for stage in STAGES:  # so every stage series exists from the first scrape

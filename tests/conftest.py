@@ -153,3 +153,33 @@ def live_server(tmp_path_factory, weights):
     server = start_server(tmp_path_factory.mktemp("live"))
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="session")
+def postgres():
+    """A real PostgreSQL cluster for the session (tests/pg.py). Skipped only when the server is
+    not installed and we cannot install it (not root); CI installs it (`make system-deps`)."""
+    from tests.pg import PostgresCluster, find_bin_dir
+
+    bin_dir = find_bin_dir()
+    if bin_dir is None:
+        if os.geteuid() != 0:
+            pytest.skip("PostgreSQL server not installed (apt-get install postgresql)")
+        pytest.fail("PostgreSQL server not installed: run `make system-deps`")
+    cluster = PostgresCluster(bin_dir, free_port()).start()
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture
+def pg_url(postgres) -> str:
+    """SQLAlchemy URL of a fresh, empty PostgreSQL database."""
+    return postgres.new_database()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db_url(request, tmp_path) -> str:
+    """An empty event-store database: a SQLite file, then a PostgreSQL database."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path}/sub/events.db"
+    return request.getfixturevalue("pg_url")

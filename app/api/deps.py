@@ -7,6 +7,7 @@ with ``app.dependency_overrides[get_engine] = ...`` and runs the real routes in-
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 from typing import Annotated
 
@@ -123,3 +124,14 @@ async def require_api_key(request: Request, keys: ApiKeysDep, settings: Settings
 
 
 ApiKey = Depends(require_api_key)
+
+
+def key_id(keys: ApiKeysDep, supplied: Annotated[str | None, Security(api_key_header)] = None) -> str | None:
+    """Who is calling, as far as the API keys tell: ``key:<first 8 hex of its SHA-256>`` (never
+    the key itself), or None when no keys are configured."""
+    if not keys or not supplied:
+        return None
+    return "key:" + hashlib.sha256(supplied.encode()).hexdigest()[:8]
+
+
+KeyIdDep = Annotated[str | None, Depends(key_id)]

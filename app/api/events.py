@@ -12,8 +12,9 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 from fastapi.responses import Response
 
-from app.api.deps import ApiKey, RulesDep
-from app.api.schemas import ErrorBody, EventOut, EventPage, ReloadResult, ResetResult, error_responses
+from app.api.deps import ApiKey, KeyIdDep, RulesDep
+from app.api.schemas import (CameraOut, ErrorBody, EventOut, EventPage, EventReview, ReloadResult, ResetResult,
+                             error_responses)
 from app.timeutil import IsoDatetime
 from app.errors import NotFound, shorten
 
@@ -30,11 +31,14 @@ def list_events(
     rule: Annotated[str | None, Query(max_length=200, description="Only this rule name")] = None,
     since: Annotated[IsoDatetime | None, Query(description="started_at >= since (ISO 8601; naive = UTC)")] = None,
     until: Annotated[IsoDatetime | None, Query(description="started_at < until (ISO 8601; naive = UTC)")] = None,
+    acknowledged: Annotated[bool | None, Query(description="Only (un)acknowledged events")] = None,
+    false_positive: Annotated[bool | None, Query(description="Only events (not) marked false positive")] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
 ) -> EventPage:
-    """Events filtered by camera, zone, rule and start-time range, newest first, paginated."""
+    """Events filtered by camera, zone, rule, start-time range and review state, newest first, paginated."""
     items, total = rules.query_events(camera_id=camera_id, zone=zone, rule=rule, since=since, until=until,
+                                      acknowledged=acknowledged, false_positive=false_positive,
                                       limit=limit, offset=offset)
     return EventPage(items=items, total=total, limit=limit, offset=offset)
 
@@ -75,3 +79,25 @@ async def reset_camera(camera_id: str, rules: RulesDep) -> ResetResult:
     are untouched): the way out when a camera's state is wrong, e.g. after its clock was."""
     ended = await asyncio.to_thread(rules.reset_camera, camera_id)
     return ResetResult(camera_id=camera_id, ended_events=ended)
+
+
+@router.patch("/events/{event_id}", response_model=EventOut, summary="Acknowledge an event or mark it false positive",
+              responses=error_responses(422))
+def review_event(event_id: str, review: EventReview, rules: RulesDep, key: KeyIdDep) -> EventOut:
+    """Record an operator's review: ``{"acknowledged": true, "note": "..."}`` or
+    ``{"false_positive": true}``; who (``operator`` and/or the API key's id) and when are stored.
+    Reviewed events are still deleted at retention (docs/rules.md)."""
+    if review.operator:
+        by = f"{review.operator} ({key})" if key else review.operator
+    else:
+        by = key or "anonymous"
+    event = rules.review_event(event_id, review.model_dump(exclude_none=True, exclude={"operator"}), by)
+    if event is None:
+        raise NotFound(f"no event with id {shorten(event_id)}")
+    return EventOut(**event)
+
+
+@router.get("/cameras", response_model=list[CameraOut], summary="Configured cameras and their health")
+def list_cameras(rules: RulesDep) -> list[CameraOut]:
+    """Every camera of the site file: online / offline / never_seen, last frame, open events."""
+    return [CameraOut(**c) for c in rules.cameras()]

@@ -12,7 +12,7 @@ import time
 from fastapi import APIRouter
 
 from app import __version__
-from app.api.deps import ApiKey, MaybeDetectorDep, MaybeEngineDep, PhaseDep, StartedAtDep
+from app.api.deps import ApiKey, MaybeDetectorDep, MaybeEngineDep, MaybeRulesDep, PhaseDep, StartedAtDep
 from app.api.schemas import Health, Status, error_responses
 from app.errors import NotReady
 
@@ -25,13 +25,17 @@ async def live() -> Status:
     return Status(status="alive")
 
 
-@router.get("/health/ready", response_model=Status, responses=error_responses(503),
-            summary="Readiness: the model is loaded, warm and the worker is alive")
-async def ready(engine: MaybeEngineDep, phase: PhaseDep) -> Status:
+@router.get("/health/ready", response_model=Status, response_model_exclude_none=True,
+            responses=error_responses(503), summary="Readiness: the model is loaded, warm and the worker is alive")
+async def ready(engine: MaybeEngineDep, phase: PhaseDep, rules: MaybeRulesDep) -> Status:
     """503 (with Retry-After) while loading, warming up, restarting a worker, after a
-    watchdog trip, and while draining for shutdown; route no traffic here then."""
+    watchdog trip, and while draining for shutdown; route no traffic here then.
+
+    An unreachable event store does not make a replica unready (detection does not need
+    it, and every replica shares it: failing readiness would stop detection everywhere);
+    ``event_store`` says so, and so does the ``campusguard_event_store_up`` metric."""
     if engine is not None and engine.ready:
-        return Status(status="ready")
+        return Status(status="ready", event_store=rules.store_status() if rules is not None else None)
     reason = phase if engine is None or not engine.state.ready else (
         "draining" if engine.state.draining else "watchdog_tripped" if engine.state.tripped else "worker_restarting")
     raise NotReady(f"not ready: {reason}")
@@ -39,11 +43,12 @@ async def ready(engine: MaybeEngineDep, phase: PhaseDep) -> Status:
 
 @router.get("/health", response_model=Health, summary="Status document")
 async def health(engine: MaybeEngineDep, detector: MaybeDetectorDep, phase: PhaseDep,
-                 started_at: StartedAtDep) -> Health:
+                 started_at: StartedAtDep, rules: MaybeRulesDep) -> Health:
     """Backend, provider, device and its memory, model and classes, uptime and counters."""
     out = Health(status="ready" if engine is not None and engine.ready else phase,
                  ready=bool(engine is not None and engine.ready), version=__version__,
-                 uptime_s=round(time.time() - started_at, 3))
+                 uptime_s=round(time.time() - started_at, 3),
+                 event_store=rules.store_status() if rules is not None else None)
     if engine is not None and detector is not None:
         info = detector.device_info()
         mem = detector.memory()

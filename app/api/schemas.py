@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 
@@ -88,10 +88,13 @@ class Health(BaseModel):
     images: int = 0
     cache_clears: int = 0
     queue_depth: int = 0
+    event_store: str | None = Field(None, description="Rules on: `ok`, or why the event store is unavailable")
 
 
 class Status(BaseModel):
     status: str
+    event_store: str | None = Field(None, description="Rules on: `ok`, or why the event store is unavailable "
+                                    "(detection stays ready; events are buffered)")
 
 
 class DeepStackPrediction(BaseModel):
@@ -145,6 +148,42 @@ class EventOut(BaseModel):
     objects: list[EventObject] = Field(default_factory=list)
     max_count: int = Field(description="Most objects satisfying the rule on one frame during the event")
     snapshot: str | None = Field(None, description="URL path of the annotated JPEG taken when the event started")
+    acknowledged: bool = Field(False, description="An operator has seen it (PATCH)")
+    false_positive: bool = Field(False, description="An operator marked it as not a real situation (PATCH)")
+    note: str | None = Field(None, description="The operator's note")
+    reviewed_by: str | None = Field(None, description="Who last reviewed it: the `operator` given, and/or key:<id>")
+    reviewed_at: dt.datetime | None = Field(None, description="When it was last reviewed")
+
+
+class EventReview(BaseModel):
+    """An operator's review of an event; fields left out are unchanged."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    acknowledged: bool | None = None
+    false_positive: bool | None = None
+    note: str | None = Field(None, max_length=2000)
+    operator: str | None = Field(None, min_length=1, max_length=128,
+                                 description="Who is reviewing (recorded in reviewed_by with the API key's id)")
+
+    @model_validator(mode="after")
+    def _something(self) -> "EventReview":
+        if self.acknowledged is None and self.false_positive is None and self.note is None:
+            raise ValueError("give at least one of acknowledged, false_positive, note")
+        return self
+
+
+class CameraOut(BaseModel):
+    """A configured camera as this replica sees it."""
+
+    id: str
+    name: str | None = None
+    status: Literal["online", "offline", "never_seen"] = Field(
+        description="never_seen: no frame reached this replica since it started")
+    last_frame_at: dt.datetime | None = Field(None, description="Capture time of the last frame")
+    seconds_since_last_frame: float | None = Field(None, description="Since the last frame arrived (server clock)")
+    offline_after_s: float
+    open_events: list["EventOut"] = Field(default_factory=list)
 
 
 class EventPage(BaseModel):

@@ -171,6 +171,7 @@ class Camera(_Strict):
     resolution: tuple[Annotated[int, Field(gt=0)], Annotated[int, Field(gt=0)]] | None = Field(
         None, description="[width, height]; informational (zones are normalized)")
     zones: tuple[Zone, ...] = ()
+    offline_after_s: float | None = Field(None, gt=0, description="Silence before camera_offline; default: the site's")
 
 
 class TrackerConfig(_Strict):
@@ -190,12 +191,16 @@ class SiteConfig(_Strict):
     timezone: str = Field("UTC", description="Default IANA zone for active_hours")
     snapshots: bool = Field(True, description="Store an annotated JPEG per event")
     tracker: TrackerConfig = TrackerConfig()
+    offline_after_s: float = Field(60.0, gt=0, description="Seconds without a frame before a camera is offline")
     cameras: tuple[Camera, ...] = Field(..., description="At least one camera")
 
     @field_validator("timezone")
     @classmethod
     def _tz(cls, value: str) -> str:
         return _check_timezone(value)  # type: ignore[return-value]
+
+    def offline_after(self, camera: Camera) -> float:
+        return camera.offline_after_s if camera.offline_after_s is not None else self.offline_after_s
 
 
 # --- loading -----------------------------------------------------------------------------

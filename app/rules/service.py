@@ -31,12 +31,17 @@ import numpy as np
 
 from app.errors import ConfigError, InvalidTimestamp, NotFound
 from app.pipeline import Detection
+from app.rules.background import Periodic
+from app.rules.cameras import CameraMonitor, camera_event, sweep_interval
 from app.rules.capture_time import CaptureTimePolicy
 from app.rules.config import SiteConfig, load_site_config
 from app.rules.evaluator import CameraRules, EventRecord, Transition
+from app.rules.migrate import StoreUnavailable, describe
+from app.rules.retention import RetentionSweeper
 from app.rules.store import EventStore, dumps
 from app.rules.webhooks import OutboxWorker
-from app.timeutil import utcnow
+from app.rules.writer import EventWriter, is_outage
+from app.timeutil import UTC, utcnow
 
 if TYPE_CHECKING:
     from app.config import Settings
@@ -73,7 +78,8 @@ class RulesService:
     def __init__(self, path: Path, config: SiteConfig, store: EventStore, metrics: "Metrics | None" = None, *,
                  capture_policy: CaptureTimePolicy, webhook_urls: Sequence[str] = (), webhook_secret: bytes = b"",
                  webhook_timeout_s: float = 5.0, webhook_max_backoff_s: float = 60.0,
-                 snapshot_dir: Path | None = None) -> None:
+                 snapshot_dir: Path | None = None, event_buffer_size: int = 10_000,
+                 retention: RetentionSweeper | None = None) -> None:
         self.path = Path(path)
         self.capture_policy = capture_policy
         self.store = store
@@ -82,11 +88,18 @@ class RulesService:
         self.snapshot_dir = Path(snapshot_dir) if snapshot_dir is not None else None
         self.outbox = OutboxWorker(store, self.webhook_urls, webhook_secret, timeout_s=webhook_timeout_s,
                                    max_backoff_s=webhook_max_backoff_s, metrics=metrics)
+        self.writer = EventWriter(store, capacity=event_buffer_size, metrics=metrics, on_stored=self.outbox.notify)
+        self.retention = retention
+        self.monitor = CameraMonitor()
         self._reload_lock = threading.Lock()
         self._config = config
         self._cameras: dict[str, CameraRules] = {c.id: CameraRules(c, config) for c in config.cameras}
         self.loaded_at = utcnow()
+        self.offline_sweeper = Periodic("camera-offline-sweep", self.check_offline, sweep_interval(self._thresholds()))
         self._init_series()
+
+    def _thresholds(self) -> dict[str, float]:
+        return {c.id: self._config.offline_after(c) for c in self._config.cameras}
 
     def _init_series(self) -> None:
         """Expose every configured camera/zone/rule series at 0 from the start, so rate()
@@ -99,6 +112,8 @@ class RulesService:
             label = self.metrics.camera_label(cam.camera.id)
             for reason in ("future", "past"):
                 self.metrics.invalid_timestamps.labels(label, reason)
+            self.metrics.camera_frame_age.labels(label).set_function(lambda cid=cam.id: self.monitor.age_or_nan(cid))
+            self.metrics.camera_offline_after.labels(label).set(self._config.offline_after(cam.camera))
             for zone in cam.zones:
                 self.metrics.zone_objects.labels(label, zone.name).set(cam.zone_counts.get(zone.name, 0))
                 for rule in zone.rules:
@@ -111,22 +126,39 @@ class RulesService:
             return None
         config = load_site_config(settings.site_config)
         check_tracker()
-        store = EventStore(settings.events_db_url)
-        return cls(settings.site_config, config, store, metrics,
+        store = EventStore(settings.events_db_url, migrate=False)
+        service = cls(settings.site_config, config, store, metrics,
                    webhook_urls=settings.webhook_urls,
                    webhook_secret=settings.webhook_secret.get_secret_value().encode(),
                    webhook_timeout_s=settings.webhook_timeout_s,
                    webhook_max_backoff_s=settings.webhook_max_backoff_s,
-                   snapshot_dir=settings.snapshot_dir,
+                   snapshot_dir=settings.snapshot_dir, event_buffer_size=settings.events_buffer_size,
+                   retention=RetentionSweeper.from_settings(store, settings, metrics),
                    capture_policy=CaptureTimePolicy.from_settings(settings))
+        # Apply pending migrations now (a MigrationError stops startup); an unreachable
+        # database does not: events are buffered until it answers.
+        service.writer.connect()
+        return service
 
     # --- lifecycle ------------------------------------------------------------------------
     def start(self) -> None:
+        self.writer.start()
         self.outbox.start()
+        self.offline_sweeper.start()
+        if self.retention is not None:
+            self.retention.start()
 
     def stop(self) -> None:
+        self.offline_sweeper.stop()
+        if self.retention is not None:
+            self.retention.stop()
         self.outbox.stop()
+        self.writer.stop()
         self.store.close()
+
+    def store_status(self) -> str:
+        """``ok`` or why the event store is unavailable (readiness, /health)."""
+        return self.writer.status()
 
     @property
     def config(self) -> SiteConfig:
@@ -165,10 +197,14 @@ class RulesService:
             return []
         t0 = time.perf_counter()
         when = timestamp or utcnow()
+        arrived = when if when.tzinfo else when.replace(tzinfo=UTC)
+        back = self.monitor.seen(camera_id, arrived)  # the camera_offline event, if it was offline
         with cam.lock:
             transitions = cam.evaluate(when, frame_size, detections)
             counts = dict(cam.zone_counts)
         events = [self._emit(cam, tr, detections, frame_rgb) for tr in transitions]
+        if back is not None:
+            events = self._camera_back(back, arrived) + events
         if self.metrics is not None:
             label = self.metrics.camera_label(camera_id)
             for zone, n in counts.items():
@@ -215,13 +251,52 @@ class RulesService:
         if self.webhook_urls:
             payload = dumps({"type": f"event.{kind}", "idempotency_key": key, "event": data})
             deliveries = [(url, key, payload) for url in self.webhook_urls]
-        try:
-            self.store.record(data, deliveries)
-        except Exception:
-            log.exception("could not store event %s (%s)", data["id"], kind)
-            return
-        if self.webhook_urls:
+        if self.writer.write(data, deliveries) and self.webhook_urls:
             self.outbox.notify()
+
+    # --- camera health --------------------------------------------------------------------
+    def check_offline(self) -> None:
+        """The background sweep: cameras silent past ``offline_after_s`` go offline. Their open
+        events end at their last frame's capture time, their rule state starts afresh (tracks
+        and durations from before the gap mean nothing after it), and ``camera_offline`` starts."""
+        thresholds = self._thresholds()
+        for cid in self.monitor.silent(thresholds):
+            event = camera_event(cid, "camera_offline", dt.datetime.now(UTC))
+            with self._reload_lock:
+                cam = self._cameras.get(cid)
+                if cam is None or not self.monitor.mark_offline(cid, event):
+                    continue
+                with cam.lock:
+                    ended = cam.close_all()
+                self._cameras = {**self._cameras, cid: CameraRules(cam.camera, self._config)}
+            for tr in ended:
+                self._persist(tr.event.to_dict(), "ended")
+            self._persist(event.to_dict(), "started")
+            log.warning("camera %s offline: no frame for more than %.0f s; %d open event(s) ended",
+                        cid, thresholds[cid], len(ended))
+
+    def _camera_back(self, offline, when: dt.datetime) -> list[dict[str, Any]]:
+        """First frame after an offline spell: end ``camera_offline``, raise ``camera_online`` (instant)."""
+        offline.ended_at = when
+        online = camera_event(offline.camera_id, "camera_online", when)
+        online.ended_at = when
+        out = [offline.to_dict(), online.to_dict()]
+        self._persist(out[0], "ended")
+        self._persist(out[1], "started")
+        log.info("camera %s online again", offline.camera_id)
+        return out
+
+    def cameras(self) -> list[dict[str, Any]]:
+        """Every configured camera: status (online / offline / never_seen), last frame, open events."""
+        out = []
+        for camera in self._config.cameras:
+            last = self.monitor.last_capture(camera.id)
+            age = self.monitor.age_s(camera.id)
+            out.append({"id": camera.id, "name": camera.name, "status": self.monitor.status(camera.id),
+                        "last_frame_at": last, "seconds_since_last_frame": None if age is None else round(age, 3),
+                        "offline_after_s": self._config.offline_after(camera),
+                        "open_events": self.open_events(camera.id)})
+        return out
 
     # --- configuration --------------------------------------------------------------------
     def reload(self) -> None:
@@ -244,6 +319,8 @@ class RulesService:
             self.loaded_at = utcnow()
             for cam in retired:
                 self._retire(cam)
+            self.monitor.forget(set(new))
+            self.offline_sweeper.interval_s = sweep_interval(self._thresholds())
             self._init_series()
             kept = sum(1 for cid, c in new.items() if old.get(cid) is c)
             log.info("site config %s reloaded: %d camera(s), %d unchanged (state kept), %d replaced or removed",
@@ -303,10 +380,23 @@ class RulesService:
 
     # --- event store ----------------------------------------------------------------------
     def get_event(self, event_id: str) -> dict[str, Any] | None:
-        return self.store.get(event_id)
+        return self._store_call(self.store.get, event_id)
 
     def query_events(self, **filters) -> tuple[list[dict[str, Any]], int]:
-        return self.store.query(**filters)
+        return self._store_call(self.store.query, **filters)
+
+    def review_event(self, event_id: str, changes: dict[str, Any], by: str) -> dict[str, Any] | None:
+        """An operator's acknowledgement / false-positive mark / note; None for an unknown event."""
+        return self._store_call(self.store.review, event_id, changes, by, dt.datetime.now(UTC))
+
+    def _store_call(self, fn, *args, **kwargs):
+        """A request-time store call; an outage is a 503 ``event_store_unavailable``, not a 500."""
+        try:
+            return fn(*args, **kwargs)
+        except Exception as exc:
+            if is_outage(exc):
+                raise StoreUnavailable(f"event store unreachable: {describe(exc)}") from None
+            raise
 
     def snapshot_path(self, event_id: str) -> Path | None:
         if self.snapshot_dir is None or not event_id.isalnum():

@@ -1,13 +1,15 @@
 """The event store and the webhook outbox: two tables in one SQLAlchemy database.
 
-SQLite by default (a file path in ``events_db_url``), any SQLAlchemy URL otherwise
-(``postgresql+psycopg://...``). Tables are created on start. An event row is inserted
+SQLite by default (a file path in ``events_db_url``), PostgreSQL for several replicas
+(``postgresql+psycopg://...``). The schema is managed by Alembic migrations
+(``app.rules.migrate``), applied on start. An event row is inserted
 when the event starts and updated when it ends; in the *same* transaction one outbox row
 per webhook URL is written, so a crash can never record an event and lose its delivery.
 
-The outbox is claimed row by row with a conditional UPDATE (a lease), which is safe when
-several replicas share one PostgreSQL database; receivers de-duplicate on the
-``Idempotency-Key`` anyway.
+The outbox is claimed row by row (``SELECT ... FOR UPDATE SKIP LOCKED`` plus a lease
+written with a compare-and-set), so several replicas on one PostgreSQL database deliver
+each row once; receivers de-duplicate on the ``Idempotency-Key`` for the one case no
+sender can rule out (killed after the receiver answered, before the row was marked).
 """
 
 from __future__ import annotations
@@ -18,9 +20,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import (JSON, Column, DateTime, Index, Integer, MetaData, String, Table, Text, TypeDecorator,
-                        UniqueConstraint, create_engine, event, func, select, update)
+from sqlalchemy import (JSON, Boolean, Column, DateTime, Index, Integer, MetaData, String, Table, Text, TypeDecorator,
+                        UniqueConstraint, create_engine, delete, event, false, func, select, update)
 from sqlalchemy.engine import Engine, make_url
+from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+
+from app.errors import ConfigError
 
 UTC = dt.timezone.utc
 
@@ -57,8 +62,15 @@ events_table = Table(
     Column("objects", JSON, nullable=False),
     Column("max_count", Integer, nullable=False, default=0),
     Column("snapshot", String(512), nullable=True),
+    # operator review (migration 0002)
+    Column("acknowledged", Boolean, nullable=False, server_default=false()),
+    Column("false_positive", Boolean, nullable=False, server_default=false()),
+    Column("note", Text, nullable=True),
+    Column("reviewed_by", String(256), nullable=True),
+    Column("reviewed_at", UTCDateTime(), nullable=True),
     Index("ix_campusguard_events_started", "started_at"),
     Index("ix_campusguard_events_camera", "camera_id", "started_at"),
+    Index("ix_campusguard_events_ended", "ended_at"),
 )
 
 outbox_table = Table(
@@ -94,6 +106,8 @@ def make_engine(url: str) -> Engine:
             from sqlalchemy.pool import StaticPool
 
             kwargs["poolclass"] = StaticPool
+    elif parsed.get_backend_name() == "postgresql" and "connect_timeout" not in parsed.query:
+        kwargs["connect_args"] = {"connect_timeout": 5}  # an unreachable host fails a write in seconds
     engine = create_engine(url, **kwargs)
     if parsed.get_backend_name() == "sqlite":
         @event.listens_for(engine, "connect")
@@ -124,16 +138,40 @@ def _row_to_event(row) -> dict[str, Any]:
     return {"id": row.id, "camera_id": row.camera_id, "zone": row.zone, "rule": row.rule,
             "rule_type": row.rule_type, "state": "started" if row.ended_at is None else "ended",
             "started_at": iso(row.started_at), "ended_at": iso(row.ended_at), "objects": row.objects or [],
-            "max_count": row.max_count, "snapshot": row.snapshot}
+            "max_count": row.max_count, "snapshot": row.snapshot,
+            "acknowledged": bool(row.acknowledged), "false_positive": bool(row.false_positive), "note": row.note,
+            "reviewed_by": row.reviewed_by, "reviewed_at": iso(row.reviewed_at)}
 
 
 class EventStore:
     """Events and outbox in one database; every method is thread-safe (a connection pool)."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, *, migrate: bool = True) -> None:
+        """``migrate``: apply pending migrations now (the service defers it to its writer
+        thread, so a database that is down at startup does not stop detection)."""
         self.url = url
-        self.engine = make_engine(url)
-        metadata.create_all(self.engine)
+        try:
+            self.engine = make_engine(url)
+        except (ArgumentError, NoSuchModuleError, ValueError) as exc:
+            raise ConfigError(f"invalid CAMPUSGUARD_EVENTS_DB_URL: {exc}") from None
+        if migrate:
+            self.migrate()
+
+    @property
+    def safe_url(self) -> str:
+        """The URL with its password masked (for logs and messages)."""
+        return self.engine.url.render_as_string(hide_password=True)
+
+    def ping(self) -> None:
+        """Raise if the database cannot be reached."""
+        with self.engine.connect() as conn:
+            conn.execute(select(1))
+
+    def migrate(self) -> tuple[str | None, str | None]:
+        """Apply pending migrations (cross-replica safe); (revision before, revision after)."""
+        from app.rules.migrate import upgrade
+
+        return upgrade(self.engine)
 
     def close(self) -> None:
         self.engine.dispose()
@@ -172,6 +210,7 @@ class EventStore:
 
     def query(self, *, camera_id: str | None = None, zone: str | None = None, rule: str | None = None,
               since: dt.datetime | None = None, until: dt.datetime | None = None,
+              acknowledged: bool | None = None, false_positive: bool | None = None,
               limit: int = 50, offset: int = 0) -> tuple[list[dict[str, Any]], int]:
         """Events whose ``started_at`` is in [since, until), newest first; and the total count."""
         t = events_table.c
@@ -186,11 +225,50 @@ class EventStore:
             conds.append(t.started_at >= since)
         if until is not None:
             conds.append(t.started_at < until)
+        if acknowledged is not None:
+            conds.append(t.acknowledged.is_(acknowledged))
+        if false_positive is not None:
+            conds.append(t.false_positive.is_(false_positive))
         with self.engine.connect() as conn:
             total = conn.execute(select(func.count()).select_from(events_table).where(*conds)).scalar_one()
             rows = conn.execute(select(events_table).where(*conds)
                                 .order_by(t.started_at.desc(), t.id.desc()).limit(limit).offset(offset)).all()
         return [_row_to_event(r) for r in rows], int(total)
+
+    def review(self, event_id: str, changes: dict[str, Any], by: str, at: dt.datetime) -> dict[str, Any] | None:
+        """Set ``acknowledged`` / ``false_positive`` / ``note`` and who/when; the event, or None if unknown."""
+        allowed = {k: v for k, v in changes.items() if k in ("acknowledged", "false_positive", "note")}
+        with self.engine.begin() as conn:
+            res = conn.execute(update(events_table).where(events_table.c.id == event_id)
+                               .values(**allowed, reviewed_by=by, reviewed_at=at))
+        return self.get(event_id) if res.rowcount else None
+
+    # --- retention ------------------------------------------------------------------------
+    def delete_ended_before(self, cutoff: dt.datetime, batch: int = 500) -> list[tuple[str, str | None]]:
+        """Delete events that ended before ``cutoff`` (reviewed or not) with their delivered outbox
+        rows, and any delivered row older than it; the (id, snapshot) of the deleted events.
+        Open events and undelivered rows are kept."""
+        t, o = events_table.c, outbox_table.c
+        deleted: list[tuple[str, str | None]] = []
+        while True:
+            with self.engine.begin() as conn:
+                rows = conn.execute(select(t.id, t.snapshot).where(t.ended_at < cutoff).order_by(t.ended_at)
+                                    .limit(batch)).all()
+                if not rows:
+                    break
+                ids = [r.id for r in rows]
+                conn.execute(delete(events_table).where(t.id.in_(ids)))
+                conn.execute(delete(outbox_table).where(o.event_id.in_(ids), o.delivered_at.is_not(None)))
+            deleted.extend((r.id, r.snapshot) for r in rows)
+        with self.engine.begin() as conn:
+            conn.execute(delete(outbox_table).where(o.delivered_at.is_not(None), o.delivered_at < cutoff))
+        return deleted
+
+    def clear_snapshot(self, event_ids: list[str]) -> None:
+        """The snapshot files of these events were deleted (disk budget): stop pointing at them."""
+        if event_ids:
+            with self.engine.begin() as conn:
+                conn.execute(update(events_table).where(events_table.c.id.in_(event_ids)).values(snapshot=None))
 
     # --- outbox ---------------------------------------------------------------------------
     def outbox_depth(self, urls: list[str] | None = None) -> int:
@@ -201,25 +279,35 @@ class EventStore:
         with self.engine.connect() as conn:
             return int(conn.execute(select(func.count()).select_from(outbox_table).where(*conds)).scalar_one())
 
-    def outbox_head(self, url: str) -> OutboxItem | None:
-        """The oldest undelivered row for ``url`` (deliveries to one URL stay in order)."""
-        o = outbox_table.c
-        with self.engine.connect() as conn:
-            row = conn.execute(select(outbox_table).where(o.url == url, o.delivered_at.is_(None))
-                               .order_by(o.id).limit(1)).first()
-        if row is None:
-            return None
-        return OutboxItem(row.id, row.event_id, row.url, row.idempotency_key, row.payload.encode(),
-                          row.attempts, row.next_attempt_at)
+    def outbox_claim_next(self, url: str, lease_until: dt.datetime) -> tuple[OutboxItem | None, dt.datetime | None]:
+        """Lease the oldest undelivered row for ``url`` if it is due: (item, None).
 
-    def outbox_claim(self, item: OutboxItem, lease_until: dt.datetime) -> bool:
-        """Take a lease on a row (compare-and-set on next_attempt_at); False if another worker has it."""
+        Otherwise (None, when it is due) or (None, None) when there is nothing, or another
+        replica is claiming that row right now. The head row is locked with ``FOR UPDATE
+        SKIP LOCKED`` (PostgreSQL; SQLite serialises writers anyway) for the instant of the
+        claim, and the claim itself is a compare-and-set of ``next_attempt_at`` to the
+        lease's end, committed before the HTTP request: a replica killed mid-delivery
+        leaves a lease that simply expires, and the next replica retries the row. Only the
+        head is ever claimed, so deliveries to one URL stay in order across replicas.
+        """
         o = outbox_table.c
+        now = utcnow()
+        head = (select(o.id).where(o.url == url, o.delivered_at.is_(None)).order_by(o.id).limit(1)
+                .scalar_subquery())
         with self.engine.begin() as conn:
-            res = conn.execute(update(outbox_table).where(
-                o.id == item.id, o.delivered_at.is_(None), o.next_attempt_at == item.next_attempt_at,
-            ).values(next_attempt_at=lease_until))
-        return res.rowcount == 1
+            row = conn.execute(select(outbox_table).where(o.id == head, o.delivered_at.is_(None))
+                               .with_for_update(skip_locked=True)).first()
+            if row is None:
+                return None, None
+            if row.next_attempt_at > now:
+                return None, row.next_attempt_at
+            taken = conn.execute(update(outbox_table).where(
+                o.id == row.id, o.delivered_at.is_(None), o.next_attempt_at == row.next_attempt_at,
+            ).values(next_attempt_at=lease_until)).rowcount
+        if taken != 1:
+            return None, None
+        return OutboxItem(row.id, row.event_id, row.url, row.idempotency_key, row.payload.encode(),
+                          row.attempts, lease_until), None
 
     def outbox_delivered(self, item_id: int) -> None:
         with self.engine.begin() as conn:

@@ -22,10 +22,12 @@ import hashlib
 import hmac
 import logging
 import random
-import threading
 
 import httpx
+from sqlalchemy.exc import DBAPIError
 
+from app.rules.background import BackgroundLoop
+from app.rules.migrate import describe
 from app.rules.store import EventStore, OutboxItem, utcnow
 
 log = logging.getLogger("campusguard.webhooks")
@@ -56,7 +58,7 @@ class OutboxWorker:
     """A daemon thread that drains the outbox to the configured webhook URLs."""
 
     def __init__(self, store: EventStore, urls: list[str], secret: bytes, *, timeout_s: float = 5.0,
-                 max_backoff_s: float = 60.0, metrics=None, poll_s: float = 1.0) -> None:
+                 max_backoff_s: float = 60.0, metrics=None, poll_s: float = 1.0, lease_s: float | None = None) -> None:
         self.store = store
         self.urls = list(urls)
         self.secret = secret
@@ -64,56 +66,55 @@ class OutboxWorker:
         self.max_backoff_s = max_backoff_s
         self.metrics = metrics
         self.poll_s = poll_s
-        self._wake = threading.Event()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        # How long a claimed row is ours: longer than any one attempt (httpx applies the
+        # timeout to connect, write and read separately), short enough that the row of a
+        # replica killed mid-delivery is retried by another soon.
+        self.lease_s = lease_s if lease_s is not None else 3 * timeout_s + 5
+        self._loop = BackgroundLoop("webhook-outbox", self._run)
+        # Delivered, but the database went away before the row could be marked: marked
+        # first thing once it answers, so this replica does not POST the row again.
+        self._unmarked: list[int] = []
 
     def start(self) -> None:
-        if self._thread is not None or not self.urls:
+        if not self.urls:
             self._update_depth()
             return
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._run, name="webhook-outbox", daemon=True)
-        self._thread.start()
+        self._loop.start()
 
     def stop(self, timeout: float = 10.0) -> None:
-        self._stop.set()
-        self._wake.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
-            self._thread = None
+        self._loop.stop(timeout)
 
     def notify(self) -> None:
         """New rows were enqueued: deliver now instead of at the next poll."""
-        self._wake.set()
+        self._loop.wake()
 
     # --- loop -----------------------------------------------------------------------------
-    def _run(self) -> None:
+    def _run(self, loop: BackgroundLoop) -> None:
         with httpx.Client(timeout=self.timeout_s, follow_redirects=False) as client:
-            while not self._stop.is_set():
-                self._wake.clear()
+            while not loop.stopping:
                 try:
                     wait = self.drain_once(client)
-                except Exception:  # a database hiccup must not kill the worker
+                except DBAPIError as exc:  # the database is down: say so in one line, retry
+                    log.warning("webhook outbox paused, event store unreachable: %s", describe(exc))
+                    wait = max(self.poll_s, 5.0)
+                except Exception:  # nothing must kill the worker
                     log.exception("webhook outbox pass failed")
                     wait = self.poll_s
-                self._wake.wait(wait)
+                loop.wait(wait)
 
     def drain_once(self, client: httpx.Client) -> float:
         """Deliver every due row (per URL, in order); return seconds until something is due."""
         next_due = self.poll_s
+        while self._unmarked:
+            self.store.outbox_delivered(self._unmarked[0])
+            self._unmarked.pop(0)
         for url in self.urls:
-            while not self._stop.is_set():
-                item = self.store.outbox_head(url)
-                if item is None:
+            while not self._loop.stopping:
+                item, due_at = self.store.outbox_claim_next(url, utcnow() + dt.timedelta(seconds=self.lease_s))
+                if item is None:  # nothing due, or another replica is delivering the head row
+                    if due_at is not None:
+                        next_due = min(next_due, (due_at - utcnow()).total_seconds())
                     break
-                wait = (item.next_attempt_at - utcnow()).total_seconds()
-                if wait > 0:
-                    next_due = min(next_due, wait)
-                    break
-                lease = utcnow() + dt.timedelta(seconds=self.timeout_s + 5)
-                if not self.store.outbox_claim(item, lease):
-                    break  # another replica holds it
                 if not self._deliver(client, item):
                     break  # keep order: later rows for this URL wait for this one
         self._update_depth()
@@ -130,8 +131,12 @@ class OutboxWorker:
         except httpx.HTTPError as exc:
             return self._failed(item, "network_error", f"{exc.__class__.__name__}: {exc}")
         if 200 <= resp.status_code < 300:
-            self.store.outbox_delivered(item.id)
             self._count("delivered")
+            try:
+                self.store.outbox_delivered(item.id)
+            except DBAPIError:
+                self._unmarked.append(item.id)
+                raise
             return True
         return self._failed(item, "http_error", f"HTTP {resp.status_code}")
 

@@ -227,3 +227,46 @@ def test_gpu_env_script(tmp_path):
     bad = subprocess.run(["sh", str(DEPLOY / "scripts/gpu-env.sh")], env={**env, "SYSFS_ROOT": str(empty)},
                          capture_output=True, text=True)
     assert bad.returncode != 0 and "no AMD GPU" in bad.stderr
+
+
+def interpolate(value: str, env: dict[str, str]) -> str:
+    """Compose's ${VAR:-default} / ${VAR:?error} / ${VAR} for the tests (env wins, then the default)."""
+    def sub(m: re.Match) -> str:
+        name, op, arg = m.group(1), m.group(2), m.group(3) or ""
+        if name in env:
+            return env[name]
+        assert op != ":?", f"{name} is required: {arg}"
+        return arg if op == ":-" else ""
+    return re.sub(r"\$\{(\w+)(:[-?])?([^}]*)\}", sub, value)
+
+
+def test_shared_postgres_event_store(base, merged):
+    pg = base["services"]["postgres"]
+    assert re.fullmatch(r"postgres:\d+\.\d+(-alpine)?", pg["image"]), "the official image, pinned"
+    assert "ports" not in pg, "only the replicas reach the database"
+    assert "postgres-data:/var/lib/postgresql/data" in pg["volumes"] and "postgres-data" in base["volumes"]
+    assert pg["healthcheck"]["test"][:2] == ["CMD", "pg_isready"]
+    env = pg["environment"]
+    assert env["POSTGRES_PASSWORD"].startswith("${POSTGRES_PASSWORD:?"), "credentials from deploy/.env, no default"
+    example = dict(l.split("=", 1) for l in (DEPLOY / ".env.example").read_text().splitlines()
+                   if "=" in l and not l.startswith("#"))
+    dotenv = {**example, "SITE_FILE": "./site.example.yaml"}
+    from sqlalchemy.engine import make_url
+
+    from app.rules.config import load_site_config
+
+    for config in (base, merged):
+        for name, svc in detector_services(config).items():
+            assert svc["depends_on"]["postgres"]["condition"] == "service_healthy", name
+            senv = svc["environment"]
+            url = make_url(interpolate(senv["CAMPUSGUARD_EVENTS_DB_URL"], dotenv))
+            assert (url.drivername, url.host, url.port) == ("postgresql+psycopg", "postgres", 5432), name
+            assert (url.username, url.password, url.database) == tuple(
+                interpolate(env[k], dotenv) for k in ("POSTGRES_USER", "POSTGRES_PASSWORD", "POSTGRES_DB")), name
+            mounts = [interpolate(v, dotenv).split(":") for v in svc["volumes"]]
+            site_mounts = [m for m in mounts if m[1] == senv["CAMPUSGUARD_SITE_CONFIG"]]
+            assert len(site_mounts) == 1 and site_mounts[0][2:] == ["ro"], f"{name}: site file mounted read-only"
+            host_file = DEPLOY / site_mounts[0][0]
+            assert load_site_config(host_file).cameras, "the default site file exists and is valid"
+            assert senv["CAMPUSGUARD_SNAPSHOT_DIR"].startswith("/var/cache/campusguard/")
+            assert any(v.endswith(":/var/cache/campusguard") and v.startswith("detector-cache:") for v in svc["volumes"])

@@ -105,6 +105,11 @@ def one(resources, kind) -> dict:
     return res
 
 
+def named(resources, kind, name) -> dict:
+    (res,) = [r for r in by_kind(resources, kind) if r["metadata"]["name"] == name]
+    return res
+
+
 # --- validation ----------------------------------------------------------------------------
 @pytest.mark.parametrize("version", VERSIONS)
 def test_manifests_validate(rendered, version):
@@ -166,7 +171,7 @@ def test_probes_and_rollout(rendered):
     assert dep["spec"]["strategy"]["rollingUpdate"] == {"maxSurge": 1, "maxUnavailable": 0}
     pod = dep["spec"]["template"]["spec"]
     assert pod["securityContext"]["runAsNonRoot"] and pod["securityContext"]["runAsUser"] != 0
-    config = one(resources, "ConfigMap")
+    config = named(resources, "ConfigMap", "campusguard-config")
     assert pod["terminationGracePeriodSeconds"] > float(config["data"]["CAMPUSGUARD_DRAIN_TIMEOUT_S"]) + 5
 
 
@@ -188,8 +193,11 @@ def test_selectors_and_references_match(rendered):
     for volume in dep["spec"]["template"]["spec"]["volumes"]:
         if "persistentVolumeClaim" in volume:
             refs.add(("PersistentVolumeClaim", volume["persistentVolumeClaim"]["claimName"]))
+        if "configMap" in volume:
+            refs.add(("ConfigMap", volume["configMap"]["name"]))
     present = {(r["kind"], r["metadata"]["name"]) for r in resources}
     assert refs <= present and ("ConfigMap", "campusguard-config") in refs and ("Secret", "campusguard-api-keys") in refs
+    assert {("Secret", "campusguard-events-db"), ("ConfigMap", "campusguard-site")} <= refs
     hpa = one(resources, "HorizontalPodAutoscaler")
     assert hpa["spec"]["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment", "name": dep["metadata"]["name"]}
     assert 1 <= hpa["spec"]["minReplicas"] < hpa["spec"]["maxReplicas"]
@@ -221,7 +229,8 @@ def test_hpa_metric_is_served_by_the_adapter():
 def test_configmap_holds_valid_settings():
     from app.config import Settings
 
-    data = one(render(K8S / "base"), "ConfigMap")["data"]
+    resources = render(K8S / "base")
+    data = named(resources, "ConfigMap", "campusguard-config")["data"]
     fields = {}
     for key, value in data.items():
         assert key.startswith("CAMPUSGUARD_"), key
@@ -230,5 +239,26 @@ def test_configmap_holds_valid_settings():
         fields[name] = value
     settings = Settings(_env_file=None, **fields)  # raises on an invalid value
     assert settings.device == "cuda:0" and settings.port == 8000
-    secret = one(render(K8S / "base"), "Secret")
+    secret = named(resources, "Secret", "campusguard-api-keys")
     assert set(secret["stringData"]) == {"CAMPUSGUARD_API_KEYS"}
+
+
+def test_rules_on_with_the_site_file_and_the_shared_event_store(tmp_path):
+    """The site file comes from a ConfigMap mounted read-only where CAMPUSGUARD_SITE_CONFIG points
+    (and is a valid site file); the event store URL from a Secret, a PostgreSQL URL."""
+    from sqlalchemy.engine import make_url
+
+    from app.rules.config import load_site_config
+
+    resources = render(K8S / "base")
+    config = named(resources, "ConfigMap", "campusguard-config")["data"]
+    pod = one(resources, "Deployment")["spec"]["template"]["spec"]
+    mount = next(m for m in pod["containers"][0]["volumeMounts"] if m["name"] == "site")
+    volume = next(v for v in pod["volumes"] if v["name"] == "site")
+    assert mount["readOnly"] and config["CAMPUSGUARD_SITE_CONFIG"] == f"{mount['mountPath']}/site.yaml"
+    site = named(resources, "ConfigMap", volume["configMap"]["name"])["data"]["site.yaml"]
+    (tmp_path / "site.yaml").write_text(site)
+    assert load_site_config(tmp_path / "site.yaml") == load_site_config(K8S.parent / "site.example.yaml")
+    url = make_url(named(resources, "Secret", "campusguard-events-db")["stringData"]["CAMPUSGUARD_EVENTS_DB_URL"])
+    assert url.drivername == "postgresql+psycopg" and url.database
+    assert "CAMPUSGUARD_EVENTS_DB_URL" not in config, "credentials belong in the Secret"

@@ -35,7 +35,9 @@ def people(n: int, y: float = 0.8, x0: float = 0.1, dx: float = 0.08) -> list[De
 class Receiver:
     """A webhook receiver on 127.0.0.1: records every request; can be told to fail."""
 
-    def __init__(self, port: int = 0, fail_first: int = 0, status: int = 200) -> None:
+    def __init__(self, port: int = 0, fail_first: int = 0, status: int = 200,
+                 hold_first: threading.Event | None = None) -> None:
+        """``hold_first``: the first request is recorded, then not answered until the event is set."""
         self.requests: list[dict] = []
         self.fail_first = fail_first
         self.status = status
@@ -51,6 +53,9 @@ class Receiver:
                     failing = outer.fail_first > 0
                     if failing:
                         outer.fail_first -= 1
+                    hold = hold_first if len(outer.requests) == 1 else None
+                if hold is not None:
+                    hold.wait(60)
                 code = 500 if failing else outer.status
                 self.send_response(code)
                 self.send_header("Content-Length", "0")

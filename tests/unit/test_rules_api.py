@@ -110,3 +110,39 @@ def test_rules_disabled_and_api_keys(rules):
 def test_long_ids_are_not_echoed_whole(rules):
     r = TestClient(make_app(rules)).get("/events/" + "x" * 5000)
     assert r.status_code == 404 and len(r.json()["message"]) < 200
+def test_patch_acknowledge_false_positive_and_filters(rules):
+    client = TestClient(make_app(rules, keys=["k1"]))
+    auth = {"x-api-key": "k1"}
+    ids = [e["id"] for e in client.get("/events", headers=auth).json()["items"]]
+    assert client.patch(f"/events/{ids[0]}", json={"acknowledged": True}).status_code == 401  # operator auth
+
+    r = client.patch(f"/events/{ids[0]}", json={"acknowledged": True, "note": "guard sent", "operator": "alice"},
+                     headers=auth)
+    assert r.status_code == 200
+    body = r.json()
+    assert body["acknowledged"] is True and body["false_positive"] is False and body["note"] == "guard sent"
+    assert body["reviewed_by"].startswith("alice (key:") and "k1" not in body["reviewed_by"]
+    assert body["reviewed_at"] is not None and body["state"] == "ended"
+    fp = client.patch(f"/events/{ids[1]}", json={"false_positive": True}, headers=auth).json()
+    assert fp["false_positive"] is True and fp["reviewed_by"].startswith("key:")
+    assert client.get(f"/events/{ids[0]}", headers=auth).json() == body  # stored
+
+    def listed(**params):
+        return [e["id"] for e in client.get("/events", params=params, headers=auth).json()["items"]]
+
+    assert listed(acknowledged="true") == [ids[0]]
+    assert listed(acknowledged="false") == ids[1:]
+    assert listed(false_positive="true") == [ids[1]]
+    assert listed(acknowledged="false", false_positive="false") == [ids[2]]
+
+    missing = client.patch("/events/nope", json={"acknowledged": True}, headers=auth)
+    assert missing.status_code == 404 and missing.json()["error"] == "not_found"
+
+
+@pytest.mark.parametrize("body", [{}, {"acknowledged": "maybe"}, {"acknowledged": True, "colour": "red"},
+                                  {"note": "x" * 2001}, {"operator": "bob"}, [1, 2], "text"])
+def test_patch_bad_body_is_422(rules, body):
+    event_id = rules.query_events()[0][0]["id"]
+    r = TestClient(make_app(rules)).patch(f"/events/{event_id}", json=body)
+    assert r.status_code == 422 and r.json()["error"] == "invalid_parameter"
+    assert rules.get_event(event_id)["reviewed_at"] is None

@@ -1,4 +1,5 @@
-"""Event store: insert/update, filters, time range, pagination; outbox rows written atomically."""
+"""Event store on SQLite and a real PostgreSQL: insert/update, filters, time range, pagination;
+outbox rows written atomically."""
 
 from __future__ import annotations
 
@@ -19,8 +20,8 @@ def event(i: int, camera="cam-a", zone="plaza", rule="crowd", ended=False) -> di
 
 
 @pytest.fixture
-def store(tmp_path):
-    s = EventStore(f"sqlite:///{tmp_path}/sub/events.db")  # the folder is created
+def store(db_url):
+    s = EventStore(db_url)  # SQLite: the folder is created
     for i in range(30):
         s.record(event(i, camera="cam-a" if i % 3 else "cam-b", zone="plaza" if i % 2 else "gate",
                        rule="crowd" if i % 5 else "intrusion"))
@@ -63,23 +64,23 @@ def test_pagination_newest_first(store):
     assert ids == [f"ev{i:03d}" for i in range(29, -1, -1)]
 
 
-def test_outbox_rows_written_with_the_event_once_per_key(tmp_path):
-    s = EventStore(f"sqlite:///{tmp_path}/e.db")
+def test_outbox_rows_written_with_the_event_once_per_key(db_url):
+    s = EventStore(db_url)
     deliveries = [("http://127.0.0.1:1/a", "ev000:started", b"{}"), ("http://127.0.0.1:1/b", "ev000:started", b"{}")]
     s.record(event(0), deliveries)
     s.record(event(0), deliveries)  # recorded again (e.g. a retry): no duplicate deliveries
     assert s.outbox_depth() == 2
     assert s.outbox_depth(["http://127.0.0.1:1/a"]) == 1
-    head = s.outbox_head("http://127.0.0.1:1/a")
-    assert head.idempotency_key == "ev000:started" and head.attempts == 0
-    assert s.outbox_claim(head, head.next_attempt_at + dt.timedelta(seconds=10))
-    assert not s.outbox_claim(head, head.next_attempt_at + dt.timedelta(seconds=20))  # already leased
+    lease = dt.datetime.now(dt.timezone.utc) + dt.timedelta(seconds=10)
+    head, due = s.outbox_claim_next("http://127.0.0.1:1/a", lease)
+    assert head.idempotency_key == "ev000:started" and head.attempts == 0 and due is None
+    assert s.outbox_claim_next("http://127.0.0.1:1/a", lease) == (None, lease)  # leased: due when the lease ends
     s.outbox_delivered(head.id)
-    assert s.outbox_depth() == 1 and s.outbox_head("http://127.0.0.1:1/a") is None
+    assert s.outbox_depth() == 1 and s.outbox_claim_next("http://127.0.0.1:1/a", lease) == (None, None)
 
 
-def test_persists_across_reopen(tmp_path):
-    url = f"sqlite:///{tmp_path}/e.db"
+def test_persists_across_reopen(db_url):
+    url = db_url
     s = EventStore(url)
     s.record(event(1), [("http://127.0.0.1:1/a", "ev001:started", b"{}")])
     s.close()

@@ -55,7 +55,7 @@ def store(tmp_path):
 
 def worker(store, url, metrics=None, **kw) -> OutboxWorker:
     w = OutboxWorker(store, [url], SECRET, timeout_s=2.0, max_backoff_s=kw.pop("max_backoff_s", 0.3),
-                     metrics=metrics, poll_s=0.2, **kw)
+                     metrics=metrics, poll_s=kw.pop("poll_s", 0.2), **kw)
     w.start()
     return w
 

@@ -1,0 +1,126 @@
+"""Retention: a periodic sweep that keeps the event store and the snapshot folder bounded.
+
+Every ``interval_s``:
+
+1. events that **ended** more than ``retain_days`` ago are deleted — acknowledged or
+   marked false positive ones too (a review never extends retention), open events never —
+   with their snapshot files and the delivered outbox rows older than that;
+2. snapshot files older than ``retain_days`` are deleted even without a row (with several
+   replicas the row may have been deleted by another replica's sweep: each replica has its
+   own snapshot folder);
+3. while the folder is over ``budget_bytes``, the oldest snapshots go first and their
+   events stop pointing at them.
+
+Every replica runs the sweep; the deletes are idempotent, so running it twice is harmless.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from pathlib import Path
+
+from app.rules.background import Periodic
+from app.rules.store import EventStore, utcnow
+from app.rules.writer import is_outage
+
+log = logging.getLogger("campusguard.rules.retention")
+
+
+class RetentionSweeper:
+    def __init__(self, store: EventStore, snapshot_dir: Path | None, *, retain_days: float = 30.0,
+                 budget_bytes: int = 0, interval_s: float = 600.0, metrics=None) -> None:
+        self.store = store
+        self.snapshot_dir = snapshot_dir
+        self.retain = dt.timedelta(days=retain_days)
+        self.budget_bytes = budget_bytes  # 0 = no budget
+        self.metrics = metrics
+        self._job = Periodic("retention-sweep", self.sweep, interval_s, on_error=self._failed)
+
+    @classmethod
+    def from_settings(cls, store: EventStore, settings, metrics=None) -> "RetentionSweeper":
+        return cls(store, settings.snapshot_dir, retain_days=settings.events_retain_days,
+                   budget_bytes=int(settings.snapshot_budget_mb * 1024 * 1024),
+                   interval_s=settings.retention_sweep_s, metrics=metrics)
+
+    def start(self) -> None:
+        self._job.start()  # the first sweep one interval after start
+
+    def stop(self) -> None:
+        self._job.stop()
+
+    @staticmethod
+    def _failed(exc: Exception) -> None:
+        if is_outage(exc):
+            log.warning("retention sweep skipped: event store unreachable")
+        else:
+            log.exception("retention sweep failed", exc_info=exc)
+
+    def sweep(self, now: dt.datetime | None = None) -> dict[str, int]:
+        """One pass; counts of what was deleted."""
+        now = now or utcnow()
+        cutoff = now - self.retain
+        deleted = self.store.delete_ended_before(cutoff)
+        files = sum(self._unlink(self._snapshot_file(event_id)) for event_id, _ in deleted)
+        files += self._expire_files(cutoff)
+        over = self._enforce_budget()
+        self._count("events", len(deleted))
+        self._count("snapshots", files + over)
+        if deleted or files or over:
+            log.info("retention: deleted %d event(s) ended before %s, %d snapshot(s) by age, %d over the disk budget",
+                     len(deleted), cutoff.isoformat(timespec="seconds"), files, over)
+        return {"events": len(deleted), "snapshots_expired": files, "snapshots_over_budget": over}
+
+    # --- snapshot files --------------------------------------------------------------------
+    def _snapshot_file(self, event_id: str) -> Path | None:
+        if self.snapshot_dir is None or not event_id.isalnum():
+            return None
+        return self.snapshot_dir / f"{event_id}.jpg"
+
+    def _files(self) -> list[tuple[float, int, Path]]:
+        """(mtime, size, path) of every snapshot, oldest first."""
+        if self.snapshot_dir is None or not self.snapshot_dir.is_dir():
+            return []
+        out = []
+        for path in self.snapshot_dir.glob("*.jpg"):
+            try:
+                st = path.stat()
+            except FileNotFoundError:
+                continue
+            out.append((st.st_mtime, st.st_size, path))
+        return sorted(out)
+
+    def _expire_files(self, cutoff: dt.datetime) -> int:
+        limit = cutoff.timestamp()
+        return sum(self._unlink(path) for mtime, _, path in self._files() if mtime < limit)
+
+    def _enforce_budget(self) -> int:
+        files = self._files()
+        used = sum(size for _, size, _ in files)
+        removed: list[str] = []
+        if self.budget_bytes > 0:
+            for _, size, path in files:
+                if used <= self.budget_bytes:
+                    break
+                if self._unlink(path):
+                    used -= size
+                    removed.append(path.stem)
+            self.store.clear_snapshot(removed)
+        if self.metrics is not None:
+            self.metrics.snapshot_bytes.set(used)
+        return len(removed)
+
+    @staticmethod
+    def _unlink(path: Path | None) -> int:
+        if path is None:
+            return 0
+        try:
+            path.unlink()
+            return 1
+        except FileNotFoundError:
+            return 0
+
+    def _count(self, kind: str, n: int) -> None:
+        if self.metrics is not None and n:
+            self.metrics.retention_deleted.labels(kind).inc(n)
+
