@@ -5,6 +5,11 @@ Lifecycle of a request (LitServe's named steps): decode + letterbox in a thread 
 ``max_batch_size`` images or ``max_queue_delay_ms``, as Triton's dynamic batcher) ->
 one forward call -> results handed back per item -> NMS in the thread pool.
 
+Admission (``app.admission``): a request is refused with 503 at the door when the
+measured service rate says it could not start before its deadline, so a burst over
+capacity gets immediate 503s with a computed ``Retry-After`` instead of 504s after the
+full deadline; ``queue_size`` stays a hard cap.
+
 Failure policy (Triton's "list in, same-length list out"): each queued item owns a
 future, so a failure reaches exactly the requests of the batch it hit. Device OOM releases
 the cache and retries the batch in halves once. Items that outlived their deadline are
@@ -26,10 +31,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from app.admission import ServiceRate
 from app.config import Settings, input_hw
 from app.errors import (DeadlineExceeded, InferenceFailed, InferenceTimeout, NotReady, OutOfMemory, QueueFull,
                         ServiceError, ShuttingDown)
-from app.backends.faults import WorkerCrash
 from app.metrics import Metrics
 from app.pipeline import Detection, DetectParams, Pipeline, Prepared
 from app.vision.preprocess import to_batch
@@ -85,13 +90,33 @@ class EngineState:
     in_hand: list[_Item] = field(default_factory=list)
 
 
+@dataclass(frozen=True, slots=True)
+class EngineLimits:
+    """The engine's knobs (``Settings`` names them; the engine needs only these)."""
+
+    queue_size: int = 64
+    max_batch_size: int = 8
+    max_queue_delay_ms: float = 5.0
+    request_timeout_s: float = 10.0
+    inference_timeout_s: float = 60.0
+    preprocess_workers: int = 0
+    watchdog_exit: bool = True
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> "EngineLimits":
+        return cls(settings.queue_size, settings.max_batch_size, settings.max_queue_delay_ms,
+                   settings.request_timeout_s, settings.inference_timeout_s, settings.preprocess_workers,
+                   settings.watchdog_exit)
+
+
 class InferenceEngine:
-    def __init__(self, pipeline: Pipeline, settings: Settings, metrics: Metrics) -> None:
+    def __init__(self, pipeline: Pipeline, limits: EngineLimits, metrics: Metrics) -> None:
         self.pipeline = pipeline
-        self.settings = settings
+        self.limits = limits
         self.metrics = metrics
-        self.queue: queue.Queue[_Item] = queue.Queue(maxsize=settings.queue_size)
-        self.executor = ThreadPoolExecutor(max_workers=settings.preprocess_workers or (os.cpu_count() or 2),
+        self.rate = ServiceRate()
+        self.queue: queue.Queue[_Item] = queue.Queue(maxsize=limits.queue_size)
+        self.executor = ThreadPoolExecutor(max_workers=limits.preprocess_workers or (os.cpu_count() or 2),
                                            thread_name_prefix="campusguard-prep")
         self.state = EngineState()
         self._stop = threading.Event()
@@ -99,11 +124,16 @@ class InferenceEngine:
         self._worker: threading.Thread | None = None
         self._admitted = 0  # images admitted and not yet taken by the worker (decoding or queued)
         self._monitor: threading.Thread | None = None
-        metrics.queue_capacity.set(settings.queue_size)
+        metrics.queue_capacity.set(limits.queue_size)
+        metrics.track_pipeline(pipeline.counters)
         for reason in ("queue_full", "deadline_exceeded", "not_ready", "shutting_down"):
             metrics.rejected.labels(reason)
         for code in ("inference_failed", "out_of_memory", "inference_timeout"):
             metrics.inference_errors.labels(code)
+
+    @classmethod
+    def from_settings(cls, pipeline: Pipeline, settings: Settings, metrics: Metrics) -> "InferenceEngine":
+        return cls(pipeline, EngineLimits.from_settings(settings), metrics)
 
     # --- lifecycle ---------------------------------------------------------------------
     def start(self) -> None:
@@ -116,9 +146,12 @@ class InferenceEngine:
         """Run the fixed shape through the model so the first request pays no compile cost."""
         height, width = input_hw(self.pipeline.detector.imgsz)
         dummy = np.full((height, width, 3), 114, np.uint8)
-        for _ in range(iterations):
+        for i in range(iterations):
             prepared = self.pipeline.prepare(dummy)
+            start = time.perf_counter()
             self.pipeline.detector.infer(to_batch([prepared.letterboxed]))
+            if i > 0 or iterations == 1:  # the first call pays one-off allocation: not the service rate
+                self.rate.observe(1, time.perf_counter() - start)
 
     def mark_ready(self) -> None:
         self.state.ready = True
@@ -141,11 +174,12 @@ class InferenceEngine:
         self._fail_queued(ShuttingDown())
 
     # --- request path (event loop) -----------------------------------------------------
-    def check_capacity(self) -> None:
-        """Refuse early (before the body is read) when not ready or already full."""
+    def check_capacity(self, images: int = 1) -> None:
+        """Refuse early (before the body is read) when not ready, full, or too far behind."""
         self._admit()
-        if self._admitted >= self.settings.queue_size:
+        if self._admitted >= self.limits.queue_size:
             self._reject_full()
+        self._check_wait(self._admitted + images - 1)
 
     async def detect(self, data: bytes, params: DetectParams, keep_image: bool = False) -> DetectResult:
         """Decode, batch, infer and post-process one image."""
@@ -159,10 +193,11 @@ class InferenceEngine:
         except BaseException:
             self._release(1)
             raise
-        budget = self.settings.request_timeout_s + self.settings.inference_timeout_s + 5
+        budget = self.limits.request_timeout_s + self.limits.inference_timeout_s + 5
         try:
             raw = await asyncio.wait_for(asyncio.shield(item.future), timeout=budget)
         except asyncio.TimeoutError:
+            self.metrics.rejected.labels("deadline_exceeded").inc()
             raise DeadlineExceeded("no inference result within the request deadline") from None
         except asyncio.CancelledError:
             item.future.cancel()  # client gone: the worker skips cancelled items
@@ -191,16 +226,24 @@ class InferenceEngine:
 
     def _reserve(self) -> None:
         """Bound images in flight before the worker (decoding + queued) by ``queue_size``,
-        so overload is refused before any decoding work or memory is spent on it."""
+        and by the expected wait, so overload is refused before any decoding work or
+        memory is spent on it."""
         with self._lock:
-            if self._admitted >= self.settings.queue_size:
-                full = True
-            else:
-                full = False
+            ahead = self._admitted + len(self.state.in_hand)
+            verdict = self.rate.admit(ahead, self.limits.request_timeout_s)
+            full = self._admitted >= self.limits.queue_size
+            if not full and verdict.admitted:
                 self._admitted += 1
         if full:
             self._reject_full()
+        if not verdict.admitted:
+            self._reject_wait(verdict.expected_wait_s, verdict.retry_after_s)
         self.metrics.queue_depth.set(self._admitted)
+
+    def _check_wait(self, ahead: int) -> None:
+        verdict = self.rate.admit(ahead + len(self.state.in_hand), self.limits.request_timeout_s)
+        if not verdict.admitted:
+            self._reject_wait(verdict.expected_wait_s, verdict.retry_after_s)
 
     def _release(self, n: int) -> None:
         with self._lock:
@@ -209,14 +252,23 @@ class InferenceEngine:
 
     def _reject_full(self) -> None:
         self.metrics.rejected.labels("queue_full").inc()
-        raise QueueFull(f"the inference queue is full ({self.settings.queue_size} images waiting)")
+        error = QueueFull(f"the inference queue is full ({self.limits.queue_size} images waiting)")
+        error.retry_after = max(1.0, self.rate.expected_wait(self._admitted) - self.limits.request_timeout_s)
+        raise error
+
+    def _reject_wait(self, wait_s: float, retry_after_s: float) -> None:
+        self.metrics.rejected.labels("queue_full").inc()
+        error = QueueFull(f"the expected wait ({wait_s:.2f}s at {self.rate.images_per_s or 0:.1f} images/s) exceeds "
+                          f"the {self.limits.request_timeout_s:g}s deadline; retry later or elsewhere")
+        error.retry_after = retry_after_s
+        raise error
 
     def submit(self, prepared: Prepared, arrival: float | None = None) -> _Item:
         """Queue a prepared image (its admission must already be reserved)."""
         now = time.perf_counter()
         arrival = now if arrival is None else arrival
         loop = asyncio.get_running_loop()
-        item = _Item(prepared, loop.create_future(), loop, now, arrival + self.settings.request_timeout_s)
+        item = _Item(prepared, loop.create_future(), loop, now, arrival + self.limits.request_timeout_s)
         try:
             self.queue.put_nowait(item)
         except queue.Full:  # cannot happen while reservations bound the queue; kept as a guard
@@ -252,8 +304,8 @@ class InferenceEngine:
         except queue.Empty:
             return []
         batch = [first]
-        deadline = time.perf_counter() + self.settings.max_queue_delay_ms / 1e3
-        while len(batch) < self.settings.max_batch_size:
+        deadline = time.perf_counter() + self.limits.max_queue_delay_ms / 1e3
+        while len(batch) < self.limits.max_batch_size:
             remaining = deadline - time.perf_counter()
             try:
                 batch.append(self.queue.get(timeout=remaining) if remaining > 0 else self.queue.get_nowait())
@@ -272,7 +324,7 @@ class InferenceEngine:
             if now > item.deadline:
                 self.metrics.rejected.labels("deadline_exceeded").inc()
                 item.resolve(error=DeadlineExceeded(
-                    f"waited {now - item.enqueued:.2f}s in the queue; the deadline is {self.settings.request_timeout_s}s"))
+                    f"waited {now - item.enqueued:.2f}s in the queue; the deadline is {self.limits.request_timeout_s}s"))
                 continue
             live.append(item)
         return live
@@ -285,16 +337,16 @@ class InferenceEngine:
             self.metrics.inference_errors.labels(exc.code).inc()
             for item in batch:
                 item.resolve(error=exc)
-        except WorkerCrash:
-            self.metrics.inference_errors.labels("inference_failed").inc()
-            for item in batch:
-                item.resolve(error=InferenceFailed("the inference worker crashed; it is being restarted"))
-            raise
         except Exception as exc:  # noqa: BLE001 - a backend bug fails this batch only
             log.exception("inference failed for a batch of %d", len(batch))
             self.metrics.inference_errors.labels("inference_failed").inc()
             for item in batch:
                 item.resolve(error=InferenceFailed(f"inference failed: {exc.__class__.__name__}"))
+        except BaseException:  # the worker itself is dying: answer its batch, then let the supervisor restart it
+            self.metrics.inference_errors.labels("inference_failed").inc()
+            for item in batch:
+                item.resolve(error=InferenceFailed("the inference worker crashed; it is being restarted"))
+            raise
         else:
             for item, out in zip(batch, outputs):
                 item.resolve(out)
@@ -308,8 +360,6 @@ class InferenceEngine:
             self.metrics.oom_retries.inc()
             log.warning("device OOM at batch %d: releasing the cache and retrying in halves", len(batch))
             self.pipeline.release_cache()
-            self.metrics.cache_clears.inc()
-            self.metrics.last_cache_clear.set(time.time())
             if len(batch) == 1:
                 return self._infer(batch)
             half = (len(batch) + 1) // 2
@@ -320,31 +370,25 @@ class InferenceEngine:
         for item in batch:
             item.started = start
         self.state.busy_since = time.monotonic()
-        clears_before = self.pipeline.counters.cache_clears
         try:
             out = self.pipeline.infer([item.prepared.letterboxed for item in batch])
         finally:
             self.state.busy_since = None
         if self.state.tripped:  # the watchdog already answered these requests
             raise InferenceTimeout("inference finished after the watchdog tripped")
-        elapsed = (time.perf_counter() - start) * 1e3
+        elapsed = time.perf_counter() - start
+        self.rate.observe(len(batch), elapsed)
         for item in batch:
-            item.inference_ms, item.batch_size = elapsed, len(batch)
-        m = self.metrics
-        m.batch_size.observe(len(batch))
-        m.inferences.inc()
-        m.images.inc(len(batch))
-        if self.pipeline.counters.cache_clears != clears_before:
-            m.cache_clears.inc(self.pipeline.counters.cache_clears - clears_before)
-            m.last_cache_clear.set(self.pipeline.counters.last_cache_clear)
+            item.inference_ms, item.batch_size = elapsed * 1e3, len(batch)
+        self.metrics.batch_size.observe(len(batch))
         return list(out)
 
     # --- supervisor --------------------------------------------------------------------
     def _supervise(self) -> None:
-        interval = min(0.25, self.settings.inference_timeout_s / 4)
+        interval = min(0.25, self.limits.inference_timeout_s / 4)
         while not self._stop.wait(interval):
             busy = self.state.busy_since
-            if busy is not None and not self.state.tripped and time.monotonic() - busy > self.settings.inference_timeout_s:
+            if busy is not None and not self.state.tripped and time.monotonic() - busy > self.limits.inference_timeout_s:
                 self._trip()
             elif not self.state.worker_alive and not self.state.tripped and not self._stop.is_set():
                 self.metrics.ready.set(0)
@@ -362,12 +406,12 @@ class InferenceEngine:
         self.metrics.watchdog_trips.inc()
         self.metrics.inference_errors.labels("inference_timeout").inc()
         log.critical("inference exceeded %.1fs (hung device?): failing waiting requests",
-                     self.settings.inference_timeout_s)
-        error = InferenceTimeout(f"inference did not finish within {self.settings.inference_timeout_s}s")
+                     self.limits.inference_timeout_s)
+        error = InferenceTimeout(f"inference did not finish within {self.limits.inference_timeout_s}s")
         for item in list(self.state.in_hand):
             item.resolve(error=error)
         self._fail_queued(error)
-        if self.settings.watchdog_exit:
+        if self.limits.watchdog_exit:
             def _exit() -> None:
                 time.sleep(2.0)  # let the 503 answers and a readiness probe go out
                 log.critical("exiting with code %d so the orchestrator restarts the service", WATCHDOG_EXIT_CODE)

@@ -12,15 +12,13 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-import cv2
-import numpy as np
 import yaml
 from tqdm import tqdm
 
 from app.errors import ConfigError
 from app.pipeline import DetectParams, Pipeline
+from app.vision.decode import image_files
 
-IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".webp"}
 EVAL_PARAMS = DetectParams(conf=0.001, iou=0.7, max_det=300, multi_label=True)  # as Ultralytics val
 
 
@@ -54,7 +52,7 @@ def load_dataset(root: Path) -> Dataset:
         names = {int(k): str(v) for k, v in dict(meta["names"]).items()}
     except Exception as exc:
         raise ConfigError(f"{data_yaml} has no usable 'names' mapping: {exc}") from exc
-    images = sorted(p for p in (root / "images").glob("*") if p.suffix.lower() in IMAGE_SUFFIXES)
+    images = image_files(root / "images")
     if not images:
         raise ConfigError(f"no images under {root / 'images'}")
     return Dataset(root, names, images)

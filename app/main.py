@@ -24,9 +24,9 @@ from app.api import metrics as metrics_route
 from app.api.docs import install_docs
 from app.api.errors import install_error_handlers
 from app.api.middleware import RequestGuard
+from app.backends.models import require_weights
 from app.config import Settings, format_imgsz
 from app.devices import GpuInventory, parse_device, torch_inventory, validate_device
-from app.errors import ConfigError
 from app.metrics import Metrics
 
 log = logging.getLogger("campusguard")
@@ -35,9 +35,7 @@ LOAD_FAILURE_EXIT_CODE = 3
 
 def preflight(settings: Settings) -> None:
     """Fail fast, before the socket opens, on what can be checked cheaply."""
-    weights = settings.weights
-    if weights.suffix.lower() in {".pt", ".onnx"} and not weights.is_file():
-        raise ConfigError(f"weights file not found: {weights} (set CAMPUSGUARD_WEIGHTS)")
+    require_weights(settings.weights)
     if parse_device(settings.device) is not None:
         validate_device(settings.device, torch_inventory())
     else:
@@ -47,20 +45,13 @@ def preflight(settings: Settings) -> None:
 def load_engine(app: FastAPI, settings: Settings, metrics: Metrics) -> None:
     """Load the backend, start the worker, warm up, then flip readiness (background thread)."""
     from app.backends import load_backend
-    from app.backends.faults import FaultInjectingDetector
     from app.engine import InferenceEngine
     from app.pipeline import Pipeline
 
     try:
         app.state.phase = "loading"
         detector = load_backend(settings)
-        faults = None
-        if settings.debug_fault or settings.debug_infer_delay_ms:
-            log.warning("test-only fault injection is on: fault=%r delay=%sms", settings.debug_fault,
-                        settings.debug_infer_delay_ms)
-            detector = faults = FaultInjectingDetector(detector, settings.debug_infer_delay_ms, settings.debug_fault)
-        pipeline = Pipeline(detector, settings.cache_clear_every, settings.max_pixels)
-        engine = InferenceEngine(pipeline, settings, metrics)
+        engine = InferenceEngine.from_settings(Pipeline.from_settings(detector, settings), settings, metrics)
         app.state.detector, app.state.engine = detector, engine
         app.state.phase = "warming_up"
         engine.start()
@@ -70,9 +61,6 @@ def load_engine(app: FastAPI, settings: Settings, metrics: Metrics) -> None:
         metrics.build_info.info({"version": __version__, "backend": detector.backend, "provider": detector.provider,
                                  "model": detector.model_name, "device": info.device, "device_name": info.name,
                                  "imgsz": format_imgsz(settings.imgsz)})
-        metrics.last_cache_clear.set(time.time())
-        if faults is not None:
-            faults.arm()
         engine.mark_ready()
         app.state.phase = "ready"
         log.info("ready: %s on %s (%s), provider %s, warm-up %.2fs", detector.model_name, info.device, info.name,

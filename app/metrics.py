@@ -7,16 +7,38 @@ here; a test scrapes a real server and checks that.
 
 from __future__ import annotations
 
+import time
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, ProcessCollector, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client.registry import Collector
 
 from app.devices import MemoryStats
+from app.pipeline import Counters
 
 NAMESPACE = "campusguard"
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 10.0)
 BATCH_BUCKETS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 64)
 STAGES = ("decode", "queue_wait", "preprocess", "inference", "postprocess")
 OTHER_CAMERA = "_other"
+
+
+class _PipelineCollector(Collector):
+    """Reads ``app.pipeline.Counters`` at scrape time; zeros until an engine exists."""
+
+    def __init__(self) -> None:
+        self.counters: Counters | None = None
+        self._started = time.time()
+
+    def collect(self):
+        c = self.counters
+        ns = NAMESPACE
+        yield CounterMetricFamily(f"{ns}_inferences", "Inference calls (batches)", value=c.inferences if c else 0)
+        yield CounterMetricFamily(f"{ns}_images", "Images inferred", value=c.images if c else 0)
+        yield CounterMetricFamily(f"{ns}_cache_clears", "Allocator cache releases", value=c.cache_clears if c else 0)
+        yield GaugeMetricFamily(f"{ns}_last_cache_clear_timestamp_seconds", "Unix time of the last cache release",
+                                value=c.last_cache_clear if c else self._started)
 
 
 class Metrics:
@@ -37,11 +59,8 @@ class Metrics:
                                     namespace=ns, registry=r, buckets=BATCH_BUCKETS)
         self.queue_depth = Gauge("queue_depth", "Images waiting for the inference worker", namespace=ns, registry=r)
         self.queue_capacity = Gauge("queue_capacity", "Configured queue size", namespace=ns, registry=r)
-        self.inferences = Counter("inferences", "Inference calls (batches)", namespace=ns, registry=r)
-        self.images = Counter("images", "Images inferred", namespace=ns, registry=r)
-        self.cache_clears = Counter("cache_clears", "Allocator cache releases", namespace=ns, registry=r)
-        self.last_cache_clear = Gauge("last_cache_clear_timestamp_seconds", "Unix time of the last cache release",
-                                      namespace=ns, registry=r)
+        self._pipeline = _PipelineCollector()
+        r.register(self._pipeline)
         self.detections = Counter("detections", "Detections returned, by class", ["class_name"], namespace=ns, registry=r)
         self.camera_detections = Counter("camera_detections", "Detections by camera and class (cameras capped)",
                                          ["camera_id", "class_name"], namespace=ns, registry=r)
@@ -94,6 +113,11 @@ class Metrics:
         self._cameras: set[str] = set()
         for stage in STAGES:  # so every stage series exists from the first scrape
             self.stage_latency.labels(stage)
+
+    def track_pipeline(self, counters: "Counters") -> None:
+        """Export the pipeline's own counts (inferences, images, cache releases): they are
+        counted once, where they happen, and read here at scrape time."""
+        self._pipeline.counters = counters
 
     def camera_label(self, camera_id: str) -> str:
         """Cap the number of distinct camera labels (cardinality guard)."""

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from app.backends.base import Detector
+from app.config import Settings
 from app.vision.decode import decode_image
 from app.vision.postprocess import Detections, postprocess
 from app.vision.preprocess import Letterbox, letterbox, to_batch
@@ -72,6 +73,10 @@ class Pipeline:
         self._lock = threading.Lock()
         self._infer_lock = threading.Lock()
         self._buffer: np.ndarray | None = None
+
+    @classmethod
+    def from_settings(cls, detector: Detector, settings: Settings) -> "Pipeline":
+        return cls(detector, settings.cache_clear_every, settings.max_pixels)
 
     # --- stages -------------------------------------------------------------------------
     def prepare(self, data: bytes | np.ndarray, keep_image: bool = False) -> Prepared:

@@ -19,6 +19,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.support.faults import Faults
+
 os.environ.setdefault("YOLO_OFFLINE", "1")
 
 REPO = Path(__file__).resolve().parents[1]
@@ -110,17 +112,24 @@ class LiveServer:
         return self.proc.returncode
 
 
-def start_server(tmp_path: Path, wait: bool = True, **settings) -> LiveServer:
-    """Start the service with ``CAMPUSGUARD_<KEY>=value`` for each keyword setting."""
+def start_server(tmp_path: Path, wait: bool = True, faults: Faults | None = None, **settings) -> LiveServer:
+    """Start the service with ``CAMPUSGUARD_<KEY>=value`` for each keyword setting.
+
+    With ``faults`` the backend is wrapped in a fault injector through the backend registry
+    (``tests.support.serve_with_faults``); otherwise it is exactly ``campusguard serve``.
+    """
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("CAMPUSGUARD_")}
     env.update({"CAMPUSGUARD_WEIGHTS": str(WEIGHTS), "CAMPUSGUARD_HOST": "127.0.0.1",
                 "CAMPUSGUARD_PORT": str(port), "CAMPUSGUARD_THREADS": "2",
                 "CAMPUSGUARD_ONNX_CACHE_DIR": str(tmp_path / "onnx-cache"), "PYTHONUNBUFFERED": "1"})
     env.update({f"CAMPUSGUARD_{k.upper()}": str(v) for k, v in settings.items()})
+    if faults is not None:
+        env.update(faults.env())
+    entry = "tests.support.serve_with_faults" if faults is not None else "app.cli"
     log_path = tmp_path / f"server-{port}.log"
     log = log_path.open("wb")
-    proc = subprocess.Popen([sys.executable, "-m", "app.cli", "serve"], cwd=REPO, env=env,
+    proc = subprocess.Popen([sys.executable, "-m", entry, "serve"], cwd=REPO, env=env,
                             stdout=log, stderr=subprocess.STDOUT)
     server = LiveServer(proc, f"http://127.0.0.1:{port}", log_path, env)
     if wait:
@@ -137,8 +146,8 @@ def server_factory(tmp_path, weights):
     """Start servers with custom settings; all are stopped at the end of the test."""
     started: list[LiveServer] = []
 
-    def factory(wait: bool = True, **settings) -> LiveServer:
-        server = start_server(tmp_path, wait=wait, **settings)
+    def factory(wait: bool = True, faults: Faults | None = None, **settings) -> LiveServer:
+        server = start_server(tmp_path, wait=wait, faults=faults, **settings)
         started.append(server)
         return server
 

@@ -65,7 +65,7 @@ def inprocess_app(settings: Settings | None = None, *, ready: bool = True, rules
     engine = None
     if ready:
         pipeline = Pipeline(FakeDetector(), 0, settings.max_pixels)
-        engine = InferenceEngine(pipeline, settings, app.state.metrics)
+        engine = InferenceEngine.from_settings(pipeline, settings, app.state.metrics)
         engine.start()
         engine.mark_ready()
         app.dependency_overrides[get_engine] = lambda: engine

@@ -7,6 +7,18 @@ from pathlib import Path
 from app.errors import ConfigError
 
 
+WEIGHT_SUFFIXES = frozenset({".pt", ".onnx"})
+ARCH_SUFFIXES = frozenset({".yaml", ".yml"})
+
+
+def require_weights(weights: Path) -> None:
+    """A weights file must exist; an architecture name (.yaml) may be one Ultralytics bundles.
+
+    Checked before the socket opens and before any export, with one message everywhere."""
+    if weights.suffix.lower() not in ARCH_SUFFIXES and not weights.is_file():
+        raise ConfigError(f"weights file not found: {weights} (set CAMPUSGUARD_WEIGHTS or --weights)")
+
+
 def coco_names() -> dict[int, str]:
     import yaml
     from ultralytics.utils import ROOT
@@ -24,13 +36,11 @@ def load_detection_model(weights: Path):
     """
     from ultralytics.nn.tasks import DetectionModel
 
-    suffix = weights.suffix.lower()
-    if suffix in {".yaml", ".yml"}:
+    if weights.suffix.lower() in ARCH_SUFFIXES:
         model = DetectionModel(str(weights), nc=80, verbose=False)
         model.names = coco_names()
         return model
-    if not weights.is_file():
-        raise ConfigError(f"weights file not found: {weights} (set CAMPUSGUARD_WEIGHTS)")
+    require_weights(weights)
     from ultralytics import YOLO
 
     try:

@@ -246,10 +246,9 @@ def interleaved(steps: dict[str, Callable[[int], int]], warmup: int, iterations:
 def load_images(folder: Path, limit: int) -> list[np.ndarray]:
     """Decoded RGB arrays of the first ``limit`` images (sorted by name)."""
     from app.errors import ConfigError
-    from app.vision.decode import decode_image
+    from app.vision.decode import decode_image, image_files
 
-    paths = sorted(p for p in Path(folder).iterdir() if p.suffix.lower() in {".jpg", ".jpeg", ".png", ".bmp", ".webp"}) \
-        if Path(folder).is_dir() else []
+    paths = image_files(folder)
     if not paths:
         raise ConfigError(f"no images found in {folder}")
     return [decode_image(p.read_bytes(), 100_000_000) for p in paths[:limit]]
@@ -352,7 +351,7 @@ class Bench:
         describe(f"{plan.size}/{backend}/{plan.precision}: loading")
         settings = self.settings(plan, backend)
         detector = load_backend(settings)
-        pipeline = Pipeline(detector, settings.cache_clear_every, settings.max_pixels)
+        pipeline = Pipeline.from_settings(detector, settings)
         params = DetectParams(conf=settings.conf, iou=settings.iou, max_det=settings.max_det)
         info = detector.device_info()
         if backend == "torch":

@@ -17,8 +17,9 @@ from typing import Callable, Sequence
 import httpx
 
 from app.bench.prom import Scrape, parse_metrics
+from app.vision.decode import image_files
 
-IMAGE_SUFFIXES = {".jpg", ".jpeg"}
+JPEG_SUFFIXES = frozenset({".jpg", ".jpeg"})  # the load generator posts image/jpeg
 
 
 @dataclass
@@ -44,8 +45,7 @@ def load_jpegs(folder: Path, limit: int | None = None) -> list[bytes]:
     """The bytes of the JPEG files in ``folder`` (sorted by name)."""
     from app.errors import ConfigError
 
-    folder = Path(folder)
-    paths = sorted(p for p in folder.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES) if folder.is_dir() else []
+    paths = image_files(folder, JPEG_SUFFIXES)
     if not paths:
         raise ConfigError(f"no JPEG files found in {folder}")
     return [p.read_bytes() for p in paths[:limit]]

@@ -189,7 +189,7 @@ def library_check(args: argparse.Namespace, info: dict[str, str]) -> Callable[[]
     settings = Settings(backend=info.get("backend", "onnx"), weights=args.library_weights,
                         device=info.get("device", "cpu"),
                         imgsz=info.get("imgsz", 640), threads=args.threads, **extra)
-    pipeline = Pipeline(load_backend(settings), settings.cache_clear_every, settings.max_pixels)
+    pipeline = Pipeline.from_settings(load_backend(settings), settings)
     params = DetectParams(conf=settings.conf, iou=settings.iou, max_det=settings.max_det)
     step = library_step(pipeline, params, load_images(args.images, 32), args.baseline_batch)
     step(0)  # warm-up

@@ -5,10 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from pydantic import ValidationError
-
-from app.config import Settings, parse_imgsz
-from app.errors import ConfigError
+from app.config import Settings, load_settings, parse_imgsz
 
 
 def imgsz_arg(value: str):
@@ -34,8 +31,4 @@ def settings_from_args(args: argparse.Namespace, **overrides) -> Settings:
     given = {k: getattr(args, k) for k in ("backend", "weights", "device", "imgsz", "threads", "half")
              if getattr(args, k, None) is not None}
     given.update(overrides)
-    try:
-        return Settings(**given)
-    except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'settings'}: {e['msg']}" for e in exc.errors())
-        raise ConfigError(f"invalid settings: {problems}") from None
+    return load_settings(**given)

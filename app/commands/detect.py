@@ -25,7 +25,7 @@ def run(args: argparse.Namespace) -> int:
     if missing:  # before loading the model, and an error message rather than a traceback
         raise ConfigError(f"image file not found: {', '.join(missing)}")
     settings = settings_from_args(args)
-    pipeline = Pipeline(load_backend(settings), settings.cache_clear_every, settings.max_pixels)
+    pipeline = Pipeline.from_settings(load_backend(settings), settings)
     params = DetectParams(conf=args.conf if args.conf is not None else settings.conf,
                           iou=args.iou if args.iou is not None else settings.iou, max_det=settings.max_det)
     for path in args.images:

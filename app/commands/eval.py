@@ -31,7 +31,7 @@ def run(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
     dataset = load_dataset(args.data)
     detector = load_backend(settings)
-    result = evaluate(Pipeline(detector, settings.cache_clear_every, settings.max_pixels), dataset,
+    result = evaluate(Pipeline.from_settings(detector, settings), dataset,
                       batch_size=args.batch, progress=not args.no_progress)
     table = Table(title=f"mAP on {args.data}")
     for col in ("backend", "provider", "images", "boxes", "mAP50-95", "mAP50"):

@@ -9,7 +9,7 @@ import threading
 
 import uvicorn
 
-from app.config import Settings
+from app.config import load_settings
 from app.logs import configure_logging
 from app.memory import tune_allocator
 
@@ -24,7 +24,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     tune_allocator()  # before any worker thread creates its own malloc arena
     overrides = {k: v for k, v in (("host", args.host), ("port", args.port)) if v is not None}
-    settings = Settings(**overrides)
+    settings = load_settings(**overrides)
     configure_logging(settings)
     from app.main import create_app
 

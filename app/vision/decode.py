@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import warnings
+from pathlib import Path
 
 import cv2
 import numpy as np
@@ -19,6 +20,14 @@ from app.errors import ImageTooLarge, InvalidImage, UnsupportedMediaType
 
 SUPPORTED_FORMATS = ("jpeg", "png", "bmp", "webp")
 MEDIA_TYPES = {"jpeg": "image/jpeg", "png": "image/png", "bmp": "image/bmp", "webp": "image/webp"}
+# File names of the formats above, for commands that read folders (eval, bench, export).
+IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".webp"})
+
+
+def image_files(folder: Path, suffixes: frozenset[str] = IMAGE_SUFFIXES) -> list[Path]:
+    """Image files directly in ``folder``, sorted by name; none when it is not a folder."""
+    folder = Path(folder)
+    return sorted(p for p in folder.iterdir() if p.is_file() and p.suffix.lower() in suffixes) if folder.is_dir() else []
 
 
 def sniff_format(data: bytes) -> str | None:

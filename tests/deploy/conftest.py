@@ -29,7 +29,7 @@ GRAFANA_DIR = DEPLOY / "grafana"
 DASHBOARD = GRAFANA_DIR / "dashboards" / "campusguard.json"
 NGINX_CONF = DEPLOY / "nginx" / "nginx.conf"
 K8S = DEPLOY / "k8s"
-COMPOSE_SCHEMA = Path(os.environ.get("CAMPUSGUARD_COMPOSE_SCHEMA", REPO.parent / "shared/schemas/compose-spec.json"))
+COMPOSE_SCHEMA = Path(os.environ.get("CAMPUSGUARD_TEST_COMPOSE_SCHEMA", REPO.parent / "shared/schemas/compose-spec.json"))
 DETECTION_ROUTES = ("/detect", "/detect/batch", "/v1/vision/detection")
 
 

@@ -50,7 +50,7 @@ def size_bytes(value: str | int) -> int:
 @pytest.mark.parametrize("path", [COMPOSE, COMPOSE_NVIDIA], ids=lambda p: p.name)
 def test_validates_against_compose_spec(path):
     if not COMPOSE_SCHEMA.is_file():
-        pytest.skip(f"Compose schema not found at {COMPOSE_SCHEMA} (set CAMPUSGUARD_COMPOSE_SCHEMA)")
+        pytest.skip(f"Compose schema not found at {COMPOSE_SCHEMA} (set CAMPUSGUARD_TEST_COMPOSE_SCHEMA)")
     schema = json.loads(COMPOSE_SCHEMA.read_text())
     validator_cls = jsonschema.validators.validator_for(schema)
     validator_cls.check_schema(schema)

@@ -11,6 +11,7 @@ from openapi_spec_validator import validate
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.images import encode, noise_image
+from tests.support.faults import Faults
 
 EXPECTED_FAMILIES = {
     "campusguard_requests", "campusguard_request_duration_seconds", "campusguard_stage_duration_seconds",
@@ -250,7 +251,7 @@ def test_not_ready_detect_is_503(server_factory):
 
 
 def test_injected_backend_failure_is_500_without_trace(server_factory, bus_jpg):
-    server = server_factory(imgsz=320, debug_fault="raise_once")
+    server = server_factory(imgsz=320, faults=Faults(fault="raise_once"))
     with server.client() as c:
         failed = c.post("/detect", content=bus_jpg, headers={"content-type": "image/jpeg"})
         after = c.post("/detect", content=bus_jpg, headers={"content-type": "image/jpeg"})

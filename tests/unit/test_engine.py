@@ -60,7 +60,7 @@ class FakeDetector:
 
 def make_engine(detector: FakeDetector, **overrides) -> InferenceEngine:
     settings = Settings(**{"max_batch_size": 4, "max_queue_delay_ms": 50, "queue_size": 16, **overrides})
-    engine = InferenceEngine(Pipeline(detector, cache_clear_every=0), settings, Metrics())
+    engine = InferenceEngine.from_settings(Pipeline(detector, cache_clear_every=0), settings, Metrics())
     engine.start()
     engine.mark_ready()
     return engine
@@ -151,7 +151,7 @@ def test_oom_even_at_half_size_is_503():
 def test_not_ready_is_refused():
     det = FakeDetector()
     settings = Settings(max_batch_size=2)
-    engine = InferenceEngine(Pipeline(det), settings, Metrics())
+    engine = InferenceEngine.from_settings(Pipeline(det), settings, Metrics())
     with pytest.raises(NotReady):
         asyncio.run(engine.detect(IMAGE, DetectParams()))
     assert det.calls == []
