@@ -18,9 +18,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "export": ("app.commands.export", "export weights to a fixed-shape ONNX model"),
     "eval": ("app.commands.eval", "COCO mAP of a backend over a YOLO-format dataset"),
     "detect": ("app.commands.detect", "detect objects in image files and print JSON"),
-    "bench": ("app.bench.command", "benchmark backends x sizes x batches (the migration table)"),
-    "loadtest": ("app.bench.loadtest", "HTTP concurrency sweep against a running server"),
-    "soak": ("app.bench.soak", "long mixed-size run against a running server, tracking memory"),
+    "bench": ("app.commands.bench", "benchmark backends x sizes x batches (the migration table)"),
+    "loadtest": ("app.commands.loadtest", "HTTP concurrency sweep against a running server"),
+    "soak": ("app.commands.soak", "long mixed-size run against a running server, tracking memory"),
 }
 
 
