@@ -252,7 +252,8 @@ class OnnxDetector:
     def memory(self) -> MemoryStats:
         if self._device_info.index is None or self.provider == CPU:
             return process_memory()
-        return gpu_memory_without_torch(self._device_info.platform, self._device_info.index)
+        info = self._device_info
+        return gpu_memory_without_torch(info.platform, info.index, info.bus_id)
 
     def release_cache(self) -> None:
         """Arena shrinkage rides on the next run (ORT's only hook for it); the host heap is
