@@ -227,3 +227,20 @@ def test_gpu_env_script(tmp_path):
     bad = subprocess.run(["sh", str(DEPLOY / "scripts/gpu-env.sh")], env={**env, "SYSFS_ROOT": str(empty)},
                          capture_output=True, text=True)
     assert bad.returncode != 0 and "no AMD GPU" in bad.stderr
+
+
+def test_render_gid_is_required_not_guessed(base):
+    """No fallback to a `render` group name the image may lack: compose stops with a message."""
+    for svc in detector_services(base).values():
+        gids = [g for g in svc["group_add"] if "RENDER_GID" in str(g)]
+        assert len(gids) == 1 and gids[0].startswith("${RENDER_GID:?") and "gpu-env.sh" in gids[0]
+    example = (DEPLOY / ".env.example").read_text().splitlines()
+    assert "RENDER_GID=" in example  # empty until gpu-env.sh fills it: compose refuses to start
+
+
+def test_each_replica_bounds_its_cpu_threads(base):
+    """Eight replicas with threads=0 would each spin every core."""
+    for svc in detector_services(base).values():
+        threads = svc["environment"]["CAMPUSGUARD_THREADS"]
+        default = int(re.fullmatch(r"\$\{CAMPUSGUARD_THREADS:-(\d+)\}", threads).group(1))
+        assert 1 <= default and default * len(detector_services(base)) <= 64
