@@ -1,4 +1,4 @@
-"""`campusguard serve | export | eval | bench | loadtest | soak`.
+"""`campusguard serve | export | eval | detect | bench | loadtest | soak | parity`.
 
 Each command lives in its own module exposing ``configure(parser)`` and ``run(args) ->
 int``; this file only wires them together, so adding a command is one line in COMMANDS.
@@ -21,6 +21,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "bench": ("app.commands.bench", "benchmark backends x sizes x batches (the migration table)"),
     "loadtest": ("app.commands.loadtest", "HTTP concurrency sweep against a running server"),
     "soak": ("app.commands.soak", "long mixed-size run against a running server, tracking memory"),
+    "parity": ("app.commands.parity", "detections on a device/precision against a stored CPU reference"),
 }
 
 

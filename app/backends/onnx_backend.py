@@ -52,6 +52,19 @@ def choose_providers(preferred: list[str], available: list[str], device: str) ->
     return chosen
 
 
+def require_gpu_provider(device: str, preferred: Sequence[str], cpu_fallback: bool) -> str | None:
+    """The GPU provider a GPU device will ask for; ConfigError when this build has none
+    (unless the CPU fallback is accepted). Checked before any export work."""
+    available = ort.get_available_providers()
+    wanted = next((p for p in choose_providers(list(preferred), available, device) if p != CPU), None)
+    if device != "cpu" and wanted is None and not cpu_fallback:
+        raise ConfigError(
+            f"device {device!r} needs a GPU execution provider, but this onnxruntime build "
+            f"({ort.__version__}) offers only {available} (asked for {list(preferred)}). Install "
+            "onnxruntime-gpu / onnxruntime-migraphx, use device=cpu, or set CAMPUSGUARD_ONNX_CPU_FALLBACK=true.")
+    return wanted
+
+
 def model_digest(path: Path) -> str:
     """First 12 hex digits of the file's SHA-256: a compiled program belongs to one model."""
     h = hashlib.sha256()
@@ -119,14 +132,8 @@ class OnnxDetector:
         index = parse_device(device)
         inventory = GpuInventory("none") if index is None else _gpu_inventory()
         self._device_info = validate_device(device, inventory)
-        available = ort.get_available_providers()
-        chosen = choose_providers(list(providers), available, device)
-        wanted_gpu = next((p for p in chosen if p != CPU), None)
-        if index is not None and wanted_gpu is None and not cpu_fallback:
-            raise ConfigError(
-                f"device {device!r} needs a GPU execution provider, but this onnxruntime build "
-                f"({ort.__version__}) offers only {available} (asked for {list(providers)}). Install "
-                "onnxruntime-gpu / onnxruntime-migraphx, use device=cpu, or set CAMPUSGUARD_ONNX_CPU_FALLBACK=true.")
+        chosen = choose_providers(list(providers), ort.get_available_providers(), device)
+        wanted_gpu = require_gpu_provider(device, providers, cpu_fallback)
         opts = ort.SessionOptions()
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         opts.intra_op_num_threads = threads
@@ -181,6 +188,7 @@ class OnnxDetector:
     @classmethod
     def from_settings(cls, settings: Settings) -> "OnnxDetector":
         weights = settings.weights
+        require_gpu_provider(settings.device, settings.onnx_providers, settings.onnx_cpu_fallback)
         if weights.suffix.lower() == ".onnx":
             if not weights.is_file():
                 raise ConfigError(f"ONNX model not found: {weights}")

@@ -176,3 +176,14 @@ def test_raw_call_runs_the_session(tiny_model):
     det = OnnxDetector(tiny_model, imgsz=32)
     x = np.ones((2, 3, 32, 32), np.float32)
     np.testing.assert_array_equal(det.raw_call(x)()[0], x)
+
+
+def test_missing_gpu_provider_is_refused_before_any_export(monkeypatch, tmp_path):
+    from app.config import Settings
+
+    monkeypatch.setattr(ort, "get_available_providers", lambda: ["CPUExecutionProvider"])
+    monkeypatch.setattr(onnx_backend, "export_onnx", lambda *a, **k: pytest.fail("exported before checking"))
+    weights = tmp_path / "yolov8m.yaml"
+    with pytest.raises(ConfigError, match="needs a GPU execution provider"):
+        OnnxDetector.from_settings(Settings(_env_file=None, backend="onnx", weights=weights, device="cuda:0",
+                                            onnx_cache_dir=tmp_path))
