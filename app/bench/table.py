@@ -24,7 +24,6 @@ NOT_AVAILABLE = "not available on this machine"
 MEASURED = ("lat_p50_ms", "lat_p95_ms", "lat_p99_ms", "lat_mean_ms", "per_image_ms", "peak_mem_mb")
 
 
-
 def make_row(plan: Plan, kind: str, backend: str, provider: str, device: str, device_name: str, batch: int,
              latencies: list[float], images: int, seconds: float, peak_bytes: int, mem_source: str) -> dict[str, Any]:
     lat = summarize(latencies)

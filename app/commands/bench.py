@@ -15,6 +15,11 @@ call handles ``batch`` images. Peak memory is VRAM on a GPU and process RSS on t
 The raw and library rows of one batch size are timed in alternation (one raw call, one
 library call, and so on), so load from other processes on a shared host hits both alike
 and their ratio stays meaningful.
+
+``--weights SIZE=PATH`` takes any weights the backend loads, an ``.onnx`` model included;
+a backend row's precision is the one the Detector declares (an int8 QDQ graph says
+``int8``). The table is written after every row; a row that fails is reported in place
+("error: ..." or "not available on this machine: ...") and the run goes on.
 """
 
 from __future__ import annotations
@@ -32,7 +37,6 @@ from app.bench.table import add_ratios, merge, write_outputs
 from app.commands.common import imgsz_arg
 
 DEFAULT_IMAGES = Path("../shared/datasets/coco-val128/images")
-
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

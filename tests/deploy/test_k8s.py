@@ -232,3 +232,11 @@ def test_configmap_holds_valid_settings():
     assert settings.device == "cuda:0" and settings.port == 8000
     secret = one(render(K8S / "base"), "Secret")
     assert set(secret["stringData"]) == {"CAMPUSGUARD_API_KEYS"}
+
+
+def test_threads_match_the_cpu_request(rendered):
+    """os.cpu_count() in a pod is the node's cores: threads=0 would spin all of them per pod."""
+    _name, resources = rendered
+    data = one(resources, "ConfigMap")["data"]
+    container = one(resources, "Deployment")["spec"]["template"]["spec"]["containers"][0]
+    assert int(data["CAMPUSGUARD_THREADS"]) == int(container["resources"]["requests"]["cpu"])
