@@ -45,9 +45,11 @@ def error_row(plan, kind: str, backend: str, device: str, exc: BaseException) ->
     Settings, device and missing-package errors mean the machine cannot run that row
     (ONNX on CUDA without onnxruntime-gpu, no ultralytics): "not available on this machine".
     """
+    from pydantic import ValidationError
+
     from app.errors import ServiceError
 
-    unavailable = isinstance(exc, (ServiceError, ImportError, ValueError))
+    unavailable = isinstance(exc, (ServiceError, ImportError, ValidationError))
     text = getattr(exc, "message", None) or str(exc)
     message = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
     status = f"{NOT_AVAILABLE}: {message}" if unavailable else f"error: {type(exc).__name__}: {message}"
