@@ -1,4 +1,4 @@
-"""`campusguard serve | export | eval | detect | db | bench | loadtest | soak`.
+"""`campusguard serve | export | eval | detect | db | bench | loadtest | soak | parity`.
 
 Each command lives in its own module exposing ``configure(parser)`` and ``run(args) ->
 int``; this file only wires them together, so adding a command is one line in COMMANDS.
@@ -19,9 +19,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "eval": ("app.commands.eval", "COCO mAP of a backend over a YOLO-format dataset"),
     "detect": ("app.commands.detect", "detect objects in image files and print JSON"),
     "db": ("app.commands.db", "event-store schema: apply pending migrations, show the current revision"),
-    "bench": ("app.bench.command", "benchmark backends x sizes x batches (the migration table)"),
-    "loadtest": ("app.bench.loadtest", "HTTP concurrency sweep against a running server"),
-    "soak": ("app.bench.soak", "long mixed-size run against a running server, tracking memory"),
+    "bench": ("app.commands.bench", "benchmark backends x sizes x batches (the migration table)"),
+    "loadtest": ("app.commands.loadtest", "HTTP concurrency sweep against a running server"),
+    "soak": ("app.commands.soak", "long mixed-size run against a running server, tracking memory"),
+    "parity": ("app.commands.parity", "detections on a device/precision against a stored CPU reference"),
 }
 
 

@@ -112,6 +112,8 @@ class Settings(BaseSettings):
     )
     onnx_cache_dir: Path = Field(Path(".cache/campusguard"), description="ONNX exports and MIGraphX compiled models")
     migraphx_fp16: bool = False
+    onnx_cpu_fallback: bool = Field(
+        False, description="Accept ONNX Runtime falling back to CPU when the GPU provider fails (default: refuse)")
 
     # --- detection defaults ------------------------------------------------------------
     conf: float = Field(0.25, ge=0.0, le=1.0)

@@ -9,6 +9,7 @@ for onnxruntime on AMD, NVML on NVIDIA, and process RSS on CPU.
 
 from __future__ import annotations
 
+import functools
 import glob
 import os
 from dataclasses import dataclass, field
@@ -28,6 +29,7 @@ class GpuInventory:
     platform: str
     names: tuple[str, ...] = ()
     total_memory: tuple[int, ...] = ()
+    bus_ids: tuple[str, ...] = ()  # PCI "0000:03:00.0": the one name host-wide tools agree on
 
     @property
     def count(self) -> int:
@@ -43,6 +45,7 @@ class DeviceInfo:
     platform: str  # cpu | cuda | rocm
     index: int | None = None
     total_memory: int | None = None
+    bus_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -65,8 +68,27 @@ def torch_inventory() -> GpuInventory:
     platform = "rocm" if getattr(torch.version, "hip", None) else "cuda"
     count = torch.cuda.device_count()
     names = tuple(torch.cuda.get_device_name(i) for i in range(count))
-    totals = tuple(torch.cuda.get_device_properties(i).total_memory for i in range(count))
-    return GpuInventory(platform, names, totals)
+    props = [torch.cuda.get_device_properties(i) for i in range(count)]
+    totals = tuple(p.total_memory for p in props)
+    bus_ids = tuple(pci_bus_id(getattr(p, "pci_domain_id", 0), getattr(p, "pci_bus_id", -1),
+                               getattr(p, "pci_device_id", 0)) for p in props)
+    return GpuInventory(platform, names, totals, bus_ids if all(bus_ids) else ())
+
+
+def pci_bus_id(domain: int, bus: int, device: int, function: int = 0) -> str:
+    """'0000:03:00.0' (sysfs spelling); '' when torch did not report the bus."""
+    return f"{domain:04x}:{bus:02x}:{device:02x}.{function}" if bus >= 0 else ""
+
+
+def same_bus(a: str, b: str) -> bool:
+    """NVML says '00000000:03:00.0', sysfs '0000:03:00.0', amdsmi '0000:03:00.0': compare by value."""
+    def norm(text: str) -> tuple[int, ...]:
+        parts = text.strip().lower().replace(".", ":").split(":")
+        return tuple(int(x, 16) for x in parts[-4:]) if len(parts) >= 4 else tuple(int(x, 16) for x in parts)
+    try:
+        return norm(a) == norm(b)
+    except ValueError:
+        return False
 
 
 def parse_device(device: str) -> int | None:
@@ -101,7 +123,9 @@ def validate_device(device: str, inventory: GpuInventory, env: dict[str, str] | 
             "Ordinals count visible devices only: with HIP_VISIBLE_DEVICES=3 the GPU is cuda:0."
         )
     total = inventory.total_memory[index] if index < len(inventory.total_memory) else None
-    return DeviceInfo(device=device, name=inventory.names[index], platform=inventory.platform, index=index, total_memory=total)
+    bus = inventory.bus_ids[index] if index < len(inventory.bus_ids) else None
+    return DeviceInfo(device=device, name=inventory.names[index], platform=inventory.platform, index=index,
+                      total_memory=total, bus_id=bus)
 
 
 def cpu_name() -> str:
@@ -130,52 +154,86 @@ def torch_memory(index: int) -> MemoryStats:
     )
 
 
-def nvml_memory(index: int) -> MemoryStats | None:
-    try:
-        import pynvml
+@functools.cache
+def _nvml():
+    """pynvml, initialised once per process (nvmlInit per sample leaks handles and time)."""
+    import pynvml
 
-        pynvml.nvmlInit()
-        handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-        info = pynvml.nvmlDeviceGetMemoryInfo(handle)
+    pynvml.nvmlInit()
+    return pynvml
+
+
+@functools.cache
+def _amdsmi():
+    import amdsmi
+
+    amdsmi.amdsmi_init()
+    return amdsmi
+
+
+def nvml_memory(index: int, bus_id: str | None = None) -> MemoryStats | None:
+    """NVML lists every host GPU whatever the container maps, so the bus id picks ours."""
+    try:
+        nvml = _nvml()
+        if bus_id:
+            handle = nvml.nvmlDeviceGetHandleByPciBusId(bus_id)
+        else:
+            handle = nvml.nvmlDeviceGetHandleByIndex(index)
+        info = nvml.nvmlDeviceGetMemoryInfo(handle)
         return MemoryStats(used=int(info.used), reserved=int(info.used), total=int(info.total), source="nvml")
     except Exception:
         return None
 
 
-def amdsmi_memory(index: int) -> MemoryStats | None:
+def amdsmi_memory(index: int, bus_id: str | None = None) -> MemoryStats | None:
+    """AMD SMI lists every host GPU too; match the handle's BDF to our bus id."""
     try:
-        import amdsmi
-
-        amdsmi.amdsmi_init()
-        handle = amdsmi.amdsmi_get_processor_handles()[index]
-        used = amdsmi.amdsmi_get_gpu_memory_usage(handle, amdsmi.AmdSmiMemoryType.VRAM)
-        total = amdsmi.amdsmi_get_gpu_memory_total(handle, amdsmi.AmdSmiMemoryType.VRAM)
+        smi = _amdsmi()
+        handles = smi.amdsmi_get_processor_handles()
+        if bus_id:
+            handles = [h for h in handles if same_bus(smi.amdsmi_get_gpu_device_bdf(h), bus_id)]
+            index = 0
+        handle = handles[index]
+        used = smi.amdsmi_get_gpu_memory_usage(handle, smi.AmdSmiMemoryType.VRAM)
+        total = smi.amdsmi_get_gpu_memory_total(handle, smi.AmdSmiMemoryType.VRAM)
         return MemoryStats(used=int(used), reserved=int(used), total=int(total), source="amdsmi")
     except Exception:
         return None
 
 
-def sysfs_memory(index: int, root: str = "/sys/class/drm") -> MemoryStats | None:
-    """amdgpu exposes VRAM counters per card; index counts cards that have them."""
+def sysfs_memory(index: int, root: str = "/sys/class/drm", bus_id: str | None = None,
+                 dev_dri: str = "/dev/dri") -> MemoryStats | None:
+    """amdgpu's VRAM counters. /sys/class/drm shows every host card even when the container
+    maps one render node, so pick the card by bus id, else by the render nodes mapped in
+    ``dev_dri``, and only then by position."""
     cards = sorted(
-        (p for p in glob.glob(f"{root}/card*/device/mem_info_vram_used")),
-        key=lambda p: int("".join(ch for ch in Path(p).parts[-3] if ch.isdigit()) or 0),
+        (Path(p).parent.parent for p in glob.glob(f"{root}/card*/device/mem_info_vram_used")),
+        key=lambda c: int("".join(ch for ch in c.name if ch.isdigit()) or 0),
     )
+    if bus_id:
+        cards = [c for c in cards if same_bus(os.path.basename(os.path.realpath(c / "device")), bus_id)]
+        index = 0
+    else:
+        mapped = {os.path.realpath(Path(root) / node.name / "device") for node in Path(dev_dri).glob("renderD*")} \
+            if Path(dev_dri).is_dir() else set()
+        visible = [c for c in cards if os.path.realpath(c / "device") in mapped]
+        cards = visible or cards
     if index >= len(cards):
         return None
     try:
-        used = int(Path(cards[index]).read_text().strip())
-        total = int(Path(cards[index]).with_name("mem_info_vram_total").read_text().strip())
+        used = int((cards[index] / "device" / "mem_info_vram_used").read_text().strip())
+        total = int((cards[index] / "device" / "mem_info_vram_total").read_text().strip())
     except (OSError, ValueError):
         return None
     return MemoryStats(used=used, reserved=used, total=total, source="sysfs")
 
 
-def gpu_memory_without_torch(platform: str, index: int) -> MemoryStats:
-    """For runtimes that do not expose their allocator (onnxruntime): ask the driver."""
+def gpu_memory_without_torch(platform: str, index: int, bus_id: str | None = None) -> MemoryStats:
+    """For runtimes that do not expose their allocator (onnxruntime): ask the driver about
+    the GPU on ``bus_id`` (the driver's index counts host GPUs, not the container's)."""
     readers = (amdsmi_memory, sysfs_memory) if platform == "rocm" else (nvml_memory,)
     for reader in readers:
-        stats = reader(index)
+        stats = reader(index, bus_id=bus_id)
         if stats is not None:
             return stats
     return process_memory()

@@ -15,6 +15,7 @@ import tempfile
 from pathlib import Path
 
 from app.config import ImgSize, format_imgsz, input_hw, parse_imgsz
+from app.backends.models import ARCH_SUFFIXES, require_weights
 from app.errors import ConfigError
 
 META_IMGSZ = "campusguard_imgsz"
@@ -52,9 +53,8 @@ def export_onnx(
 
         validate_device(device, torch_inventory())
     weights = Path(weights)
-    is_arch = weights.suffix.lower() in {".yaml", ".yml"}
-    if not is_arch and not weights.is_file():
-        raise ConfigError(f"weights file not found: {weights}")
+    is_arch = weights.suffix.lower() in ARCH_SUFFIXES
+    require_weights(weights)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     saved_threads = torch.get_num_threads()

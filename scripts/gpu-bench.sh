@@ -1,86 +1,122 @@
 #!/usr/bin/env bash
-# The whole benchmark suite on one GPU (ROCm or CUDA build of torch), in under 8 minutes.
+# The GPU benchmark in one command under 8 minutes, made for the lent GPU machine (device
+# tool: no registry, 64 MiB carried, its python3 has torch but not this service's packages).
 #
-#   scripts/gpu-bench.sh [RESULTS_DIR]        (default results/gpu-<host>-<UTC time>)
+#   scripts/device-wheelhouse.sh               # here, once: builds .device/ (wheels, model, images, CPU reference)
+#   scripts/gpu-bench.sh --dry-run             # here: wheelhouse, preflight, carried tree, the plan and its budget
+#   scripts/gpu-bench.sh [RESULTS_DIR]         # there (docs/benchmarks.md: the one `run` call)
 #
-# 1. campusguard bench    - torch + onnx, yolov8n/m/l, batch 1/4/8/16, fp32 + fp16, on cuda:0
-#                            (n: the real weights; m, l: yolov8m.yaml / yolov8l.yaml, random
-#                            weights, exported to ONNX). Bounded by BENCH_BUDGET_S: rows that
-#                            would start after it are listed in the report as not measured.
-# 2. campusguard serve    - the service on cuda:0 (onnx backend by default), then
-#    campusguard loadtest - concurrency 1..32, LOADTEST_S seconds per level, and
-#    campusguard soak     - SOAK_REQUESTS mixed-size (64x64 .. 4K) requests, memory from /metrics.
-# 3. RESULTS_DIR/report.md - the three reports in one file. The bench table's columns are
-#    device, size, path, backend, precision, batch, FPS, p50/p95/p99 ms, peak VRAM MB, ratios.
-#
-# On ROCm, cuda:0 is the first visible AMD GPU (HIP_VISIBLE_DEVICES picks it). With
-# onnxruntime-migraphx the first session of each model compiles it (minutes for yolov8l);
-# compiled programs are cached in ONNX_CACHE, so a second run is much faster. Settings
-# below can be overridden from the environment, e.g. SIZES=n,m BENCH_BUDGET_S=200.
+# Steps and their time budgets (seconds; each step is cut at its budget by `timeout`):
+#   1. setup     - install .device/wheels into /tmp/campusguard-site (--no-index --no-deps) when
+#                  the python lacks them; preflight names every missing piece in one message.
+#   2. bench     - torch and onnx, yolov8n/m/l x fp32/fp16, batches 1,8,16, FPS p50/p99 and peak
+#                  VRAM; ONNX rows are "not available on this machine" without onnxruntime-gpu.
+#   3. loadtest  - the service (torch backend, fp16, cuda:0) under concurrency 1,4,16.
+#   4. parity    - GPU detections (fp32, fp16) against the carried CPU reference on coco-val128.
+#   5. report    - RESULTS_DIR/report.md; with the device tool's $OUT set, the reports are
+#                  copied there so they come back.
 set -euo pipefail
-
 cd "$(dirname "$0")/.."
-export YOLO_OFFLINE=1
+DRY_RUN=0
+if [ "${1:-}" = "--dry-run" ]; then DRY_RUN=1; shift; fi
+TOOL_OUT=${OUT:-}
+export YOLO_OFFLINE=1 YOLO_CONFIG_DIR=${YOLO_CONFIG_DIR:-/tmp/ultralytics} PYTHONUNBUFFERED=1
+DEVICE_DIR=${DEVICE_DIR:-.device}
 PY=${PY:-.venv/bin/python}
 [ -x "$PY" ] || PY=python3
-OUT=${1:-results/gpu-$(hostname)-$(date -u +%Y%m%dT%H%M%SZ)}
+RESULTS=${1:-results/gpu-$(hostname)-$(date -u +%Y%m%dT%H%M%SZ)}
 DEVICE=${DEVICE:-cuda:0}
-PRECISIONS=${PRECISIONS:-fp32,fp16}
 SIZES=${SIZES:-n,m,l}
-BATCHES=${BATCHES:-1,4,8,16}
+PRECISIONS=${PRECISIONS:-fp32,fp16}
+BATCHES=${BATCHES:-1,8,16}
 BACKENDS=${BACKENDS:-torch,onnx}
-WARMUP=${WARMUP:-10}
-ITERATIONS=${ITERATIONS:-30}
-BENCH_BUDGET_S=${BENCH_BUDGET_S:-240}      # bench starts no new row after 4 min
-WEIGHTS_N=${WEIGHTS_N:-../shared/models/yolov8n.pt}
-IMAGES=${IMAGES:-../shared/datasets/coco-val128/images}
-ONNX_CACHE=${ONNX_CACHE:-.cache/campusguard}
-SERVER_BACKEND=${SERVER_BACKEND:-onnx}
-SERVER_HALF=${SERVER_HALF:-false}
+WARMUP=${WARMUP:-5}
+ITERATIONS=${ITERATIONS:-20}
+SERVER_BACKEND=${SERVER_BACKEND:-torch}
+SERVER_HALF=${SERVER_HALF:-true}
 SERVER_MAX_BATCH=${SERVER_MAX_BATCH:-16}
 PORT=${PORT:-18080}
-LOADTEST_S=${LOADTEST_S:-8}                 # 6 levels x 8 s
-LIBRARY_CHECK=${LIBRARY_CHECK:-10}          # library-path calls timed before each level (the 90% baseline)
-SOAK_REQUESTS=${SOAK_REQUESTS:-3000}
-SOAK_TIMEOUT_S=${SOAK_TIMEOUT_S:-90}
+CONCURRENCY=${CONCURRENCY:-1,4,16}
+LOADTEST_S=${LOADTEST_S:-8}
+# Budgets (s). Setup 60 + bench 240 + loadtest 90 + parity 60 = 450 s < 480 s (8 min).
+SETUP_BUDGET_S=${SETUP_BUDGET_S:-60}
+BENCH_BUDGET_S=${BENCH_BUDGET_S:-240}
+LOADTEST_BUDGET_S=${LOADTEST_BUDGET_S:-90}
+PARITY_BUDGET_S=${PARITY_BUDGET_S:-60}
+TOTAL_BUDGET_S=$((SETUP_BUDGET_S + BENCH_BUDGET_S + LOADTEST_BUDGET_S + PARITY_BUDGET_S))
+WEIGHTS_N=$DEVICE_DIR/models/yolov8n.pt
+IMAGES=$DEVICE_DIR/images
 START=$(date +%s)
-mkdir -p "$OUT"
 elapsed() { echo $(( $(date +%s) - START )); }
 
-echo "== bench ($DEVICE, $PRECISIONS, sizes $SIZES) -> $OUT/bench"
-"$PY" -m app.cli bench --device "$DEVICE" --precisions "$PRECISIONS" --sizes "$SIZES" --batches "$BATCHES" \
-  --backends "$BACKENDS" --warmup "$WARMUP" --iterations "$ITERATIONS" --weights "n=$WEIGHTS_N" \
-  --images "$IMAGES" --onnx-cache-dir "$ONNX_CACHE" --time-budget "$BENCH_BUDGET_S" --out "$OUT/bench" \
-  | tee "$OUT/bench.log"
+echo "== 1. setup (budget ${SETUP_BUDGET_S}s)"
+if [ "$DRY_RUN" = 1 ]; then
+  scripts/device-wheelhouse.sh
+  "$PY" scripts/device_preflight.py --device-dir "$DEVICE_DIR" --device "$DEVICE" --dry-run
+else
+  if ! "$PY" -c "import fastapi, pydantic_settings, ultralytics, uvicorn, sqlalchemy" 2>/dev/null; then
+    [ -d "$DEVICE_DIR/wheels" ] || { echo "gpu-bench.sh: $DEVICE_DIR/wheels missing: run scripts/device-wheelhouse.sh here and carry $DEVICE_DIR" >&2; exit 1; }
+    "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+      --target /tmp/campusguard-site "$DEVICE_DIR"/wheels/*.whl
+    export PYTHONPATH=/tmp/campusguard-site:$PWD${PYTHONPATH:+:$PYTHONPATH}
+  fi
+  "$PY" scripts/device_preflight.py --device-dir "$DEVICE_DIR" --device "$DEVICE"
+fi
+
+BENCH_CMD=("$PY" -m app.cli bench --device "$DEVICE" --backends "$BACKENDS" --sizes "$SIZES" --precisions "$PRECISIONS"
+  --batches "$BATCHES" --references raw --warmup "$WARMUP" --iterations "$ITERATIONS" --weights "n=$WEIGHTS_N"
+  --images "$IMAGES" --onnx-cache-dir /tmp/campusguard-cache --time-budget $((BENCH_BUDGET_S - 40))
+  --out "$RESULTS/bench" --no-progress)
+LOADTEST_CMD=("$PY" -m app.cli loadtest --url "http://127.0.0.1:$PORT" --ready-timeout 60 --concurrency "$CONCURRENCY"
+  --duration "$LOADTEST_S" --images "$IMAGES" --out "$RESULTS/loadtest" --no-progress --no-plots)
+PARITY_CMD=("$PY" -m app.cli parity --reference "$DEVICE_DIR/cpu-reference.json" --device "$DEVICE"
+  --precisions "$PRECISIONS" --weights "$WEIGHTS_N" --images "$IMAGES" --out "$RESULTS/parity")
+cat <<PLAN
+== plan ($DEVICE, results in $RESULTS)
+   step      budget  command
+   setup     ${SETUP_BUDGET_S}s     wheels -> /tmp/campusguard-site, preflight
+   bench     ${BENCH_BUDGET_S}s    ${BENCH_CMD[*]}
+   loadtest  ${LOADTEST_BUDGET_S}s     serve ($SERVER_BACKEND, half=$SERVER_HALF, max batch $SERVER_MAX_BATCH) + ${LOADTEST_CMD[*]}
+   parity    ${PARITY_BUDGET_S}s     ${PARITY_CMD[*]}
+   total     ${TOTAL_BUDGET_S}s of 480s (8 minutes)
+PLAN
+if [ "$TOTAL_BUDGET_S" -gt 480 ]; then echo "gpu-bench.sh: budgets add up to ${TOTAL_BUDGET_S}s, over 480s" >&2; exit 1; fi
+if [ "$DRY_RUN" = 1 ]; then echo "== dry run: nothing measured"; exit 0; fi
+mkdir -p "$RESULTS"
+FAILED=()
+
+echo "== 2. bench -> $RESULTS/bench"
+timeout "$BENCH_BUDGET_S" "${BENCH_CMD[@]}" >"$RESULTS/bench.log" 2>&1 || FAILED+=("bench")
 echo "   bench done at $(elapsed)s"
 
-echo "== serve ($SERVER_BACKEND on $DEVICE) on port $PORT"
+echo "== 3. serve + loadtest -> $RESULTS/loadtest"
 CAMPUSGUARD_HOST=127.0.0.1 CAMPUSGUARD_PORT=$PORT CAMPUSGUARD_DEVICE=$DEVICE CAMPUSGUARD_BACKEND=$SERVER_BACKEND \
-CAMPUSGUARD_HALF=$SERVER_HALF CAMPUSGUARD_WEIGHTS=$WEIGHTS_N CAMPUSGUARD_ONNX_CACHE_DIR=$ONNX_CACHE \
+CAMPUSGUARD_HALF=$SERVER_HALF CAMPUSGUARD_WEIGHTS=$WEIGHTS_N CAMPUSGUARD_ONNX_CACHE_DIR=/tmp/campusguard-cache \
 CAMPUSGUARD_MAX_BATCH_SIZE=$SERVER_MAX_BATCH CAMPUSGUARD_API_KEYS= CAMPUSGUARD_PUBLIC_ROUTES=/health/live,/health/ready,/metrics \
-  "$PY" -m app.cli serve >"$OUT/server.log" 2>&1 &
+  "$PY" -m app.cli serve >"$RESULTS/server.log" 2>&1 &
 SERVER_PID=$!
 trap 'kill "$SERVER_PID" 2>/dev/null || true; wait "$SERVER_PID" 2>/dev/null || true' EXIT
-URL=http://127.0.0.1:$PORT
-
-echo "== loadtest -> $OUT/loadtest"
-"$PY" -m app.cli loadtest --url "$URL" --ready-timeout 240 --duration "$LOADTEST_S" --images "$IMAGES" \
-  --library-check "$LIBRARY_CHECK" --library-weights "$WEIGHTS_N" --onnx-cache-dir "$ONNX_CACHE" \
-  --baseline-batch "$SERVER_MAX_BATCH" --out "$OUT/loadtest" --no-progress \
-  | tee "$OUT/loadtest.log" || echo "loadtest reported failures (see $OUT/loadtest.log)"
+timeout "$LOADTEST_BUDGET_S" "${LOADTEST_CMD[@]}" >"$RESULTS/loadtest.log" 2>&1 || FAILED+=("loadtest")
+kill "$SERVER_PID" 2>/dev/null || true
 echo "   loadtest done at $(elapsed)s"
 
-echo "== soak ($SOAK_REQUESTS requests) -> $OUT/soak"
-timeout "$SOAK_TIMEOUT_S" "$PY" -m app.cli soak --url "$URL" --requests "$SOAK_REQUESTS" --concurrency 16 \
-  --images "$IMAGES" --out "$OUT/soak" --no-progress | tee "$OUT/soak.log" \
-  || echo "soak failed or ran out of time (see $OUT/soak.log)"
-echo "   soak done at $(elapsed)s"
+echo "== 4. parity -> $RESULTS/parity"
+timeout "$PARITY_BUDGET_S" "${PARITY_CMD[@]}" >"$RESULTS/parity.log" 2>&1 || FAILED+=("parity")
+echo "   parity done at $(elapsed)s"
 
 {
   echo "# GPU benchmark report ($(hostname), $DEVICE, $(date -u +%Y-%m-%dT%H:%M:%SZ), $(elapsed) s)"
   echo
-  for part in bench/bench.md loadtest/loadtest.md soak/soak.md; do
-    [ -f "$OUT/$part" ] && sed '1s/^# /## /' "$OUT/$part" && echo
+  [ "${#FAILED[@]}" -eq 0 ] || { echo "Steps that failed or ran out of time: ${FAILED[*]} (logs beside this file)"; echo; }
+  for part in bench/bench.md loadtest/loadtest.md parity/parity.md; do
+    [ -f "$RESULTS/$part" ] && sed '1s/^# /## /' "$RESULTS/$part" && echo
   done
-} >"$OUT/report.md"
-echo "== report: $OUT/report.md (total $(elapsed) s)"
+} >"$RESULTS/report.md"
+cat "$RESULTS/report.md"
+if [ -n "$TOOL_OUT" ] && [ -d "$TOOL_OUT" ]; then
+  for f in report.md bench/bench.json bench/bench.csv loadtest/loadtest.json parity/parity.json server.log bench.log; do
+    [ -f "$RESULTS/$f" ] && cp "$RESULTS/$f" "$TOOL_OUT/$(basename "$f")"
+  done
+fi
+echo "== report: $RESULTS/report.md (total $(elapsed) s)"
+[ "${#FAILED[@]}" -eq 0 ]

@@ -6,6 +6,7 @@ On ROCm builds of torch ``cuda:N`` is the AMD GPU, so one class serves CPU, NVID
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import torch
@@ -40,6 +41,7 @@ class TorchDetector:
         for param in model.parameters():
             param.requires_grad_(False)
         self.model = model
+        self.precision = "fp16" if self.half else "fp32"
         self.imgsz = imgsz
         self.model_name = model_name or weights.stem
         self.provider = f"torch-{self._device_info.platform}"
@@ -61,6 +63,21 @@ class TorchDetector:
             raise OutOfMemory(f"device out of memory at batch {len(batch)}") from exc
         out = out[0] if isinstance(out, (list, tuple)) else out
         return out.float().cpu().numpy()
+
+    def raw_call(self, batch: np.ndarray) -> Callable[[], object]:
+        """``forward`` alone on a tensor already on the device (synchronised on a GPU)."""
+        x = torch.from_numpy(batch).to(self.device)
+        x = x.half() if self.half else x
+        model, device = self.model, self.device
+
+        def forward() -> object:
+            with torch.inference_mode():
+                out = model(x)
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            return out
+
+        return forward
 
     def device_info(self) -> DeviceInfo:
         return self._device_info

@@ -10,45 +10,19 @@ end, the peak, and every error.
 from __future__ import annotations
 
 import argparse
-import asyncio
-import os
 import random
-import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from app.bench import report
-from app.bench.http import drive, load_jpegs, make_client, post_image, scrape, wait_ready
-from app.bench.loadtest import add_client_options
+from app.bench.http import drive, make_client, post_image, scrape, wait_ready
+
 from app.bench.stats import error_rate, growth, summarize, throughput
 
 MB = 2**20
 ANCHOR_SIZES = [(64, 64), (3840, 2160), (640, 480), (1920, 1080), (1280, 720), (320, 240)]
-
-
-def configure(parser: argparse.ArgumentParser) -> None:
-    add_client_options(parser)
-    parser.add_argument("--requests", type=int, default=10_000, help="requests in all (default 10000)")
-    parser.add_argument("--concurrency", type=int, default=8, help="requests in flight (default 8)")
-    parser.add_argument("--variants", type=int, default=24, help="distinct frame sizes generated (default 24)")
-    parser.add_argument("--min-side", type=int, default=64)
-    parser.add_argument("--max-width", type=int, default=3840)
-    parser.add_argument("--max-height", type=int, default=2160)
-    parser.add_argument("--sample-every", type=int, default=100, help="read /metrics every N requests (default 100)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--max-growth-mb", type=float, default=50.0, help="target: RSS growth limit (default 50)")
-    parser.add_argument("--out", type=Path, default=Path("results/soak"), help="results folder")
-
-
-def validate(args: argparse.Namespace) -> None:
-    from app.errors import ConfigError
-
-    if args.requests < 1 or args.concurrency < 1 or args.sample_every < 1 or args.variants < 1:
-        raise ConfigError("--requests, --concurrency, --sample-every and --variants must be >= 1")
-    if not (1 <= args.min_side <= min(args.max_width, args.max_height)):
-        raise ConfigError("--min-side must be between 1 and the smaller of --max-width/--max-height")
 
 
 def frame_sizes(count: int, min_side: int, max_w: int, max_h: int, seed: int) -> list[tuple[int, int]]:
@@ -210,27 +184,3 @@ def plot(out: Path, rows: list[dict[str, Any]], summary: dict[str, Any]) -> Path
     return path
 
 
-def run(args: argparse.Namespace) -> int:
-    from tqdm import tqdm
-
-    validate(args)
-    sizes = frame_sizes(args.variants, args.min_side, args.max_width, args.max_height, args.seed)
-    frames = make_frames(load_jpegs(args.images, limit=max(args.variants, 1)), sizes)
-    rng = random.Random(args.seed)
-    order = [rng.randrange(len(frames)) for _ in range(min(args.requests, 4096))]
-    meta = report.environment() | {"command": "campusguard soak " + " ".join(sys.argv[2:]), "url": args.url,
-                                   "concurrency": args.concurrency, "sample_every": args.sample_every,
-                                   "frame_sizes": sizes, "frame_bytes": [len(f) for f in frames]}
-    bar = tqdm(total=args.requests, unit="req", disable=args.no_progress, dynamic_ncols=True)
-    try:
-        result = asyncio.run(soak(args, frames, order, bar))
-    finally:
-        bar.close()
-    meta["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
-    meta["server"] = result["server"]
-    summary = summarize_soak(args, result, sizes, order)
-    checks = targets(summary, args.max_growth_mb)
-    files = write_outputs(args.out, summary, result["samples"], meta, checks, plots=not args.no_plots)
-    print((args.out / "soak.md").read_text())
-    print("wrote " + ", ".join(str(f) for f in files), file=sys.stderr)
-    return 0 if summary["errors"] == 0 else 1

@@ -270,3 +270,20 @@ def test_shared_postgres_event_store(base, merged):
             assert load_site_config(host_file).cameras, "the default site file exists and is valid"
             assert senv["CAMPUSGUARD_SNAPSHOT_DIR"].startswith("/var/cache/campusguard/")
             assert any(v.endswith(":/var/cache/campusguard") and v.startswith("detector-cache:") for v in svc["volumes"])
+
+
+def test_render_gid_is_required_not_guessed(base):
+    """No fallback to a `render` group name the image may lack: compose stops with a message."""
+    for svc in detector_services(base).values():
+        gids = [g for g in svc["group_add"] if "RENDER_GID" in str(g)]
+        assert len(gids) == 1 and gids[0].startswith("${RENDER_GID:?") and "gpu-env.sh" in gids[0]
+    example = (DEPLOY / ".env.example").read_text().splitlines()
+    assert "RENDER_GID=" in example  # empty until gpu-env.sh fills it: compose refuses to start
+
+
+def test_each_replica_bounds_its_cpu_threads(base):
+    """Eight replicas with threads=0 would each spin every core."""
+    for svc in detector_services(base).values():
+        threads = svc["environment"]["CAMPUSGUARD_THREADS"]
+        default = int(re.fullmatch(r"\$\{CAMPUSGUARD_THREADS:-(\d+)\}", threads).group(1))
+        assert 1 <= default and default * len(detector_services(base)) <= 64

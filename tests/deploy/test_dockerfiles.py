@@ -233,3 +233,23 @@ def test_dockerignore_keeps_context_small_and_complete():
                 target = src.rstrip("/") + ("/main.py" if src.rstrip("/") == "app" else "")
                 assert (REPO / src).exists(), f"{flavor}: COPY source {src} missing"
                 assert not dockerignored(target, patterns), f"{flavor}: COPY {src} is excluded by .dockerignore"
+
+
+def _env(ins) -> str:
+    return " ".join(rest for op, rest in ins if op == "ENV")
+
+
+def test_cuda_image_lists_only_providers_it_ships():
+    """TensorRT is not in the image: listing it would only try it and fall back (or, with the
+    fallback refused, stop the service)."""
+    ins = instructions(DOCKERFILES["cuda"])
+    providers = re.search(r"CAMPUSGUARD_ONNX_PROVIDERS=(\S+)", _env(ins)).group(1).split(",")
+    assert "tensorrt" not in providers and providers[0] == "cuda"
+
+
+@pytest.mark.parametrize("flavor", sorted(DOCKERFILES))
+def test_opencv_imports_at_build_time(flavor):
+    """opencv-python-headless links glib: each image installs it and imports cv2 while building."""
+    ins = instructions(DOCKERFILES[flavor])
+    runs = " ".join(rest for op, rest in ins if op == "RUN")
+    assert "libglib2.0-0" in runs and "import cv2" in runs

@@ -262,3 +262,11 @@ def test_rules_on_with_the_site_file_and_the_shared_event_store(tmp_path):
     url = make_url(named(resources, "Secret", "campusguard-events-db")["stringData"]["CAMPUSGUARD_EVENTS_DB_URL"])
     assert url.drivername == "postgresql+psycopg" and url.database
     assert "CAMPUSGUARD_EVENTS_DB_URL" not in config, "credentials belong in the Secret"
+
+
+def test_threads_match_the_cpu_request(rendered):
+    """os.cpu_count() in a pod is the node's cores: threads=0 would spin all of them per pod."""
+    _name, resources = rendered
+    data = one(resources, "ConfigMap")["data"]
+    container = one(resources, "Deployment")["spec"]["template"]["spec"]["containers"][0]
+    assert int(data["CAMPUSGUARD_THREADS"]) == int(container["resources"]["requests"]["cpu"])

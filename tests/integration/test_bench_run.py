@@ -20,6 +20,7 @@ def test_bench_tiny_real_run(tmp_path, weights, dataset, onnx_cache):
     kinds = {(r["kind"], r["backend"], r["batch"]) for r in rows}
     assert kinds == {("ultralytics", "torch", 1)} | {(k, b, n) for k in ("raw", "library")
                                                       for b in ("torch", "onnx") for n in (1, 2)}
+    assert {r["status"] for r in rows} == {"ok"} and {r["precision"] for r in rows} == {"fp32"}
     for r in rows:
         assert r["fps"] > 0 and r["lat_p50_ms"] > 0 and r["lat_p99_ms"] >= r["lat_p50_ms"]
         assert r["peak_mem_mb"] > 100  # RSS of a process holding torch

@@ -89,8 +89,8 @@ def random_batch(n: int) -> np.ndarray:
 def test_fixed_batch_model_runs_any_batch(fixed_onnx, dynamic_onnx):
     from app.backends.onnx_backend import OnnxDetector
 
-    fixed = OnnxDetector(fixed_onnx, Settings(_env_file=None, backend="onnx", weights=fixed_onnx, imgsz=IMGSZ))
-    dynamic = OnnxDetector(dynamic_onnx, Settings(_env_file=None, backend="onnx", weights=dynamic_onnx, imgsz=IMGSZ))
+    fixed = OnnxDetector(fixed_onnx, imgsz=IMGSZ)
+    dynamic = OnnxDetector(dynamic_onnx, imgsz=IMGSZ)
     assert fixed.fixed_batch == 1 and dynamic.fixed_batch is None
     assert len(fixed.names) == 80 and fixed.imgsz == IMGSZ
     batch = random_batch(3)
@@ -107,7 +107,7 @@ def test_onnx_model_for_another_size_is_refused(fixed_onnx):
     from app.errors import ConfigError
 
     with pytest.raises(ConfigError, match="imgsz"):
-        OnnxDetector(fixed_onnx, Settings(_env_file=None, backend="onnx", weights=fixed_onnx, imgsz=640))
+        OnnxDetector(fixed_onnx, imgsz=640)
 
 
 def test_export_missing_weights_exits_2(tmp_path):
@@ -277,5 +277,6 @@ def test_export_rectangular_fixed_shape(weights, tmp_path):
     assert metadata(model)["campusguard_imgsz"] == "256x416"
     from app.backends.onnx_backend import OnnxDetector
 
-    det = OnnxDetector(out, Settings(_env_file=None, backend="onnx", weights=out, imgsz="256x416"))
+    det = OnnxDetector.from_settings(Settings(_env_file=None, backend="onnx", weights=out, imgsz="256x416"))
+    assert det.precision == "fp32"
     assert det.infer(np.zeros((2, 3, 256, 416), np.float32)).shape[:2] == (2, 84)

@@ -7,7 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from app.bench import command, loadtest, soak
+from app.bench import soak
+from app.bench.runner import make_plan, total_steps
+from app.commands import bench as command, loadtest
+from app.commands import soak as soak_command
 from app.cli import build_parser
 from app.errors import ConfigError
 
@@ -35,13 +38,13 @@ def test_bench_options_and_plan():
                  "--device", "cuda:0", "--out", "/tmp/r")
     command.validate(args)
     assert args.precisions == ["fp32", "fp16"]
-    plans = command.make_plan(args)
+    plans = make_plan(args)
     assert [(p.size, p.precision, p.batches, p.iterations, p.weights) for p in plans] == [
         ("n", "fp32", [2, 8], 3, "/tmp/x.pt"), ("n", "fp16", [2, 8], 3, "/tmp/x.pt"),
         ("l", "fp32", [1, 4], 2, "yolov8l.yaml"), ("l", "fp16", [1, 4], 2, "yolov8l.yaml")]
     assert args.out == Path("/tmp/r")
     # progress total: per plan, (warm-up + iterations) per reference + per backend x kind x batch
-    assert command.total_steps(plans, args) == 2 * (13 + 2 * 2 * 13) + 2 * (12 + 2 * 2 * 12)
+    assert total_steps(plans, args) == 2 * (13 + 2 * 2 * 13) + 2 * (12 + 2 * 2 * 12)
 
 
 @pytest.mark.parametrize("argv", [
@@ -84,13 +87,13 @@ def test_loadtest_defaults_and_modes():
 
 def test_soak_defaults():
     args = parse("soak")
-    assert args._run is soak.run
+    assert args._run is soak_command.run
     assert (args.requests, args.min_side, args.max_width, args.max_height) == (10_000, 64, 3840, 2160)
-    soak.validate(args)
+    soak_command.validate(args)
     with pytest.raises(ConfigError):
-        soak.validate(parse("soak", "--min-side", "4000"))
+        soak_command.validate(parse("soak", "--min-side", "4000"))
     with pytest.raises(ConfigError):
-        soak.validate(parse("soak", "--concurrency", "0"))
+        soak_command.validate(parse("soak", "--concurrency", "0"))
 
 
 def test_soak_frame_sizes_cover_64_to_4k():

@@ -6,7 +6,8 @@ import csv
 import json
 import math
 
-from app.bench import command, report
+from app.bench import report
+from app.bench import table as command
 
 
 def _rows():

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from app.bench import stats
-from app.bench.command import add_ratios
+from app.bench.table import add_ratios
 from app.bench.loadtest import micro_batch_bound
 from app.bench.loadtest import targets as loadtest_targets
 

@@ -138,10 +138,95 @@ def test_process_memory_is_positive():
 def test_gpu_memory_without_torch_falls_back(monkeypatch):
     import app.devices as devices
 
-    monkeypatch.setattr(devices, "amdsmi_memory", lambda index: None)
-    monkeypatch.setattr(devices, "sysfs_memory", lambda index: MemoryStats(5, 5, 10, "sysfs"))
+    monkeypatch.setattr(devices, "amdsmi_memory", lambda index, bus_id=None: None)
+    monkeypatch.setattr(devices, "sysfs_memory", lambda index, bus_id=None: MemoryStats(5, 5, 10, "sysfs"))
     assert gpu_memory_without_torch("rocm", 0).source == "sysfs"
-    monkeypatch.setattr(devices, "sysfs_memory", lambda index: None)
+    monkeypatch.setattr(devices, "sysfs_memory", lambda index, bus_id=None: None)
     assert gpu_memory_without_torch("rocm", 0).source == "rss"
-    monkeypatch.setattr(devices, "nvml_memory", lambda index: None)
+    monkeypatch.setattr(devices, "nvml_memory", lambda index, bus_id=None: None)
     assert gpu_memory_without_torch("cuda", 0).source == "rss"
+
+
+# --- the right GPU when the host has several and the container maps one --------------------
+
+def host_with_three_gpus(tmp_path):
+    """sysfs as a per-GPU container sees it: every host card listed, one render node mapped."""
+    root, pci, dri = tmp_path / "drm", tmp_path / "pci", tmp_path / "dev-dri"
+    for n, bus in enumerate(("0000:03:00.0", "0000:43:00.0", "0000:83:00.0")):
+        dev = pci / bus
+        dev.mkdir(parents=True)
+        (dev / "mem_info_vram_used").write_text(str((n + 1) * GIB))
+        (dev / "mem_info_vram_total").write_text(str(64 * GIB))
+        for node in (f"card{n}", f"renderD{128 + n}"):
+            (root / node).mkdir(parents=True)
+            (root / node / "device").symlink_to(dev)
+    dri.mkdir()
+    (dri / "renderD129").touch()  # the container maps the second GPU only
+    return root, dri
+
+
+def test_sysfs_memory_picks_the_card_by_bus_id(tmp_path):
+    root, dri = host_with_three_gpus(tmp_path)
+    assert sysfs_memory(0, root=str(root), bus_id="0000:83:00.0", dev_dri=str(dri)).used == 3 * GIB
+    assert sysfs_memory(0, root=str(root), bus_id="00000000:43:00.0", dev_dri=str(dri)).used == 2 * GIB  # NVML spelling
+    assert sysfs_memory(0, root=str(root), bus_id="0000:99:00.0", dev_dri=str(dri)) is None
+
+
+def test_sysfs_memory_without_bus_id_follows_the_mapped_render_node(tmp_path):
+    root, dri = host_with_three_gpus(tmp_path)
+    assert sysfs_memory(0, root=str(root), dev_dri=str(dri)).used == 2 * GIB  # not GPU 0 of the host
+    assert sysfs_memory(1, root=str(root), dev_dri=str(dri)) is None
+
+
+def test_nvml_initialised_once_and_handle_by_bus_id(monkeypatch):
+    import sys
+    import types
+
+    import app.devices as devices
+
+    calls = {"init": 0}
+    fake = types.SimpleNamespace(
+        nvmlInit=lambda: calls.__setitem__("init", calls["init"] + 1),
+        nvmlDeviceGetHandleByIndex=lambda i: f"idx{i}",
+        nvmlDeviceGetHandleByPciBusId=lambda bus: {"0000:43:00.0": "gpu1"}[bus],
+        nvmlDeviceGetMemoryInfo=lambda h: types.SimpleNamespace(used={"gpu1": 7, "idx0": 1}[h], total=80))
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    devices._nvml.cache_clear()
+    try:
+        assert devices.nvml_memory(0, bus_id="0000:43:00.0").used == 7
+        assert devices.nvml_memory(0).used == 1
+        assert devices.nvml_memory(0, bus_id="0000:43:00.0").used == 7
+        assert calls["init"] == 1
+    finally:
+        devices._nvml.cache_clear()
+
+
+def test_amdsmi_initialised_once_and_handle_by_bdf(monkeypatch):
+    import sys
+    import types
+
+    import app.devices as devices
+
+    calls = {"init": 0}
+    bdf = {"h0": "0000:03:00.0", "h1": "0000:43:00.0", "h2": "0000:83:00.0"}
+    fake = types.SimpleNamespace(
+        amdsmi_init=lambda: calls.__setitem__("init", calls["init"] + 1),
+        amdsmi_get_processor_handles=lambda: list(bdf),
+        amdsmi_get_gpu_device_bdf=lambda h: bdf[h],
+        AmdSmiMemoryType=types.SimpleNamespace(VRAM="vram"),
+        amdsmi_get_gpu_memory_usage=lambda h, kind: int(h[1]) + 10,
+        amdsmi_get_gpu_memory_total=lambda h, kind: 100)
+    monkeypatch.setitem(sys.modules, "amdsmi", fake)
+    devices._amdsmi.cache_clear()
+    try:
+        assert devices.amdsmi_memory(0, bus_id="0000:83:00.0").used == 12
+        assert devices.amdsmi_memory(0).used == 10
+        assert devices.amdsmi_memory(0, bus_id="0000:99:00.0") is None
+        assert calls["init"] == 1
+    finally:
+        devices._amdsmi.cache_clear()
+
+
+def test_validate_device_carries_the_bus_id():
+    inv = GpuInventory("rocm", ("MI300X",), (192 * GIB,), ("0000:43:00.0",))
+    assert validate_device("cuda:0", inv).bus_id == "0000:43:00.0"

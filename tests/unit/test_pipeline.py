@@ -26,6 +26,7 @@ class FakeDetector:
     provider = "FakeExecutionProvider"
     names = {0: "person", 1: "bicycle", 2: "car"}
     model_name = "fake"
+    precision = "fp32"
 
     def __init__(self, imgsz: int = 64, box=(32.0, 32.0, 16.0, 8.0)) -> None:
         self.imgsz = imgsz
@@ -42,6 +43,9 @@ class FakeDetector:
         out[:, :4, 0] = self.box
         out[:, 4 + 1, 0] = 0.9
         return out
+
+    def raw_call(self, batch: np.ndarray):
+        return lambda: self.infer(batch)
 
     def device_info(self) -> DeviceInfo:
         return DeviceInfo(device="cpu", name="fake", platform="cpu")

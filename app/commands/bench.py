@@ -1,0 +1,151 @@
+"""Benchmark backends x model sizes x batch sizes x precisions (the migration table).
+
+For every combination two rows are timed after a warm-up:
+
+* ``library`` - the Pipeline from an already-decoded RGB array: letterbox, one inference
+  call for the batch, NMS and mapping back to pixels (decode excluded);
+* ``raw`` - the model call alone on an already letterboxed batch (``session.run`` or the
+  torch ``forward``), the ceiling the library path can reach.
+
+Per size (and precision) one more reference row is timed: ``ultralytics``, the plain loop
+people usually write, ``YOLO(weights).predict(image)`` one frame at a time. Every row
+states its throughput ratio to the raw call of its backend at the same batch
+(``vs_raw``) and to the Ultralytics loop (``vs_ultralytics``). Latency is per call: one
+call handles ``batch`` images. Peak memory is VRAM on a GPU and process RSS on the CPU.
+The raw and library rows of one batch size are timed in alternation (one raw call, one
+library call, and so on), so load from other processes on a shared host hits both alike
+and their ratio stays meaningful.
+
+``--weights SIZE=PATH`` takes any weights the backend loads, an ``.onnx`` model included;
+a backend row's precision is the one the Detector declares (an int8 QDQ graph says
+``int8``). The table is written after every row; a row that fails is reported in place
+("error: ..." or "not available on this machine: ...") and the run goes on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from app.bench import report
+from app.bench.args import DEFAULT_WEIGHTS, csv_list, size_override, weights_override
+from app.bench.runner import Bench, load_images, make_plan, total_steps
+from app.bench.table import add_ratios, merge, write_outputs
+from app.commands.common import imgsz_arg
+
+DEFAULT_IMAGES = Path("../shared/datasets/coco-val128/images")
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--backends", type=csv_list(str, ("torch", "onnx")), default=["torch", "onnx"],
+                        help="comma list (default torch,onnx)")
+    parser.add_argument("--sizes", type=csv_list(str, tuple(DEFAULT_WEIGHTS)), default=["n", "m", "l"],
+                        help="comma list of n,m,l (default n,m,l)")
+    parser.add_argument("--batches", type=csv_list(int), default=[1, 4, 8, 16], help="comma list (default 1,4,8,16)")
+    parser.add_argument("--batches-for", type=size_override(list), action="append", default=[], metavar="SIZE=LIST",
+                        help="batch sizes for one model size, e.g. l=1,4 (repeatable)")
+    parser.add_argument("--precisions", type=csv_list(str, ("fp32", "fp16")), default=None,
+                        help="default: fp32 on CPU, fp32,fp16 on a GPU")
+    parser.add_argument("--iterations", type=int, default=30, help="timed iterations per row (default 30)")
+    parser.add_argument("--iterations-for", type=size_override(int), action="append", default=[],
+                        metavar="SIZE=N", help="timed iterations for one model size (repeatable)")
+    parser.add_argument("--warmup", type=int, default=10, help="untimed iterations before each row (default 10)")
+    parser.add_argument("--device", default="cpu", help="cpu or cuda:N (default cpu)")
+    parser.add_argument("--imgsz", type=imgsz_arg, default=640, help="N (square) or HxW, as CAMPUSGUARD_IMGSZ")
+    parser.add_argument("--threads", type=int, default=0, help="CPU threads for the runtimes (0 = all cores)")
+    parser.add_argument("--weights", type=weights_override, action="append", default=[], metavar="SIZE=PATH",
+                        help="weights per size (default n=../shared/models/yolov8n.pt, m=yolov8m.yaml, l=yolov8l.yaml)")
+    parser.add_argument("--images", type=Path, default=DEFAULT_IMAGES, help="folder of images (decoded once)")
+    parser.add_argument("--max-images", type=int, default=32, help="images kept in memory and cycled")
+    parser.add_argument("--references", type=csv_list(str, ("ultralytics", "raw")), default=["ultralytics", "raw"],
+                        help="reference rows to time (default ultralytics,raw)")
+    parser.add_argument("--onnx-cache-dir", type=Path, default=None, help="where ONNX exports are cached")
+    parser.add_argument("--out", type=Path, default=Path("results/bench"), help="results folder")
+    parser.add_argument("--append", action="store_true",
+                        help="merge into an existing bench.json in --out (rows with the same key are replaced)")
+    parser.add_argument("--time-budget", type=float, default=None, metavar="SECONDS",
+                        help="start no new row after this many seconds (rows left out are listed in the report)")
+    parser.add_argument("--render", action="store_true",
+                        help="measure nothing: rewrite the CSV, Markdown and plots from bench.json in --out")
+    parser.add_argument("--no-plots", action="store_true")
+    parser.add_argument("--no-progress", action="store_true")
+
+
+def validate(args: argparse.Namespace) -> None:
+    from app.config import normalize_device
+    from app.errors import ConfigError
+
+    try:
+        args.device = normalize_device(args.device)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    if args.iterations < 1 or args.warmup < 0:
+        raise ConfigError("--iterations must be >= 1 and --warmup >= 0")
+    on_gpu = args.device != "cpu"
+    if args.precisions is None:
+        args.precisions = ["fp32", "fp16"] if on_gpu else ["fp32"]
+    if "fp16" in args.precisions and not on_gpu:
+        raise ConfigError("fp16 needs a GPU device (--device cuda:0)")
+
+
+def run(args: argparse.Namespace) -> int:
+    import os
+    import sys
+
+    from tqdm import tqdm
+
+    os.environ.setdefault("YOLO_OFFLINE", "1")
+    validate(args)
+    if args.render:
+        saved = json.loads((args.out / "bench.json").read_text())
+        rows = saved["rows"]
+        add_ratios(rows)
+        write_outputs(args.out, rows, saved["meta"], plots=not args.no_plots)
+        print((args.out / "bench.md").read_text())
+        return 0
+    plans = make_plan(args)
+    images = load_images(args.images, args.max_images)
+    meta = report.environment() | {"command": "campusguard bench " + " ".join(sys.argv[2:]) if len(sys.argv) > 1 else "",
+                                   "warmup": args.warmup, "imgsz": args.imgsz, "images_folder": str(args.images),
+                                   "images_cycled": len(images)}
+    previous = json.loads((args.out / "bench.json").read_text()) if args.append and (args.out / "bench.json").is_file() \
+        else None
+    rows: list[dict[str, Any]] = []
+    bar = tqdm(total=total_steps(plans, args), unit="it", disable=args.no_progress, dynamic_ncols=True)
+    bench = Bench(args, images, lambda: bar.update(1))
+    describe = bar.set_description_str
+
+    def save(plots: bool) -> list[Path]:
+        """Write the table as it stands (after every row, and once more with plots at the end)."""
+        meta["skipped_for_time_budget"] = bench.skipped
+        meta["wall_s"] = round(time.monotonic() - bench.started, 1)
+        meta["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
+        table, run_meta = rows, dict(meta)
+        if previous is not None:
+            table = merge(previous.get("rows", []), rows)
+            earlier = previous.get("meta", {})
+            run_meta["merged_runs"] = earlier.get("merged_runs", [earlier]) + [dict(meta)]
+            run_meta["command"] = " ; ".join(run.get("command", "") for run in run_meta["merged_runs"])
+        add_ratios(table)
+        return write_outputs(args.out, table, run_meta, plots=plots)
+
+    def keep(row: dict[str, Any]) -> None:
+        rows.append(row)
+        save(plots=False)
+
+    try:
+        for plan in plans:
+            if "ultralytics" in args.references and not bench.out_of_time(f"{plan.size}/ultralytics/{plan.precision}"):
+                bench.rows_of(lambda: [bench.ultralytics_row(plan, describe)], plan, "ultralytics", "torch", keep)
+            for backend in args.backends:
+                if not bench.out_of_time(f"{plan.size}/{backend}/{plan.precision}"):
+                    bench.rows_of(lambda: bench.backend_rows(plan, backend, describe), plan, "library", backend, keep)
+    finally:
+        bar.close()
+    files = save(plots=not args.no_plots)
+    print((args.out / "bench.md").read_text())
+    print("wrote " + ", ".join(str(f) for f in files), file=sys.stderr)
+    return 0

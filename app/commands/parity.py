@@ -1,0 +1,90 @@
+"""Detections of one device and precision against a CPU reference (GPU parity check).
+
+    campusguard parity --write-reference ref.json                      # here, on the CPU
+    campusguard parity --reference ref.json --device cuda:0 --precisions fp32,fp16   # on the GPU
+
+Exit 1 when a precision misses the recall / precision floor, so a script notices.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+
+from app.bench import report
+from app.bench.args import csv_list
+from app.bench.parity import as_boxes, compare
+from app.commands.common import imgsz_arg
+from app.errors import ConfigError
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--weights", type=Path, default=Path("../shared/models/yolov8n.pt"))
+    parser.add_argument("--images", type=Path, default=Path("../shared/datasets/coco-val128/images"))
+    parser.add_argument("--imgsz", type=imgsz_arg, default=640)
+    parser.add_argument("--device", default="cpu", help="cpu or cuda:N")
+    parser.add_argument("--backend", choices=("torch", "onnx"), default="torch")
+    parser.add_argument("--precisions", type=csv_list(str, ("fp32", "fp16")), default=["fp32"])
+    parser.add_argument("--threads", type=int, default=0, help="CPU threads (0 = all cores)")
+    mode = parser.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--write-reference", type=Path, metavar="JSON", help="store this run's detections")
+    mode.add_argument("--reference", type=Path, metavar="JSON", help="compare with stored detections")
+    parser.add_argument("--min-recall", type=float, default=0.95)
+    parser.add_argument("--min-precision", type=float, default=0.95)
+    parser.add_argument("--out", type=Path, default=Path("results/parity"), help="results folder (compare mode)")
+
+
+def detect_all(args: argparse.Namespace, precision: str) -> dict[str, list[list[float]]]:
+    from app.backends import load_backend
+    from app.config import Settings
+    from app.pipeline import Pipeline
+    from app.vision.decode import image_files
+
+    try:
+        settings = Settings(_env_file=None, backend=args.backend, weights=args.weights, device=args.device,
+                            imgsz=args.imgsz, half=precision == "fp16", threads=args.threads)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    paths = image_files(args.images)
+    if not paths:
+        raise ConfigError(f"no images in {args.images}")
+    detector = load_backend(settings)
+    pipeline = Pipeline.from_settings(detector, settings)
+    found = {p.name: as_boxes(dets) for p, dets in zip(paths, pipeline.detect([p.read_bytes() for p in paths]))}
+    detector.close()
+    return found
+
+
+def run(args: argparse.Namespace) -> int:
+    os.environ.setdefault("YOLO_OFFLINE", "1")
+    if args.write_reference is not None:
+        found = detect_all(args, args.precisions[0])
+        args.write_reference.parent.mkdir(parents=True, exist_ok=True)
+        payload = {"meta": report.environment() | {"device": args.device, "precision": args.precisions[0],
+                                                   "imgsz": args.imgsz, "weights": args.weights.name},
+                   "detections": found}
+        report.write_json(args.write_reference, payload)
+        print(f"wrote {args.write_reference}: {sum(map(len, found.values()))} boxes in {len(found)} images")
+        return 0
+    if not args.reference.is_file():
+        raise ConfigError(f"reference not found: {args.reference} (make it with --write-reference)")
+    reference = json.loads(args.reference.read_text())
+    rows = []
+    for precision in args.precisions:
+        result = compare(reference["detections"], detect_all(args, precision), args.min_recall, args.min_precision)
+        rows.append({"device": args.device, "precision": precision} | result.as_dict())
+    args.out.mkdir(parents=True, exist_ok=True)
+    report.write_json(args.out / "parity.json", {"reference": reference.get("meta", {}), "rows": rows})
+    table = report.markdown_table(rows, [("device", "device", 0), ("precision", "precision", 0), ("images", "images", 0),
+                                         ("reference_boxes", "CPU boxes", 0), ("boxes", "boxes", 0),
+                                         ("recall", "recall", 3), ("box_precision", "box precision", 3),
+                                         ("mean_iou", "mean IoU", 3), ("max_conf_diff", "max conf diff", 3),
+                                         ("passed", "passed", 0)])
+    report.write_markdown(args.out / "parity.md", "GPU parity with the CPU reference",
+                          [f"Reference: {reference.get('meta', {}).get('device', '?')} "
+                           f"{reference.get('meta', {}).get('precision', '?')}; a box matches a reference box of the "
+                           "same class at IoU >= 0.5.", table])
+    print((args.out / "parity.md").read_text())
+    return 0 if all(r["passed"] for r in rows) else 1

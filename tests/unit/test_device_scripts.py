@@ -1,0 +1,88 @@
+"""The GPU machine's one-shot run, checked here without a GPU or a network: the wheelhouse
+keeps what it has, the preflight names every missing piece at once, and the dry run walks
+wheelhouse -> preflight -> plan within the 8-minute budget."""
+
+from __future__ import annotations
+
+import importlib.metadata as md
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.conftest import REPO
+
+SCRIPTS = REPO / "scripts"
+
+
+def listed() -> list[str]:
+    return [l.strip() for l in (SCRIPTS / "device-wheels.txt").read_text().splitlines() if l.strip() and l[0] != "#"]
+
+
+def carried_tree(root: Path, wheels: list[str]) -> Path:
+    """A .device/ as device-wheelhouse.sh leaves it (placeholder files, real names)."""
+    (root / "wheels").mkdir(parents=True)
+    for name in wheels:
+        (root / "wheels" / f"{name.replace('-', '_')}-{md.version(name)}-py3-none-any.whl").write_bytes(b"")
+    (root / "models").mkdir()
+    (root / "models" / "yolov8n.pt").write_bytes(b"weights")
+    (root / "images").mkdir()
+    (root / "images" / "a.jpg").write_bytes(b"jpeg")
+    (root / "cpu-reference.json").write_text("{}")
+    return root
+
+
+def preflight(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(SCRIPTS / "device_preflight.py"), *args], capture_output=True,
+                          text=True, cwd=REPO)
+
+
+def test_every_package_the_run_imports_is_either_on_the_device_or_in_the_wheelhouse():
+    sys.path.insert(0, str(SCRIPTS))
+    try:
+        import device_preflight
+    finally:
+        sys.path.remove(str(SCRIPTS))
+    on_device = {"torch", "opencv-python-headless", "numpy", "httpx", "pyyaml", "prometheus-client", "psutil", "tqdm",
+                 "matplotlib", "onnxruntime"}  # KINDS.md's package list for nvidia-h200
+    norm = lambda n: re.sub(r"[-_.]+", "-", n).lower()  # noqa: E731
+    assert {norm(d) for d in device_preflight.MODULES.values()} - on_device <= {norm(d) for d in listed()}
+
+
+def test_preflight_names_every_missing_piece_in_one_message(tmp_path):
+    root = carried_tree(tmp_path / ".device", listed()[2:])  # two wheels short
+    (root / "cpu-reference.json").unlink()
+    for f in (root / "images").iterdir():
+        f.unlink()
+    proc = preflight("--device-dir", str(root), "--dry-run")
+    assert proc.returncode == 1
+    message = [l for l in proc.stderr.splitlines() if l.startswith("preflight: cannot run")]
+    assert len(message) == 1
+    for piece in (*listed()[:2], "images in", "cpu-reference.json"):
+        assert piece in message[0]
+
+
+def test_preflight_on_a_machine_without_gpu_says_so(tmp_path):
+    root = carried_tree(tmp_path / ".device", listed())
+    proc = preflight("--device-dir", str(root), "--device", "cuda:0")
+    assert proc.returncode == 1 and "a GPU for cuda:0" in proc.stderr
+    assert "not available on this machine" in proc.stdout  # CPU-only onnxruntime: a note, not a failure
+
+
+def test_gpu_bench_dry_run_walks_every_step_and_fits_the_budget(tmp_path):
+    root = carried_tree(tmp_path / ".device", listed())
+    env = {**os.environ, "DEVICE_DIR": str(root), "PY": sys.executable, "IMAGES": str(root / "images"),
+           "WEIGHTS_N": str(root / "models" / "yolov8n.pt"), "IMAGES_N": "1"}
+    env.pop("OUT", None)
+    proc = subprocess.run(["bash", str(SCRIPTS / "gpu-bench.sh"), "--dry-run", str(tmp_path / "results")],
+                          capture_output=True, text=True, cwd=REPO, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = proc.stdout
+    assert "(have it)" in out and "preflight: ok" in out and "dry run: nothing measured" in out
+    total = int(re.search(r"total\s+(\d+)s of 480s", out).group(1))
+    assert total <= 480
+    for step in ("bench", "loadtest", "parity"):
+        assert re.search(rf"^\s+{step}\s+\d+s", out, re.M), step
+    assert "--precisions fp32,fp16" in out and "--sizes n,m,l" in out
+    assert not (tmp_path / "results").exists()  # nothing measured, nothing written
