@@ -21,6 +21,7 @@ class Detector(Protocol):
     names: dict[int, str]
     imgsz: int
     model_name: str
+    precision: str  # "fp32" | "fp16" | "int8": what the weights run in, for /health and build_info
 
     def infer(self, batch: np.ndarray) -> np.ndarray:
         """(N, 3, imgsz, imgsz) float32 in 0..1 -> (N, 4 + nc, anchors) float32.

@@ -19,7 +19,7 @@ from app.config import Settings, format_imgsz, input_hw, parse_imgsz
 from app.devices import (DeviceInfo, GpuInventory, MemoryStats, gpu_memory_without_torch, process_memory,
                          torch_inventory, validate_device, parse_device)
 from app.errors import ConfigError, OutOfMemory
-from app.export import META_IMGSZ, cached_export_path, export_onnx
+from app.export import META_IMGSZ, META_PRECISION, cached_export_path, export_onnx
 from app.memory import trim_heap
 
 GPU_PROVIDERS = ("MIGraphXExecutionProvider", "ROCMExecutionProvider", "CUDAExecutionProvider", "TensorrtExecutionProvider")
@@ -89,6 +89,7 @@ class OnnxDetector:
             raise ConfigError(f"{model_path} was exported for imgsz {format_imgsz(self.imgsz)}, "
                               f"settings ask for {format_imgsz(settings.imgsz)}")
         self.model_name = settings.model_name or model_path.stem
+        self.precision = model_precision(meta, self.input_dtype)
         self._shrink_next = False
 
     @classmethod
@@ -173,3 +174,9 @@ def _parse_names(raw: str | None) -> dict[int, str]:
     except (ValueError, SyntaxError) as exc:
         raise ConfigError(f"unreadable 'names' metadata in the ONNX model: {exc}") from exc
     return {int(k): str(v) for k, v in names.items()}
+
+
+def model_precision(meta: dict[str, str], input_dtype: type) -> str:
+    """"int8" for a `campusguard export --int8` model (its metadata says so; the input
+    stays float), else the float type of the input."""
+    return meta.get(META_PRECISION) or ("fp16" if input_dtype is np.float16 else "fp32")
