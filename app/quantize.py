@@ -153,18 +153,20 @@ def stride_for(count: int, most: int = 8) -> int:
     return next(s for s in range(min(most, count), 0, -1) if count % s == 0)
 
 
+METHODS = ("minmax-avg", "minmax", "entropy", "percentile")  # docs/benchmarks.md compares them
+
+
 # --- what stays fp32 -----------------------------------------------------------------------
 
 @dataclass(frozen=True)
 class Recipe:
     """The quantisation choices; the defaults are the measured best (docs/benchmarks.md)."""
 
-    method: str = "minmax"  # "minmax" | "entropy" | "percentile"
+    method: str = "minmax-avg"  # one of METHODS
     per_channel: bool = True
-    keep_fp32: tuple[str, ...] = ("dfl", "decode")  # parts named in fp32_nodes
+    keep_fp32: tuple[str, ...] = ("decode", "dfl", "last-convs")  # parts named in FP32_PARTS
     op_types: tuple[str, ...] | None = None  # None: every op type onnxruntime can quantise
     bounded: bool = True  # Sigmoid/Softmax outputs get their true 0..1 range, not a calibrated one
-    moving_average: bool = False  # minmax: average each frame's range instead of the extreme over all frames
 
 
 def bounded_ranges(model) -> dict[str, list[dict]]:
@@ -179,35 +181,35 @@ def bounded_ranges(model) -> dict[str, list[dict]]:
     return {name: [{"rmin": np.float32(0.0), "rmax": np.float32(1.0)}] for name in tensors}
 
 
-def fp32_nodes(model, head_prefix: str, parts: tuple[str, ...]) -> list[str]:
-    """Names of the nodes left in float for each named part.
+# Parts of a YOLOv8-style Detect head (names relative to its "/model.N/" prefix) that can
+# be left in float. ``decode``: box decoding and class sigmoid after the convolutions
+# (anchors, and the final concat of pixel boxes with 0..1 scores: one int8 scale cannot
+# hold both). ``dfl``: the distribution-focal-loss softmax and its 1x1 convolution.
+# ``last-convs``: the final 1x1 convolutions of both branches. ``box-branch``: every box
+# convolution. ``head``: the whole module.
+HEAD_PARTS: dict[str, str] = {
+    "decode": r"(?!cv[23]\.\d+/|dfl/)",
+    "dfl": r"dfl/",
+    "last-convs": r"cv[23]\.\d+/cv[23]\.\d+\.2/",
+    "box-branch": r"cv2\.\d+/",
+    "head": r"",
+}
+FP32_PARTS = (*HEAD_PARTS, "first")  # "first": the first convolution, which sees raw pixels
 
-    ``decode``: the head's box decoding and class sigmoid after its convolutions
-    (anchors, the final concat of pixel boxes with 0..1 scores: one int8 scale cannot
-    hold both). ``dfl``: the distribution-focal-loss softmax and its 1x1 convolution.
-    ``head``: the whole Detect module. ``first``: the first convolution (it sees raw
-    pixels). ``last-convs``: the head's final 1x1 convolutions.
-    """
-    known = {"decode", "dfl", "head", "first", "last-convs"}
-    unknown = set(parts) - known
+
+def fp32_nodes(model, head_prefix: str, parts: tuple[str, ...]) -> list[str]:
+    """Names of the nodes left in float for the named parts (HEAD_PARTS, or "first")."""
+    unknown = set(parts) - set(FP32_PARTS)
     if unknown:
-        raise ConfigError(f"unknown fp32 part(s) {sorted(unknown)}; choose from {sorted(known)}")
-    head = [n for n in model.graph.node if n.name.startswith(head_prefix)]
-    branch = re.compile(re.escape(head_prefix) + r"(cv[23]\.\d+|dfl)/")
-    dfl = re.compile(re.escape(head_prefix) + r"dfl/")
-    names: list[str] = []
-    if "head" in parts:
-        names += [n.name for n in head]
-    if "decode" in parts:
-        names += [n.name for n in head if not branch.match(n.name)]
-    if "dfl" in parts:
-        names += [n.name for n in head if dfl.match(n.name)]
-    if "last-convs" in parts:
-        last = re.compile(re.escape(head_prefix) + r"cv[23]\.\d+/cv[23]\.\d+\.2/")
-        names += [n.name for n in head if last.match(n.name)]
-    if "first" in parts:
-        names += [next(n.name for n in model.graph.node if n.op_type == "Conv")]
-    return sorted(set(names))
+        raise ConfigError(f"unknown fp32 part(s) {sorted(unknown)}; choose from {', '.join(FP32_PARTS)}")
+    names = set()
+    for part in parts:
+        if part == "first":
+            names.add(next(n.name for n in model.graph.node if n.op_type == "Conv"))
+            continue
+        pattern = re.compile(re.escape(head_prefix) + HEAD_PARTS[part])
+        names.update(n.name for n in model.graph.node if pattern.match(n.name))
+    return sorted(names)
 
 
 def quantize(fp32: YoloOnnx, out: Path, reader: FrameReader, recipe: Recipe = Recipe(),
@@ -219,10 +221,19 @@ def quantize(fp32: YoloOnnx, out: Path, reader: FrameReader, recipe: Recipe = Re
     from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
-    methods = {"minmax": CalibrationMethod.MinMax, "entropy": CalibrationMethod.Entropy,
-               "percentile": CalibrationMethod.Percentile}
+    methods = {"minmax-avg": CalibrationMethod.MinMax, "minmax": CalibrationMethod.MinMax,
+               "entropy": CalibrationMethod.Entropy, "percentile": CalibrationMethod.Percentile}
     if recipe.method not in methods:
-        raise ConfigError(f"unknown calibration method {recipe.method!r}; choose from {sorted(methods)}")
+        raise ConfigError(f"unknown calibration method {recipe.method!r}; choose from {', '.join(METHODS)}")
+    options = {"ActivationSymmetric": False, "WeightSymmetric": True}
+    if recipe.method == "minmax-avg":
+        # Mean of each frame's range. onnxruntime averages within one collection pass but
+        # blends later passes in with weight 0.01, so there must be a single pass: the
+        # min/max calibrator keeps only reduced values per frame, so that is affordable.
+        options["CalibMovingAverage"] = True
+    elif recipe.method != "minmax":
+        # Histogram calibrators keep every activation of a pass: collect in strides.
+        options["CalibStridedMinMax"] = stride_for(len(reader))
     with tempfile.TemporaryDirectory(prefix="campusguard-int8-") as tmp:
         prepared = Path(tmp) / "prepared.onnx"
         # Shape inference + graph optimisation first, as onnxruntime's quantisation guide
@@ -238,9 +249,7 @@ def quantize(fp32: YoloOnnx, out: Path, reader: FrameReader, recipe: Recipe = Re
                 op_types_to_quantize=list(recipe.op_types) if recipe.op_types else None,
                 nodes_to_exclude=fp32_nodes(model, fp32.head_prefix, recipe.keep_fp32),
                 calibrate_method=methods[recipe.method], calibration_cache_path=cache,
-                extra_options={"CalibStridedMinMax": stride_for(len(reader)), "ActivationSymmetric": False,
-                               "WeightSymmetric": True, "CalibMovingAverage": recipe.moving_average,
-                               "TensorQuantOverrides": bounded_ranges(model) if recipe.bounded else {}},
+                extra_options={**options, "TensorQuantOverrides": bounded_ranges(model) if recipe.bounded else {}},
             )
     original = onnx.load(str(fp32.path), load_external_data=False)
     quantized = onnx.load(str(out))

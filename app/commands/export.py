@@ -13,6 +13,7 @@ from pathlib import Path
 from app.commands.common import imgsz_arg
 from app.errors import ConfigError
 from app.export import export_onnx
+from app.quantize import FP32_PARTS, METHODS, Recipe
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -35,10 +36,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
                       help="largest mAP50-95 loss accepted against fp32 on the folder's labels (default 0.01)")
     int8.add_argument("--eval-data", type=Path, default=None,
                       help="labelled YOLO folder to score fp32 vs int8 on (default: the calibration folder)")
-    int8.add_argument("--calib-method", choices=["entropy", "minmax", "percentile"], default="entropy",
-                      help="activation range calibration (default entropy; docs/benchmarks.md compares them)")
-    int8.add_argument("--keep-fp32", default="decode",
-                      help="comma list of parts left in float: decode, dfl, head, first, last-convs (default decode)")
+    int8.add_argument("--calib-method", choices=METHODS, default=Recipe.method,
+                      help=f"activation range calibration (default {Recipe.method}: the mean of each frame's range; "
+                           "docs/benchmarks.md compares them)")
+    int8.add_argument("--keep-fp32", default=",".join(Recipe.keep_fp32),
+                      help=f"comma list of parts left in float, from {', '.join(FP32_PARTS)} "
+                           f"(default {','.join(Recipe.keep_fp32)}; docs/benchmarks.md measures each)")
     int8.add_argument("--threads", type=int, default=None, help="CPU threads for calibration and evaluation")
     int8.add_argument("--no-progress", action="store_true")
 
@@ -60,7 +63,6 @@ def _run_int8(args: argparse.Namespace) -> int:
     import sys
 
     from app.export_int8 import DEFAULT_CALIBRATION, export_int8
-    from app.quantize import Recipe
 
     if args.half or args.device != "cpu":
         raise ConfigError("--int8 makes a CPU model: drop --half and --device")
