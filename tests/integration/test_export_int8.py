@@ -188,3 +188,40 @@ def test_int8_only_flags_without_int8(weights, tmp_path, capsys):
     assert main(["export", "--weights", str(weights), "--calibration", str(tmp_path), "--out",
                  str(tmp_path / "x.onnx")]) == 2
     assert "only apply with --int8" in capsys.readouterr().err
+
+
+# --- the pieces the recipe is built from ---------------------------------------------------
+
+def test_fp32_parts_select_the_head_nodes(fp32_onnx):
+    from app.errors import ConfigError
+    from app.quantize import fp32_nodes, inspect_yolo_onnx
+
+    info = inspect_yolo_onnx(fp32_onnx)
+    assert info.head_prefix == "/model.22/" and info.imgsz == IMGSZ and info.names[0] == "person"
+    model = onnx.load(str(fp32_onnx))
+    parts = {part: set(fp32_nodes(model, info.head_prefix, (part,)))
+             for part in ("decode", "dfl", "last-convs", "box-branch", "head", "first")}
+    assert parts["first"] == {"/model.0/conv/Conv"}
+    assert all(n.startswith("/model.22/dfl/") for n in parts["dfl"]) and any("Softmax" in n for n in parts["dfl"])
+    assert len(parts["last-convs"]) == 6 and all(n.endswith(".2/Conv") for n in parts["last-convs"])
+    # decode = the head minus its convolution branches and the DFL; it holds the final concat
+    assert not parts["decode"] & (parts["dfl"] | parts["box-branch"] | parts["last-convs"])
+    assert parts["decode"] | parts["dfl"] <= parts["head"]
+    assert any(n.startswith("/model.22/Concat") for n in parts["decode"])
+    assert parts["head"] == {n.name for n in model.graph.node if n.name.startswith("/model.22/")}
+    with pytest.raises(ConfigError, match="unknown fp32 part"):
+        fp32_nodes(model, info.head_prefix, ("neck",))
+
+
+def test_calibration_images_spread_and_limits(calibration):
+    from app.errors import ConfigError
+    from app.quantize import calibration_images, stride_for
+
+    every = calibration_images(calibration)
+    assert len(every) == 8 and every == sorted(every)
+    picked = calibration_images(calibration, 3)
+    assert [p.name for p in picked] == [every[0].name, every[4].name, every[7].name]  # spread, ends kept
+    assert calibration_images(calibration / "images", 100) == every  # a plain folder works too
+    with pytest.raises(ConfigError, match="--calib-images must be >= 1"):
+        calibration_images(calibration, 0)
+    assert [stride_for(n) for n in (128, 12, 7, 1)] == [8, 6, 7, 1]
