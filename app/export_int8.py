@@ -87,7 +87,7 @@ def export_int8(weights: Path, out: Path, calibration: Path = DEFAULT_CALIBRATIO
         try:
             with tqdm(total=len(frames), desc="calibrate int8", unit="img", file=sys.stderr,
                       disable=not progress) as bar:
-                quantize(fp32, staged, FrameReader(frames, fp32.input_name, on_frame=bar.update), recipe)
+                quantize(fp32, staged, FrameReader(frames, fp32.input_name, fp32.batch or 1, bar.update), recipe)
             scores = (None, None)
             if dataset is not None:
                 scores = tuple(_score(path, fp32.imgsz, dataset, threads, progress) for path in (fp32.path, staged))

@@ -36,6 +36,7 @@ class YoloOnnx:
     imgsz: ImgSize
     names: dict[int, str]
     head_prefix: str  # "/model.22/" for YOLOv8: the Detect module's node-name prefix
+    batch: int | None  # the fixed batch the graph takes, None for a dynamic batch axis
 
 
 def inspect_yolo_onnx(path: Path) -> YoloOnnx:
@@ -75,7 +76,7 @@ def inspect_yolo_onnx(path: Path) -> YoloOnnx:
         raise ConfigError(f"{not_yolo}: its nodes are not named /model.N/... as Ultralytics names them")
     declared = meta.get("campusguard_imgsz")
     imgsz = parse_imgsz(declared) if declared else (dims[2] if dims[2] == dims[3] else (dims[2], dims[3]))
-    return YoloOnnx(path, graph.input[0].name, imgsz, names, f"/model.{modules[-1]}/")
+    return YoloOnnx(path, graph.input[0].name, imgsz, names, f"/model.{modules[-1]}/", dims[0])
 
 
 # --- calibration frames --------------------------------------------------------------------
@@ -118,34 +119,37 @@ def letterboxed_frames(images: list[Path], imgsz: ImgSize, max_pixels: int = 40_
 
 
 class FrameReader:
-    """onnxruntime's ``CalibrationDataReader`` over letterboxed frames, one frame per run.
+    """onnxruntime's ``CalibrationDataReader`` over letterboxed frames, ``batch`` per run
+    (a model exported with a fixed batch takes only that many; the last run repeats a frame).
 
-    ``set_range`` lets ``quantize_static`` collect in strides, so the histogram
+    ``set_range`` (in runs) lets ``quantize_static`` collect in strides, so the histogram
     calibrators never hold every activation of every frame at once (gigabytes at 640).
     """
 
-    def __init__(self, frames: list[np.ndarray], input_name: str, on_frame: Callable[[], None] | None = None) -> None:
+    def __init__(self, frames: list[np.ndarray], input_name: str, batch: int = 1,
+                 on_frames: Callable[[int], object] | None = None) -> None:
         self.frames = frames
         self.input_name = input_name
-        self.on_frame = on_frame
-        self._pos, self._end = 0, len(frames)
+        self.batch = batch
+        self.on_frames = on_frames
+        self._pos, self._end = 0, len(self)
 
     def __len__(self) -> int:
-        return len(self.frames)
+        return -(-len(self.frames) // self.batch)
 
     def set_range(self, start_index: int, end_index: int) -> None:
-        self._pos, self._end = start_index, min(end_index, len(self.frames))
+        self._pos, self._end = start_index, min(end_index, len(self))
 
     def get_next(self) -> dict[str, np.ndarray] | None:
         from app.vision.preprocess import to_batch
 
         if self._pos >= self._end:
             return None
-        frame = self.frames[self._pos]
+        chunk = self.frames[self._pos * self.batch:(self._pos + 1) * self.batch]
         self._pos += 1
-        if self.on_frame is not None:
-            self.on_frame()
-        return {self.input_name: to_batch([frame])}
+        if self.on_frames is not None:
+            self.on_frames(len(chunk))
+        return {self.input_name: to_batch(chunk + chunk[-1:] * (self.batch - len(chunk)))}
 
 
 def stride_for(count: int, most: int = 8) -> int:
