@@ -169,7 +169,6 @@ class Recipe:
     method: str = "minmax-avg"  # one of METHODS
     per_channel: bool = True
     keep_fp32: tuple[str, ...] = ("decode", "dfl", "last-convs")  # parts named in FP32_PARTS
-    op_types: tuple[str, ...] | None = None  # None: every op type onnxruntime can quantise
     bounded: bool = True  # Sigmoid/Softmax outputs get their true 0..1 range, not a calibrated one
 
 
@@ -216,8 +215,7 @@ def fp32_nodes(model, head_prefix: str, parts: tuple[str, ...]) -> list[str]:
     return sorted(names)
 
 
-def quantize(fp32: YoloOnnx, out: Path, reader: FrameReader, recipe: Recipe = Recipe(),
-             cache: Path | None = None) -> Path:
+def quantize(fp32: YoloOnnx, out: Path, reader: FrameReader, recipe: Recipe = Recipe()) -> Path:
     """Write the QDQ int8 model of ``fp32`` to ``out`` with the model's metadata kept."""
     import tempfile
 
@@ -250,9 +248,8 @@ def quantize(fp32: YoloOnnx, out: Path, reader: FrameReader, recipe: Recipe = Re
             quantize_static(
                 str(prepared), str(out), reader, quant_format=QuantFormat.QDQ, per_channel=recipe.per_channel,
                 activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
-                op_types_to_quantize=list(recipe.op_types) if recipe.op_types else None,
                 nodes_to_exclude=fp32_nodes(model, fp32.head_prefix, recipe.keep_fp32),
-                calibrate_method=methods[recipe.method], calibration_cache_path=cache,
+                calibrate_method=methods[recipe.method],
                 extra_options={**options, "TensorQuantOverrides": bounded_ranges(model) if recipe.bounded else {}},
             )
     original = onnx.load(str(fp32.path), load_external_data=False)
@@ -266,4 +263,4 @@ def quantize(fp32: YoloOnnx, out: Path, reader: FrameReader, recipe: Recipe = Re
 
 def _describe(recipe: Recipe) -> str:
     return (f"method={recipe.method} per_channel={str(recipe.per_channel).lower()} "
-            f"fp32={','.join(recipe.keep_fp32) or 'none'} bounded={str(recipe.bounded).lower()} ops={','.join(recipe.op_types or ('all',))}")
+            f"fp32={','.join(recipe.keep_fp32) or 'none'} bounded={str(recipe.bounded).lower()}")
