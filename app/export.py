@@ -14,12 +14,14 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from app.backends.models import check_stride
 from app.config import ImgSize, format_imgsz, input_hw, parse_imgsz
 from app.backends.models import ARCH_SUFFIXES, require_weights
 from app.errors import ConfigError
 
 META_IMGSZ = "campusguard_imgsz"
 META_DYNAMIC_BATCH = "campusguard_dynamic_batch"
+META_PRECISION = "campusguard_precision"  # "int8" for `export --int8`; absent means the input's float type
 
 
 def export_onnx(
@@ -67,13 +69,7 @@ def export_onnx(
             src = Path(shutil.copy2(weights, Path(tmp) / weights.name))
         with contextlib.chdir(tmp):
             model = YOLO(str(src), task="detect")
-        # Ultralytics silently rounds imgsz up to a stride multiple and traces that size;
-        # pinning the input to the requested size then gives a graph that cannot run.
-        stride = int(max(getattr(model.model, "stride", [32])))
-        if any(side % stride for side in hw):
-            fix = "x".join(str(-(-side // stride) * stride) for side in hw)
-            raise ConfigError(f"--imgsz {format_imgsz(imgsz)} is not a multiple of the model's stride {stride} "
-                              f"(try {fix})")
+        check_stride(model.model, imgsz, option="--imgsz")
         with contextlib.chdir(tmp):
             produced = model.export(
                 format="onnx", imgsz=list(hw) if hw[0] != hw[1] else hw[0], half=half, batch=batch, dynamic=dynamic_batch,
@@ -82,7 +78,7 @@ def export_onnx(
             proto = onnx.load(str(produced))
     torch.set_num_threads(threads or saved_threads)  # the exporter's select_device changes it
     _pin_spatial_dims(proto, hw)
-    _set_metadata(proto, {META_IMGSZ: format_imgsz(imgsz), META_DYNAMIC_BATCH: str(bool(dynamic_batch)).lower()})
+    set_metadata(proto, {META_IMGSZ: format_imgsz(imgsz), META_DYNAMIC_BATCH: str(bool(dynamic_batch)).lower()})
     onnx.checker.check_model(proto)
     onnx.save(proto, str(out))
     return out
@@ -96,7 +92,7 @@ def _pin_spatial_dims(proto, hw: tuple[int, int]) -> None:
         dims[axis].dim_value = size
 
 
-def _set_metadata(proto, values: dict[str, str]) -> None:
+def set_metadata(proto, values: dict[str, str]) -> None:
     existing = {prop.key: prop for prop in proto.metadata_props}
     for key, value in values.items():
         if key in existing:

@@ -59,7 +59,8 @@ def load_engine(app: FastAPI, settings: Settings, metrics: Metrics) -> None:
         engine.warmup(settings.warmup_iters)
         info = detector.device_info()
         metrics.build_info.info({"version": __version__, "backend": detector.backend, "provider": detector.provider,
-                                 "model": detector.model_name, "device": info.device, "device_name": info.name,
+                                 "model": detector.model_name, "precision": detector.precision,
+                                 "device": info.device, "device_name": info.name,
                                  "imgsz": format_imgsz(settings.imgsz)})
         engine.mark_ready()
         app.state.phase = "ready"

@@ -57,7 +57,7 @@ async def health(engine: MaybeEngineDep, detector: MaybeDetectorDep, phase: Phas
             backend=detector.backend, provider=detector.provider, device=info.device, device_name=info.name,
             vram_used_bytes=mem.used if info.platform != "cpu" else None,
             vram_total_bytes=(mem.total or info.total_memory) if info.platform != "cpu" else None,
-            model=detector.model_name, classes=[detector.names[k] for k in sorted(detector.names)],
+            model=detector.model_name, precision=detector.precision, classes=[detector.names[k] for k in sorted(detector.names)],
             inferences=counters.inferences, images=counters.images, cache_clears=counters.cache_clears,
             queue_depth=engine.queue.qsize()))
     return out

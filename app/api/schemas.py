@@ -82,6 +82,7 @@ class Health(BaseModel):
     vram_used_bytes: int | None = None
     vram_total_bytes: int | None = None
     model: str | None = None
+    precision: str | None = Field(None, description="What the graph computes in: fp32, fp16 or int8")
     classes: list[str] = Field(default_factory=list)
     uptime_s: float
     inferences: int = 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from app.config import ImgSize, format_imgsz, input_hw
 from app.errors import ConfigError
 
 
@@ -50,3 +51,18 @@ def load_detection_model(weights: Path):
     if not hasattr(model, "names"):
         raise ConfigError(f"{weights} is not an Ultralytics detection checkpoint")
     return model
+
+
+def check_stride(model, imgsz: ImgSize, option: str = "imgsz") -> None:
+    """Refuse an input size the network cannot take, naming the nearest one that works.
+
+    The head concatenates feature maps of every stride, so a side that is not a multiple
+    of the largest stride fails on the first frame (torch) or is silently rounded up by
+    Ultralytics' exporter and then fails once the ONNX input is pinned.
+    """
+    stride = int(max(getattr(model, "stride", [32])))
+    hw = input_hw(imgsz)
+    if any(side % stride for side in hw):
+        fix = "x".join(str(-(-side // stride) * stride) for side in hw)
+        raise ConfigError(f"{option} {format_imgsz(imgsz)} is not a multiple of the model's stride {stride} "
+                          f"(try {fix})")

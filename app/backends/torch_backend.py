@@ -11,10 +11,10 @@ from typing import Callable
 import numpy as np
 import torch
 
-from app.config import ImgSize, Settings, format_imgsz, input_hw
+from app.config import ImgSize, Settings
 from app.devices import DeviceInfo, GpuInventory, MemoryStats, process_memory, torch_inventory, torch_memory, validate_device
-from app.errors import ConfigError, OutOfMemory
-from app.backends.models import load_detection_model
+from app.errors import OutOfMemory
+from app.backends.models import check_stride, load_detection_model
 from app.memory import trim_heap
 
 class TorchDetector:
@@ -27,12 +27,9 @@ class TorchDetector:
         self._device_info = validate_device(device, inventory)
         self.device = torch.device(device)
         self.half = half and self.device.type == "cuda"
+        self.precision = "fp16" if self.half else "fp32"
         model = load_detection_model(weights)
-        stride = int(max(getattr(model, "stride", [32])))
-        if any(side % stride for side in input_hw(imgsz)):  # the head's concat would fail on the first frame
-            fix = "x".join(str(-(-side // stride) * stride) for side in input_hw(imgsz))
-            raise ConfigError(f"imgsz {format_imgsz(imgsz)} is not a multiple of the model's stride {stride} "
-                              f"(try {fix})")
+        check_stride(model, imgsz)
         self.names: dict[int, str] = {int(k): str(v) for k, v in model.names.items()}
         model = model.fuse() if hasattr(model, "fuse") else model
         model = model.to(self.device).eval()

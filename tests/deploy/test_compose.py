@@ -16,7 +16,7 @@ import jsonschema
 import pytest
 
 from tests.deploy.conftest import (
-    COMPOSE, COMPOSE_NVIDIA, COMPOSE_SCHEMA, DEPLOY, NGINX_CONF, PROMETHEUS_CONFIG, REPO, detector_services,
+    COMPOSE, COMPOSE_NVIDIA, COMPOSE_SCHEMA, DEPLOY, NGINX_CONF, PROMETHEUS_CONFIG, detector_services,
     for_schema, load_compose, load_yaml, merge_compose,
 )
 

@@ -25,7 +25,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from app.metrics import LATENCY_BUCKETS, STAGES
 from tests.conftest import free_port
 from tests.deploy.conftest import (
-    ALERT_RULES, PROMETHEUS_CONFIG, PROMETHEUS_SYNTHETIC, TARGET_LABELS, alert_queries, alert_rules,
+    PROMETHEUS_CONFIG, PROMETHEUS_SYNTHETIC, TARGET_LABELS, alert_queries, alert_rules,
     dashboard_queries, grafana_to_promql, hpa_queries, load_yaml, metric_names, require_tool, selector_labels, tool,
 )
 

@@ -130,7 +130,7 @@ def test_metrics_families_and_format(live_server, bus_jpg):
     cams = {s.labels["camera_id"] for s in fams["campusguard_camera_detections"].samples}
     assert "cam-7" in cams
     info = [s for s in fams["campusguard_build_info"].samples][0].labels
-    assert info["backend"] == "torch" and info["model"] == "yolov8n"
+    assert info["backend"] == "torch" and info["model"] == "yolov8n" and info["precision"] == "fp32"
     mem = [s for s in fams["campusguard_device_memory_used_bytes"].samples if s.labels["device"] == "cpu"]
     assert mem and mem[0].value > 50e6  # RSS of a process holding torch and a model
 

@@ -22,7 +22,7 @@ from app.pipeline import DetectParams, Pipeline
 
 
 class FakeDetector:
-    backend, provider, model_name, imgsz = "fake", "fake", "fake", 32
+    backend, provider, model_name, imgsz, precision = "fake", "fake", "fake", 32, "fp32"
     names = {0: "person", 1: "car"}
 
     def __init__(self, delay: float = 0.0, fail: set[int] | None = None, oom_above: int | None = None) -> None:
