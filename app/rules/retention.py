@@ -21,7 +21,8 @@ import logging
 from pathlib import Path
 
 from app.rules.background import Periodic
-from app.rules.store import EventStore, utcnow
+from app.rules.store import EventStore
+from app.timeutil import utcnow
 from app.rules.writer import is_outage
 
 log = logging.getLogger("campusguard.rules.retention")

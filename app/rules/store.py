@@ -26,8 +26,8 @@ from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
 from app.errors import ConfigError
+from app.timeutil import as_utc, iso, utcnow
 
-UTC = dt.timezone.utc
 
 
 class UTCDateTime(TypeDecorator):
@@ -39,13 +39,13 @@ class UTCDateTime(TypeDecorator):
     def process_bind_param(self, value, dialect):
         if value is None:
             return None
-        value = value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+        value = as_utc(value)
         return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
 
     def process_result_value(self, value, dialect):
         if value is None:
             return None
-        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+        return as_utc(value)
 
 
 metadata = MetaData()
@@ -90,10 +90,6 @@ outbox_table = Table(
 )
 
 
-def utcnow() -> dt.datetime:
-    return dt.datetime.now(UTC)
-
-
 def make_engine(url: str) -> Engine:
     parsed = make_url(url)
     kwargs: dict[str, Any] = {"future": True, "pool_pre_ping": True}
@@ -132,9 +128,6 @@ class OutboxItem:
 
 
 def _row_to_event(row) -> dict[str, Any]:
-    def iso(v):
-        return None if v is None else v.astimezone(UTC).isoformat().replace("+00:00", "Z")
-
     return {"id": row.id, "camera_id": row.camera_id, "zone": row.zone, "rule": row.rule,
             "rule_type": row.rule_type, "state": "started" if row.ended_at is None else "ended",
             "started_at": iso(row.started_at), "ended_at": iso(row.ended_at), "objects": row.objects or [],
@@ -318,11 +311,6 @@ class EventStore:
         with self.engine.begin() as conn:
             conn.execute(update(outbox_table).where(outbox_table.c.id == item_id).values(
                 next_attempt_at=next_attempt_at, attempts=outbox_table.c.attempts + 1, last_error=error[:2000]))
-
-    def outbox_rows(self) -> list[dict[str, Any]]:
-        """Every outbox row (tests and debugging)."""
-        with self.engine.connect() as conn:
-            return [dict(r._mapping) for r in conn.execute(select(outbox_table).order_by(outbox_table.c.id))]
 
 
 def _parse(value: Any) -> dt.datetime | None:

@@ -28,7 +28,8 @@ from sqlalchemy.exc import DBAPIError
 
 from app.rules.background import BackgroundLoop
 from app.rules.migrate import describe
-from app.rules.store import EventStore, OutboxItem, utcnow
+from app.rules.store import EventStore, OutboxItem
+from app.timeutil import utcnow
 
 log = logging.getLogger("campusguard.webhooks")
 

@@ -70,12 +70,6 @@ def other_format(data: bytes) -> str | None:
     return None
 
 
-def declared_size(data: bytes, fmt: str | None = None) -> tuple[int, int]:
-    """(width, height) from the header alone; Pillow reads lazily and decodes nothing."""
-    width, height, _ = read_header(data, fmt)
-    return width, height
-
-
 def read_header(data: bytes, fmt: str | None = None) -> tuple[int, int, int]:
     """(width, height, EXIF orientation 1..8) of the stored pixels, from the header alone."""
     fmt = fmt or sniff_format(data)

@@ -267,6 +267,6 @@ def test_rules_on_with_the_site_file_and_the_shared_event_store(tmp_path):
 def test_threads_match_the_cpu_request(rendered):
     """os.cpu_count() in a pod is the node's cores: threads=0 would spin all of them per pod."""
     _name, resources = rendered
-    data = one(resources, "ConfigMap")["data"]
+    data = named(resources, "ConfigMap", "campusguard-config")["data"]
     container = one(resources, "Deployment")["spec"]["template"]["spec"]["containers"][0]
     assert int(data["CAMPUSGUARD_THREADS"]) == int(container["resources"]["requests"]["cpu"])

@@ -85,3 +85,13 @@ class Receiver:
             for r in self.requests:
                 out.setdefault(r["headers"]["idempotency-key"], json.loads(r["body"]))
             return out
+
+
+def outbox_rows(store) -> list[dict]:
+    """Every webhook outbox row, read straight from the store's tables (test inspection only)."""
+    from sqlalchemy import select
+
+    from app.rules.store import outbox_table
+
+    with store.engine.connect() as conn:
+        return [dict(r._mapping) for r in conn.execute(select(outbox_table).order_by(outbox_table.c.id))]

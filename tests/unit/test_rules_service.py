@@ -14,7 +14,7 @@ from app.config import Settings
 from app.metrics import Metrics
 from app.rules.config import SiteConfigError
 from app.rules.service import RulesService
-from tests.unit.rules_util import EXAMPLE_SITE, H, W, at, people
+from tests.unit.rules_util import EXAMPLE_SITE, H, W, at, people, outbox_rows
 
 TWIN_SITE = {
     "cameras": [
@@ -89,7 +89,7 @@ def test_evaluate_returns_stores_counts_and_snapshots(make):
         ended += svc.evaluate("plaza-cam", at(t), (W, H), [], frame())
     assert [e["state"] for e in ended] == ["ended"] and ended[0]["id"] == ev["id"]
     assert svc.get_event(ev["id"])["ended_at"] == "2026-03-02T12:00:12Z"
-    assert [r["idempotency_key"] for r in svc.store.outbox_rows()] == [f"{ev['id']}:started", f"{ev['id']}:ended"]
+    assert [r["idempotency_key"] for r in outbox_rows(svc.store)] == [f"{ev['id']}:started", f"{ev['id']}:ended"]
 
     reg = svc.test_metrics.registry
     labels = {"camera_id": "plaza-cam", "zone": "plaza", "rule": "crowd"}

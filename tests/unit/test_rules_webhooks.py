@@ -11,7 +11,7 @@ import pytest
 from app.metrics import Metrics
 from app.rules.store import EventStore, dumps
 from app.rules.webhooks import OutboxWorker, backoff_s, sign, verify
-from tests.unit.rules_util import Receiver
+from tests.unit.rules_util import Receiver, outbox_rows
 
 SECRET = b"s3cret"
 
@@ -107,7 +107,7 @@ def test_receiver_down_for_a_while_loses_nothing_and_keeps_order(store):
         assert rx.keys() == expected  # each exactly once, in order (an end never overtakes its start)
         assert store.outbox_depth() == 0
         assert sample(metrics, "campusguard_webhook_deliveries_total", outcome="delivered") == 6
-        rows = store.outbox_rows()
+        rows = outbox_rows(store)
         assert all(r["delivered_at"] is not None for r in rows) and rows[0]["attempts"] >= 2
     finally:
         w.stop()
