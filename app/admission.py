@@ -7,17 +7,19 @@ wait: images ahead divided by the measured images/s, plus one batch of its own. 
 exceeds the deadline the request is refused immediately with 503 and a ``Retry-After``
 computed from the backlog. The queue size stays a hard cap on memory.
 
-The rate is an exponentially weighted moving average of observed batches (seconds per
-image, and seconds per batch), so it follows the batch sizes the load actually produces:
-under a burst batches are full and per-image cost falls, and the estimate follows. It rises
-faster than it falls: an optimistic estimate admits work that ends in 504s, a pessimistic
-one only refuses a little early, so slow-downs are believed quickly and speed-ups slowly.
+The rate is the median of the last few observed batches (seconds per image, and seconds per
+batch), so it follows the batch sizes the load actually produces (under a burst batches are
+full and per-image cost falls) while one stalled batch (a cache release, a page fault storm,
+a noisy neighbour) cannot shut the door: an average that jumps on such a batch refuses
+hundreds of requests a healthy server would have answered.
 """
 
 from __future__ import annotations
 
 import math
+import statistics
 import threading
+from collections import deque
 from dataclasses import dataclass
 
 
@@ -33,10 +35,10 @@ class Admission:
 class ServiceRate:
     """Running estimate of how fast the worker clears the queue."""
 
-    def __init__(self, rise: float = 0.5, fall: float = 0.2) -> None:
-        if not (0.0 < rise <= 1.0 and 0.0 < fall <= 1.0):
-            raise ValueError("smoothing factors must be within (0, 1]")
-        self._rise, self._fall = rise, fall
+    def __init__(self, window: int = 9) -> None:
+        if window < 1:
+            raise ValueError("window must be at least 1")
+        self._samples: deque[tuple[float, float]] = deque(maxlen=window)  # (seconds per image, per batch)
         self._per_image: float | None = None
         self._per_batch: float | None = None
         self._lock = threading.Lock()
@@ -46,14 +48,9 @@ class ServiceRate:
         if images <= 0 or seconds < 0 or not math.isfinite(seconds):
             return
         with self._lock:
-            per_image = seconds / images
-            if self._per_image is None or self._per_batch is None:
-                self._per_image, self._per_batch = per_image, seconds
-            else:
-                a = self._rise if per_image > self._per_image else self._fall
-                self._per_image += a * (per_image - self._per_image)
-                b = self._rise if seconds > self._per_batch else self._fall
-                self._per_batch += b * (seconds - self._per_batch)
+            self._samples.append((seconds / images, seconds))
+            self._per_image = statistics.median(s[0] for s in self._samples)
+            self._per_batch = statistics.median(s[1] for s in self._samples)
 
     @property
     def known(self) -> bool:

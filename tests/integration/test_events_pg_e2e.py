@@ -27,7 +27,8 @@ def test_postgres_store_review_and_retention(server_factory, tmp_path, dataset, 
     try:
         server = server_factory(site_config=site_copy(tmp_path), events_db_url=pg_url, snapshot_dir=snaps,
                                 webhook_urls=rx.url, webhook_secret=SECRET, webhook_max_backoff_s=1, imgsz=320,
-                                events_retain_days=1, retention_sweep_s=1, api_keys="op-key")
+                                events_retain_days=1, retention_sweep_s=1, api_keys="op-key",
+                                max_capture_age_s=30 * 86400)  # frames from 10 days ago are accepted here
         auth = {"x-api-key": "op-key"}
         now = dt.datetime.now(dt.timezone.utc).replace(microsecond=0)
         with server.client(headers=auth) as c:
