@@ -18,6 +18,7 @@ name, then renamed); retention deletes it with its event and counts it in the di
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import logging
 import threading
@@ -159,7 +160,8 @@ class ClipRecorder:
             return True
         except Exception:  # a full disk or a broken frame must not stop later clips
             log.exception("could not write the clip of event %s", job.event.id)
-            tmp.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):
+                tmp.unlink(missing_ok=True)
             job.event.clip = None  # later writes of the live event stop pointing at it
             if self.on_failed is not None:
                 self.on_failed(job.event.id)
