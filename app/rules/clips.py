@@ -153,7 +153,8 @@ class ClipRecorder:
             if not frames:
                 raise ValueError("no frames of the camera are buffered for its window")
             self.clip_dir.mkdir(parents=True, exist_ok=True)
-            n = write_mp4(tmp, ((f.at, render(f, job.zones)) for f in frames))
+            size = frames[0].size  # a camera that changes resolution mid-clip is resized to its first
+            n = write_mp4(tmp, ((f.at, render(f, job.zones, size)) for f in frames))
             tmp.replace(self.clip_dir / f"{job.event.id}.mp4")
             log.info("clip of event %s: %d frame(s), %s to %s", job.event.id, n,
                      frames[0].at.isoformat(timespec="seconds"), frames[-1].at.isoformat(timespec="seconds"))
@@ -168,8 +169,11 @@ class ClipRecorder:
             return False
 
 
-def render(frame: BufferedFrame, zones: Sequence["ZoneView"]) -> np.ndarray:
-    """The kept frame as BGR, drawn like the event snapshot."""
+def render(frame: BufferedFrame, zones: Sequence["ZoneView"], size: tuple[int, int]) -> np.ndarray:
+    """The kept frame as BGR of ``size`` (width, height), drawn like the event snapshot."""
     bgr = cv2.imdecode(np.frombuffer(frame.jpeg, np.uint8), cv2.IMREAD_COLOR)
     events = [{"state": "started", "zone": zone, "rule": rule} for zone, rule in frame.alerts]
-    return draw(cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB), frame.detections, zones, events)
+    img = draw(cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB), frame.detections, zones, events)
+    if (img.shape[1], img.shape[0]) != size:
+        img = cv2.resize(img, size, interpolation=cv2.INTER_AREA)
+    return img

@@ -35,10 +35,12 @@ DETECTION_BYTES = 100  # bytes counted per detection kept with a frame
 
 @dataclass(frozen=True, slots=True)
 class BufferedFrame:
-    """One kept frame: capture time, downscaled JPEG, boxes scaled to it, (zone, rule) open on it."""
+    """One kept frame: capture time, downscaled JPEG and its (width, height), boxes scaled to it,
+    (zone, rule) open on it."""
 
     at: dt.datetime
     jpeg: bytes
+    size: tuple[int, int]
     detections: tuple[Detection, ...]
     alerts: tuple[tuple[str, str], ...]
     seq: int  # arrival order over all cameras (the memory cap drops the lowest)
@@ -49,7 +51,7 @@ class BufferedFrame:
 
 
 def shrink(frame_rgb: np.ndarray, detections: Sequence[Detection], max_width: int,
-           quality: int) -> tuple[bytes, tuple[Detection, ...]]:
+           quality: int) -> tuple[bytes, tuple[int, int], tuple[Detection, ...]]:
     """JPEG of the frame at most ``max_width`` wide (even sides, as H.264's 4:2:0 needs) and
     the boxes in its pixels."""
     h, w = frame_rgb.shape[:2]
@@ -64,7 +66,7 @@ def shrink(frame_rgb: np.ndarray, detections: Sequence[Detection], max_width: in
     sx, sy = nw / w, nh / h
     boxes = tuple(Detection(d.class_id, d.class_name, d.confidence, d.x1 * sx, d.y1 * sy, d.x2 * sx, d.y2 * sy)
                   for d in detections)
-    return buf.tobytes(), boxes
+    return buf.tobytes(), (nw, nh), boxes
 
 
 class FrameRing:
@@ -96,12 +98,12 @@ class FrameRing:
         """Keep the frame unless the rate cap refuses it; True when kept."""
         if not self.wants(camera_id, at):
             return False
-        jpeg, boxes = shrink(frame_rgb, detections, self.max_width, self.quality)
+        jpeg, size, boxes = shrink(frame_rgb, detections, self.max_width, self.quality)
         with self._lock:
             ring = self._rings.setdefault(camera_id, deque())
             if ring and at < ring[-1].at + self.min_gap:  # another thread added one meanwhile
                 return False
-            item = BufferedFrame(at, jpeg, boxes, tuple(alerts), next(self._seq))
+            item = BufferedFrame(at, jpeg, size, boxes, tuple(alerts), next(self._seq))
             ring.append(item)
             self._bytes += item.nbytes
             while ring and ring[0].at < at - self.horizon:

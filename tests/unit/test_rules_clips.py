@@ -80,7 +80,7 @@ def test_ring_downscales_to_even_sides_and_scales_the_boxes():
     ring.add("cam", at(0), noise(501, 999), [box], [("plaza", "crowd")])
     (kept,) = ring.between("cam", at(0), at(0))
     small = cv2.imdecode(np.frombuffer(kept.jpeg, np.uint8), cv2.IMREAD_COLOR)
-    assert small.shape == (160, 320, 3) and len(kept.jpeg) < 999 * 501 * 3 / 4
+    assert small.shape == (160, 320, 3) and kept.size == (320, 160) and len(kept.jpeg) < 999 * 501 * 3 / 4
     d = kept.detections[0]
     assert (round(d.x1), round(d.y1), round(d.x2), round(d.y2)) == (32, 16, 160, 80)
     assert kept.alerts == (("plaza", "crowd"),)
@@ -162,6 +162,16 @@ def test_the_clip_thread_writes_without_more_frames(make, monkeypatch):
     (ev,) = crowd(svc, 10.5)  # the camera stops right after the start
     assert wait_for(lambda: svc.clip_path(ev["id"]) is not None, timeout=10)
     assert read_back(svc.clip_path(ev["id"]))[0] == "h264"
+
+
+def test_a_camera_that_changes_resolution_keeps_the_first_size(make):
+    svc = make(clip_pre_s=2, clip_post_s=1, clip_max_width=400)
+    (ev,) = crowd(svc, 10.5)  # 1000 x 1000 frames, kept at 400 x 400
+    svc.evaluate("plaza-cam", at(10.5), (W, H), people(4), noise(300, 800))  # kept at 400 x 150
+    svc.evaluate("plaza-cam", at(11), (W, H), people(4), frame(11))
+    assert svc.clips.write_due() == 1
+    codec, w, h, times = read_back(svc.clip_path(ev["id"]))
+    assert (codec, w, h, len(times)) == ("h264", 400, 400, 7)
 
 
 def test_clips_off_means_no_clip(make):
