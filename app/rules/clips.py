@@ -103,7 +103,10 @@ class ClipRecorder:
                alerts: Sequence[tuple[str, str]]) -> None:
         """Keep one frame; pending clips of the camera whose window it closes become due."""
         at = as_utc(at)
-        self.ring.add(camera_id, at, frame_rgb, detections, alerts)
+        try:
+            self.ring.add(camera_id, at, frame_rgb, detections, alerts)
+        except Exception:  # an odd frame must cost its clip frame, never the frame's reply
+            log.exception("camera %s: frame not kept for clips", camera_id)
         with self._lock:
             due = [j for j in self._jobs.values() if j.camera_id == camera_id and not j.due and at >= j.end]
             for job in due:

@@ -174,6 +174,12 @@ def test_a_camera_that_changes_resolution_keeps_the_first_size(make):
     assert (codec, w, h, len(times)) == ("h264", 400, 400, 7)
 
 
+def test_a_frame_the_ring_cannot_keep_does_not_fail_the_frame(make):
+    svc = make()
+    assert svc.evaluate("plaza-cam", at(0), (W, H), people(4), np.zeros((0, 0, 3), np.uint8)) == []
+    assert svc.clips.ring.frames("plaza-cam") == 0
+
+
 def test_clips_off_means_no_clip(make):
     svc = make(clips=False)
     assert svc.clips is None
