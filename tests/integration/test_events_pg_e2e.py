@@ -27,7 +27,8 @@ def test_postgres_store_review_and_retention(server_factory, tmp_path, dataset, 
     try:
         server = server_factory(site_config=site_copy(tmp_path), events_db_url=pg_url, snapshot_dir=snaps,
                                 webhook_urls=rx.url, webhook_secret=SECRET, webhook_max_backoff_s=1, imgsz=320,
-                                events_retain_days=1, retention_sweep_s=1, api_keys="op-key")
+                                events_retain_days=1, retention_sweep_s=1, api_keys="op-key",
+                                max_capture_age_s=30 * 86400)  # the old frames are 10 days old
         auth = {"x-api-key": "op-key"}
         now = dt.datetime.now(dt.timezone.utc).replace(microsecond=0)
         with server.client(headers=auth) as c:
@@ -51,6 +52,7 @@ def test_postgres_store_review_and_retention(server_factory, tmp_path, dataset, 
             kept = c.get(f"/events/{new_id}").json()
             assert kept["acknowledged"] and kept["note"] == "guard on site" and kept["state"] == "ended"
             assert c.get(kept["snapshot"]).status_code == 200
+            assert wait_for(lambda: c.get(kept["clip"]).status_code == 200, timeout=20)  # evidence clip
             assert metric(c.get("/metrics").text, "campusguard_retention_deleted_total", kind="events") >= 1
             assert metric(c.get("/metrics").text, "campusguard_event_store_up", backend="postgresql") == 1
 
