@@ -3,9 +3,9 @@
 Lifecycle (driven by the app's lifespan)::
 
     rules = RulesService.from_settings(settings, metrics)   # None when site_config is unset
-    rules.start()                                          # webhook outbox worker
+    rules.start()                                          # webhook outbox, store writer, sweeps, clip writer
     when = rules.accept_capture_time(camera_id, ts)        # 422 invalid_timestamp, before inference
-    events = rules.evaluate(camera_id, when, (w, h), detections, frame_rgb)   # per frame
+    events = rules.evaluate(camera_id, when, (w, h), detections, frame_rgb)   # per frame (kept for clips)
     rules.reload()                                         # SIGHUP / POST /admin/reload
     rules.reset_camera(camera_id)                          # POST /admin/cameras/{id}/reset
     rules.stop()
