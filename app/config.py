@@ -168,8 +168,14 @@ class Settings(BaseSettings):
                                      description="Refuse capture times older than this (422)")
     events_buffer_size: int = Field(10_000, ge=1, description="Event writes kept in memory while the store is down")
     events_retain_days: float = Field(30.0, gt=0, description="Delete events that ended longer ago (reviewed ones too)")
-    snapshot_budget_mb: float = Field(1024.0, ge=0, description="Snapshot disk budget; oldest deleted first; 0 = none")
+    snapshot_budget_mb: float = Field(1024.0, ge=0, description="Snapshot and clip disk budget; oldest deleted first; 0 = none")
     retention_sweep_s: float = Field(600.0, gt=0, description="Seconds between retention sweeps")
+    clips: bool = Field(True, description="Write an H.264 MP4 evidence clip per event (needs frames in memory)")
+    clip_pre_s: float = Field(5.0, ge=0, le=300, description="Seconds of frames before an event's start in its clip")
+    clip_post_s: float = Field(5.0, ge=0, le=300, description="Seconds of frames after an event's start in its clip")
+    clip_max_fps: float = Field(5.0, gt=0, le=30, description="Frames kept per second and camera for clips")
+    clip_buffer_mb: float = Field(256.0, gt=0, description="Memory cap of the kept frames, all cameras together")
+    clip_max_width: int = Field(640, ge=64, le=3840, description="Kept frames are downscaled to at most this width")
 
     @field_validator("onnx_providers", mode="before")
     @classmethod

@@ -103,9 +103,9 @@ class Metrics:
                                       ["camera_id"], namespace=ns, registry=r)
         self.camera_offline_after = Gauge("camera_offline_after_seconds", "The camera's offline_after_s",
                                           ["camera_id"], namespace=ns, registry=r)
-        self.snapshot_bytes = Gauge("snapshot_bytes", "Disk used by event snapshots (this replica)",
+        self.snapshot_bytes = Gauge("snapshot_bytes", "Disk used by event snapshots and clips (this replica)",
                                     namespace=ns, registry=r)
-        self.retention_deleted = Counter("retention_deleted", "Events and snapshot files deleted by retention",
+        self.retention_deleted = Counter("retention_deleted", "Events and snapshot/clip files (kind=snapshots) deleted by retention",
                                          ["kind"], namespace=ns, registry=r)
         self.event_buffer_dropped = Counter("event_buffer_dropped", "Event writes dropped because the buffer was full",
                                             namespace=ns, registry=r)

@@ -1,4 +1,4 @@
-"""Events API: list and fetch rule events, their snapshots, and reload the site file.
+"""Events API: list and fetch rule events, their snapshots and clips, and reload the site file.
 
 All routes need an API key when keys are configured. When rules are disabled (no
 ``site_config``) every route answers 404 with code ``rules_disabled``.
@@ -10,7 +10,7 @@ import asyncio
 from typing import Annotated
 
 from fastapi import APIRouter, Query
-from fastapi.responses import Response
+from fastapi.responses import FileResponse, Response
 
 from app.api.deps import ApiKey, KeyIdDep, RulesDep
 from app.api.schemas import (CameraOut, ErrorBody, EventOut, EventPage, EventReview, ReloadResult, ResetResult,
@@ -60,6 +60,17 @@ def get_snapshot(rules: RulesDep, event_id: str) -> Response:
     if path is None:
         raise NotFound(f"no snapshot for event {shorten(event_id)}")
     return Response(path.read_bytes(), media_type="image/jpeg")
+
+
+@router.get("/events/{event_id}/clip.mp4", summary="H.264 MP4 clip of an event",
+            responses={200: {"content": {"video/mp4": {}}}}, response_class=FileResponse)
+def get_clip(rules: RulesDep, event_id: str) -> FileResponse:
+    """The frames from ``clip_pre_s`` before the start to ``clip_post_s`` after it (or its end),
+    drawn like the snapshot, each at its capture time (404 until written, or if none was)."""
+    path = rules.clip_path(event_id)
+    if path is None:
+        raise NotFound(f"no clip for event {shorten(event_id)}")
+    return FileResponse(path, media_type="video/mp4")
 
 
 @router.post("/admin/reload", response_model=ReloadResult, summary="Reload the site file",

@@ -149,6 +149,8 @@ class EventOut(BaseModel):
     objects: list[EventObject] = Field(default_factory=list)
     max_count: int = Field(description="Most objects satisfying the rule on one frame during the event")
     snapshot: str | None = Field(None, description="URL path of the annotated JPEG taken when the event started")
+    clip: str | None = Field(None, description="URL path of the H.264 MP4 of the frames around the start; "
+                             "written up to `clip_post_s` after it (404 until then)")
     acknowledged: bool = Field(False, description="An operator has seen it (PATCH)")
     false_positive: bool = Field(False, description="An operator marked it as not a real situation (PATCH)")
     note: str | None = Field(None, description="The operator's note")

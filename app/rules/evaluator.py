@@ -63,6 +63,7 @@ class EventRecord(TypedDict):
     objects: list[ObjectRecord]
     max_count: int
     snapshot: str | None
+    clip: str | None
 
 
 @dataclass(slots=True)
@@ -95,6 +96,7 @@ class Event:
     objects: list[ObjectRecord] = field(default_factory=list)
     max_count: int = 0
     snapshot: str | None = None
+    clip: str | None = None
 
     @property
     def state(self) -> Literal["started", "ended"]:
@@ -104,7 +106,7 @@ class Event:
         return {"id": self.id, "camera_id": self.camera_id, "zone": self.zone, "rule": self.rule,
                 "rule_type": self.rule_type, "state": self.state, "started_at": iso(self.started_at),
                 "ended_at": iso(self.ended_at), "objects": list(self.objects), "max_count": self.max_count,
-                "snapshot": self.snapshot}
+                "snapshot": self.snapshot, "clip": self.clip}
 
 
 @dataclass(slots=True)

@@ -1,14 +1,17 @@
 """Retention: a periodic sweep that keeps the event store and the snapshot folder bounded.
 
+The folder holds each event's evidence: its snapshot (``<id>.jpg``) and its clip
+(``<id>.mp4``); "files" below are both.
+
 Every ``interval_s``:
 
 1. events that **ended** more than ``retain_days`` ago are deleted — acknowledged or
    marked false positive ones too (a review never extends retention), open events never —
-   with their snapshot files and the delivered outbox rows older than that;
-2. snapshot files older than ``retain_days`` are deleted even without a row (with several
+   with their snapshot and clip files and the delivered outbox rows older than that;
+2. snapshot and clip files older than ``retain_days`` are deleted even without a row (with several
    replicas the row may have been deleted by another replica's sweep: each replica has its
    own snapshot folder);
-3. while the folder is over ``budget_bytes``, the oldest snapshots go first and their
+3. while the folder is over ``budget_bytes``, the oldest files go first and their
    events stop pointing at them.
 
 Every replica runs the sweep; the deletes are idempotent, so running it twice is harmless.
@@ -26,6 +29,7 @@ from app.timeutil import utcnow
 from app.rules.writer import is_outage
 
 log = logging.getLogger("campusguard.rules.retention")
+SUFFIX_COLUMN = {".jpg": "snapshot", ".mp4": "clip"}  # evidence file -> the event column pointing at it
 
 
 class RetentionSweeper:
@@ -62,28 +66,28 @@ class RetentionSweeper:
         now = now or utcnow()
         cutoff = now - self.retain
         deleted = self.store.delete_ended_before(cutoff)
-        files = sum(self._unlink(self._snapshot_file(event_id)) for event_id, _ in deleted)
+        files = sum(self._unlink(path) for event_id, _ in deleted for path in self._evidence_files(event_id))
         files += self._expire_files(cutoff)
         over = self._enforce_budget()
         self._count("events", len(deleted))
         self._count("snapshots", files + over)
         if deleted or files or over:
-            log.info("retention: deleted %d event(s) ended before %s, %d snapshot(s) by age, %d over the disk budget",
+            log.info("retention: deleted %d event(s) ended before %s, %d snapshot/clip file(s) by age, %d over the disk budget",
                      len(deleted), cutoff.isoformat(timespec="seconds"), files, over)
         return {"events": len(deleted), "snapshots_expired": files, "snapshots_over_budget": over}
 
     # --- snapshot files --------------------------------------------------------------------
-    def _snapshot_file(self, event_id: str) -> Path | None:
+    def _evidence_files(self, event_id: str) -> list[Path]:
         if self.snapshot_dir is None or not event_id.isalnum():
-            return None
-        return self.snapshot_dir / f"{event_id}.jpg"
+            return []
+        return [self.snapshot_dir / f"{event_id}{suffix}" for suffix in SUFFIX_COLUMN]
 
     def _files(self) -> list[tuple[float, int, Path]]:
-        """(mtime, size, path) of every snapshot, oldest first."""
+        """(mtime, size, path) of every snapshot and clip, oldest first."""
         if self.snapshot_dir is None or not self.snapshot_dir.is_dir():
             return []
         out = []
-        for path in self.snapshot_dir.glob("*.jpg"):
+        for path in (p for suffix in SUFFIX_COLUMN for p in self.snapshot_dir.glob(f"*{suffix}")):
             try:
                 st = path.stat()
             except FileNotFoundError:
@@ -98,15 +102,16 @@ class RetentionSweeper:
     def _enforce_budget(self) -> int:
         files = self._files()
         used = sum(size for _, size, _ in files)
-        removed: list[str] = []
+        removed: list[Path] = []
         if self.budget_bytes > 0:
             for _, size, path in files:
                 if used <= self.budget_bytes:
                     break
                 if self._unlink(path):
                     used -= size
-                    removed.append(path.stem)
-            self.store.clear_snapshot(removed)
+                    removed.append(path)
+            for suffix, column in SUFFIX_COLUMN.items():
+                self.store.clear_files(column, [p.stem for p in removed if p.suffix == suffix])
         if self.metrics is not None:
             self.metrics.snapshot_bytes.set(used)
         return len(removed)

@@ -3,9 +3,9 @@
 Lifecycle (driven by the app's lifespan)::
 
     rules = RulesService.from_settings(settings, metrics)   # None when site_config is unset
-    rules.start()                                          # webhook outbox worker
+    rules.start()                                          # webhook outbox, store writer, sweeps, clip writer
     when = rules.accept_capture_time(camera_id, ts)        # 422 invalid_timestamp, before inference
-    events = rules.evaluate(camera_id, when, (w, h), detections, frame_rgb)   # per frame
+    events = rules.evaluate(camera_id, when, (w, h), detections, frame_rgb)   # per frame (kept for clips)
     rules.reload()                                         # SIGHUP / POST /admin/reload
     rules.reset_camera(camera_id)                          # POST /admin/cameras/{id}/reset
     rules.stop()
@@ -34,6 +34,7 @@ from app.pipeline import Detection
 from app.rules.background import Periodic
 from app.rules.cameras import CameraMonitor, camera_event, sweep_interval
 from app.rules.capture_time import CaptureTimePolicy
+from app.rules.clips import ClipRecorder
 from app.rules.config import SiteConfig, load_site_config
 from app.rules.evaluator import CameraRules, EventRecord, Transition
 from app.rules.migrate import StoreUnavailable, describe
@@ -41,7 +42,7 @@ from app.rules.retention import RetentionSweeper
 from app.rules.store import EventStore, dumps
 from app.rules.webhooks import OutboxWorker
 from app.rules.writer import EventWriter, is_outage
-from app.timeutil import UTC, utcnow
+from app.timeutil import UTC, as_utc, utcnow
 
 if TYPE_CHECKING:
     from app.config import Settings
@@ -79,7 +80,7 @@ class RulesService:
                  capture_policy: CaptureTimePolicy, webhook_urls: Sequence[str] = (), webhook_secret: bytes = b"",
                  webhook_timeout_s: float = 5.0, webhook_max_backoff_s: float = 60.0,
                  snapshot_dir: Path | None = None, event_buffer_size: int = 10_000,
-                 retention: RetentionSweeper | None = None) -> None:
+                 retention: RetentionSweeper | None = None, clips: ClipRecorder | None = None) -> None:
         self.path = Path(path)
         self.capture_policy = capture_policy
         self.store = store
@@ -90,6 +91,9 @@ class RulesService:
                                    max_backoff_s=webhook_max_backoff_s, metrics=metrics)
         self.writer = EventWriter(store, capacity=event_buffer_size, metrics=metrics, on_stored=self.outbox.notify)
         self.retention = retention
+        self.clips = clips
+        if clips is not None:
+            clips.on_failed = self._clip_failed
         self.monitor = CameraMonitor()
         self._reload_lock = threading.Lock()
         self._config = config
@@ -134,6 +138,7 @@ class RulesService:
                    webhook_max_backoff_s=settings.webhook_max_backoff_s,
                    snapshot_dir=settings.snapshot_dir, event_buffer_size=settings.events_buffer_size,
                    retention=RetentionSweeper.from_settings(store, settings, metrics),
+                   clips=ClipRecorder.from_settings(settings),
                    capture_policy=CaptureTimePolicy.from_settings(settings))
         # Apply pending migrations now (a MigrationError stops startup); an unreachable
         # database does not: events are buffered until it answers.
@@ -147,9 +152,13 @@ class RulesService:
         self.offline_sweeper.start()
         if self.retention is not None:
             self.retention.start()
+        if self.clips is not None:
+            self.clips.start()
 
     def stop(self) -> None:
         self.offline_sweeper.stop()
+        if self.clips is not None:
+            self.clips.stop()  # writes the pending clips while the store is still there
         if self.retention is not None:
             self.retention.stop()
         self.outbox.stop()
@@ -202,6 +211,9 @@ class RulesService:
         with cam.lock:
             transitions = cam.evaluate(when, frame_size, detections)
             counts = dict(cam.zone_counts)
+            alerts = [(e.zone, e.rule) for e in cam.open_events()] if self.clips is not None else []
+        if self.clips is not None and frame_rgb is not None:  # before _emit: the start frame is in its clip
+            self.clips.record(camera_id, as_utc(when), frame_rgb, detections, alerts)
         events = [self._emit(cam, tr, detections, frame_rgb) for tr in transitions]
         if back is not None:
             events = self._camera_back(back, arrived) + events
@@ -218,8 +230,12 @@ class RulesService:
         if tr.kind == "started":
             if frame_rgb is not None and self._snapshots_on(tr):
                 ev.snapshot = self._write_snapshot(cam, ev, detections, frame_rgb)
+                if self.clips is not None:
+                    ev.clip = self.clips.schedule(ev, self.zones_for(cam.id))
             if self.metrics is not None:
                 self.metrics.events.labels(self.metrics.camera_label(ev.camera_id), ev.zone, ev.rule).inc()
+        elif self.clips is not None and ev.ended_at is not None:
+            self.clips.finish(ev.id, ev.ended_at)
         data = ev.to_dict()
         self._persist(data, tr.kind)
         return data
@@ -320,6 +336,8 @@ class RulesService:
             for cam in retired:
                 self._retire(cam)
             self.monitor.forget(set(new))
+            if self.clips is not None:
+                self.clips.ring.forget(set(new))
             self.offline_sweeper.interval_s = sweep_interval(self._thresholds())
             self._init_series()
             kept = sum(1 for cid, c in new.items() if old.get(cid) is c)
@@ -399,7 +417,22 @@ class RulesService:
             raise
 
     def snapshot_path(self, event_id: str) -> Path | None:
+        return self._evidence(event_id, ".jpg")
+
+    def clip_path(self, event_id: str) -> Path | None:
+        """The event's MP4 once written; None before, without one, or after retention."""
+        return self._evidence(event_id, ".mp4")
+
+    def _evidence(self, event_id: str, suffix: str) -> Path | None:
         if self.snapshot_dir is None or not event_id.isalnum():
             return None
-        path = self.snapshot_dir / f"{event_id}.jpg"
+        path = self.snapshot_dir / f"{event_id}{suffix}"
         return path if path.is_file() else None
+
+    def _clip_failed(self, event_id: str) -> None:
+        """The clip could not be written: the stored event stops pointing at it (best effort;
+        during a store outage the URL stays and answers 404)."""
+        try:
+            self.store.clear_files("clip", [event_id])
+        except Exception as exc:
+            log.warning("could not clear the clip URL of event %s: %s", event_id, describe(exc))

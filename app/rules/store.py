@@ -68,6 +68,7 @@ events_table = Table(
     Column("note", Text, nullable=True),
     Column("reviewed_by", String(256), nullable=True),
     Column("reviewed_at", UTCDateTime(), nullable=True),
+    Column("clip", String(512), nullable=True),  # evidence clip (migration 0003)
     Index("ix_campusguard_events_started", "started_at"),
     Index("ix_campusguard_events_camera", "camera_id", "started_at"),
     Index("ix_campusguard_events_ended", "ended_at"),
@@ -131,7 +132,7 @@ def _row_to_event(row) -> dict[str, Any]:
     return {"id": row.id, "camera_id": row.camera_id, "zone": row.zone, "rule": row.rule,
             "rule_type": row.rule_type, "state": "started" if row.ended_at is None else "ended",
             "started_at": iso(row.started_at), "ended_at": iso(row.ended_at), "objects": row.objects or [],
-            "max_count": row.max_count, "snapshot": row.snapshot,
+            "max_count": row.max_count, "snapshot": row.snapshot, "clip": row.clip,
             "acknowledged": bool(row.acknowledged), "false_positive": bool(row.false_positive), "note": row.note,
             "reviewed_by": row.reviewed_by, "reviewed_at": iso(row.reviewed_at)}
 
@@ -179,7 +180,7 @@ class EventStore:
                   "rule_type": event.get("rule_type", event["rule"]),
                   "started_at": _parse(event["started_at"]), "ended_at": _parse(event.get("ended_at")),
                   "objects": event.get("objects") or [], "max_count": int(event.get("max_count") or 0),
-                  "snapshot": event.get("snapshot")}
+                  "snapshot": event.get("snapshot"), "clip": event.get("clip")}
         now = utcnow()
         with self.engine.begin() as conn:
             exists = conn.execute(select(events_table.c.id).where(events_table.c.id == event["id"])).first()
@@ -257,11 +258,14 @@ class EventStore:
             conn.execute(delete(outbox_table).where(o.delivered_at.is_not(None), o.delivered_at < cutoff))
         return deleted
 
-    def clear_snapshot(self, event_ids: list[str]) -> None:
-        """The snapshot files of these events were deleted (disk budget): stop pointing at them."""
+    def clear_files(self, column: str, event_ids: list[str]) -> None:
+        """The files (``snapshot`` or ``clip``) of these events were deleted (disk budget, a
+        failed clip): stop pointing at them."""
+        if column not in ("snapshot", "clip"):
+            raise ValueError(f"no file column {column!r}")
         if event_ids:
             with self.engine.begin() as conn:
-                conn.execute(update(events_table).where(events_table.c.id.in_(event_ids)).values(snapshot=None))
+                conn.execute(update(events_table).where(events_table.c.id.in_(event_ids)).values({column: None}))
 
     # --- outbox ---------------------------------------------------------------------------
     def outbox_depth(self, urls: list[str] | None = None) -> int:

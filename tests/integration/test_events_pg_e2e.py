@@ -52,6 +52,7 @@ def test_postgres_store_review_and_retention(server_factory, tmp_path, dataset, 
             kept = c.get(f"/events/{new_id}").json()
             assert kept["acknowledged"] and kept["note"] == "guard on site" and kept["state"] == "ended"
             assert c.get(kept["snapshot"]).status_code == 200
+            assert wait_for(lambda: c.get(kept["clip"]).status_code == 200, timeout=20)  # evidence clip
             assert metric(c.get("/metrics").text, "campusguard_retention_deleted_total", kind="events") >= 1
             assert metric(c.get("/metrics").text, "campusguard_event_store_up", backend="postgresql") == 1
 

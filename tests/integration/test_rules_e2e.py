@@ -132,6 +132,27 @@ def wait_for(cond, timeout=30.0) -> bool:
     return False
 
 
+def check_clip(client, started: dict, src: np.ndarray, tmp_path: Path) -> None:
+    """The evidence clip (default 5 s before to 5 s after the start at +10 s): written by the
+    clip thread once the frame at +15 s arrived; the kept frames are +6, 8, 10, 12, 14, 15 s,
+    H.264, downscaled to at most 640 px wide, each at its capture time."""
+    import av
+
+    assert started["clip"] == f"/events/{started['id']}/clip.mp4"
+    assert wait_for(lambda: client.get(started["clip"]).status_code == 200, timeout=20)
+    got = client.get(started["clip"])
+    assert got.headers["content-type"] == "video/mp4"
+    (tmp_path / "clip.mp4").write_bytes(got.content)
+    h, w = src.shape[:2]
+    scale = min(1.0, 640 / w)
+    with av.open(str(tmp_path / "clip.mp4")) as container:
+        stream = container.streams.video[0]
+        times = [round(float(f.pts * f.time_base), 3) for f in container.decode(stream)]
+        assert (stream.codec_context.name, stream.width, stream.height) == (
+            "h264", int(w * scale) // 2 * 2, int(h * scale) // 2 * 2)
+    assert times == [0.0, 2.0, 4.0, 6.0, 8.0, 9.0]
+
+
 def test_crowd_event_in_reply_store_metrics_and_webhook(server_factory, tmp_path, dataset):
     rx = Receiver()
     try:
@@ -161,6 +182,7 @@ def test_crowd_event_in_reply_store_metrics_and_webhook(server_factory, tmp_path
             assert snap.status_code == 200 and snap.headers["content-type"] == "image/jpeg"
             src = cv2.imdecode(np.frombuffer(crowd, np.uint8), cv2.IMREAD_COLOR)
             assert cv2.imdecode(np.frombuffer(snap.content, np.uint8), cv2.IMREAD_COLOR).shape == src.shape
+            check_clip(c, started, src, tmp_path)
 
             assert wait_for(lambda: len(rx.requests) >= 2)
             text = c.get("/metrics").text

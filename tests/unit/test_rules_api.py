@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 
+import av
 import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
@@ -105,6 +106,29 @@ def test_rules_disabled_and_api_keys(rules):
     assert locked.get("/events").status_code == 401
     assert locked.post("/admin/reload", headers={"X-API-Key": "bad"}).status_code == 403
     assert locked.get("/events", headers={"X-API-Key": "k1"}).status_code == 200
+
+
+def test_clip_route_serves_the_mp4_once_written(rules, tmp_path):
+    client = TestClient(make_app(rules, keys=["k1"]))
+    key = {"X-API-Key": "k1"}
+    event = client.get("/events", headers=key).json()["items"][0]
+    assert event["clip"] == f"/events/{event['id']}/clip.mp4"
+    before = client.get(event["clip"], headers=key)  # the clip thread has not run yet
+    assert before.status_code == 404 and before.json()["error"] == "not_found"
+    # every event has ended, so all three are due; with no clip thread running, the two older
+    # events' frames have left the ring (its horizon is pre + post + 2 s): those are forgotten
+    assert rules.clips.write_due() == 1
+    assert [e["clip"] for e in client.get("/events", headers=key).json()["items"][1:]] == [None, None]
+    assert client.get(event["clip"]).status_code == 401
+    got = client.get(event["clip"], headers=key)
+    assert got.status_code == 200 and got.headers["content-type"] == "video/mp4"
+    (tmp_path / "got.mp4").write_bytes(got.content)
+    with av.open(str(tmp_path / "got.mp4")) as container:
+        assert container.streams.video[0].codec_context.name == "h264"
+        assert sum(1 for _ in container.decode(video=0)) >= 2
+    missing = client.get("/events/doesnotexist/clip.mp4", headers=key)
+    assert missing.status_code == 404 and missing.json()["error"] == "not_found"
+    assert client.get("/events/../clip.mp4", headers=key).status_code == 404
 
 
 def test_long_ids_are_not_echoed_whole(rules):

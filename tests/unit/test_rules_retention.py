@@ -86,7 +86,9 @@ def test_the_service_sweeps_by_itself(tmp_path):
     put(svc.store, tmp_path / "snaps", "fresh", 0.5, 0.25)
     svc.start()
     try:
-        assert wait_for(lambda: svc.get_event("stale") is None, timeout=10)
-        assert svc.get_event("fresh") is not None and not (tmp_path / "snaps" / "stale.jpg").exists()
+        # the sweep deletes the row, then the file: wait for both
+        assert wait_for(lambda: svc.get_event("stale") is None and not (tmp_path / "snaps" / "stale.jpg").exists(),
+                        timeout=10)
+        assert svc.get_event("fresh") is not None and (tmp_path / "snaps" / "fresh.jpg").exists()
     finally:
         svc.stop()
