@@ -15,11 +15,12 @@ $(VENV)/.installed: pyproject.toml requirements/cpu.txt
 	touch $@
 
 # Debian packages the tests use: promtool and the Prometheus server, nginx (deploy tests),
-# the PostgreSQL server (a throw-away cluster for the event-store tests, tests/pg.py).
+# the PostgreSQL server (a throw-away cluster for the event-store tests, tests/pg.py), the
+# Mosquitto MQTT broker (a throw-away broker for the MQTT tests, tests/mqtt_broker.py).
 system-deps:
 	@command -v prometheus >/dev/null && command -v promtool >/dev/null && command -v nginx >/dev/null && \
-	  ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || \
-	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus nginx-light postgresql >/dev/null; }
+	  ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 && ls /usr/sbin/mosquitto >/dev/null 2>&1 || \
+	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus nginx-light postgresql mosquitto >/dev/null; }
 
 run: setup
 	$(VENV)/bin/campusguard serve

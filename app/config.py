@@ -176,6 +176,14 @@ class Settings(BaseSettings):
     clip_max_fps: float = Field(5.0, gt=0, le=30, description="Frames kept per second and camera for clips")
     clip_buffer_mb: float = Field(256.0, gt=0, description="Memory cap of the kept frames, all cameras together")
     clip_max_width: int = Field(640, ge=64, le=3840, description="Kept frames are downscaled to at most this width")
+    mqtt_url: str | None = Field(None, description="MQTT broker (mqtt://host:1883 or mqtts://user:pass@host:8883); none = off")
+    mqtt_username: str | None = Field(None, description="Broker user (instead of one in the URL)")
+    mqtt_password: SecretStr = Field(SecretStr(""), description="Broker password (instead of one in the URL)")
+    mqtt_topic_prefix: str = Field("campusguard", description="Topics: <prefix>/events, <prefix>/<camera>/<rule>, ...")
+    mqtt_qos: int = Field(1, ge=1, le=2, description="QoS of every publish; 1 or 2 (an outbox row is done on the broker's ack)")
+    mqtt_ca_file: Path | None = Field(None, description="CA bundle for mqtts:// (default: the system's)")
+    mqtt_client_id: str = Field("", description="MQTT client id; empty = campusguard-<host>-<pid> (unique per replica)")
+    mqtt_discovery_prefix: str = Field("homeassistant", description="Home Assistant discovery prefix; empty = no discovery")
 
     @field_validator("onnx_providers", mode="before")
     @classmethod
@@ -195,6 +203,26 @@ class Settings(BaseSettings):
     @classmethod
     def _csv(cls, value: object) -> object:
         return _split_csv(value)
+
+    @field_validator("mqtt_url")
+    @classmethod
+    def _mqtt_url(cls, value: str | None) -> str | None:
+        if value:
+            from app.rules.mqtt import BrokerTarget
+
+            try:
+                BrokerTarget.parse(value)  # the same parse the client uses: a bad URL stops startup
+            except ConfigError as exc:
+                raise ValueError(str(exc)) from None
+        return value or None
+
+    @field_validator("mqtt_topic_prefix", "mqtt_discovery_prefix")
+    @classmethod
+    def _topic(cls, value: str) -> str:
+        value = value.strip("/")
+        if any(c in value for c in "+#\0"):
+            raise ValueError(f"an MQTT topic prefix may not contain '+', '#' or NUL, got {value!r}")
+        return value
 
     @field_validator("api_keys", mode="before")
     @classmethod

@@ -94,6 +94,9 @@ class Metrics:
         self.webhook_deliveries = Counter("webhook_deliveries", "Webhook delivery attempts by outcome",
                                           ["outcome"], namespace=ns, registry=r)
         self.outbox_depth = Gauge("webhook_outbox_depth", "Events waiting for webhook delivery", namespace=ns, registry=r)
+        self.mqtt_deliveries = Counter("mqtt_deliveries", "MQTT outbox deliveries by outcome (delivered: every publish "
+                                       "acknowledged)", ["outcome"], namespace=ns, registry=r)
+        self.mqtt_outbox_depth = Gauge("mqtt_outbox_depth", "Events waiting for MQTT delivery", namespace=ns, registry=r)
         self.event_store_up = Gauge("event_store_up", "1 when the event store database answers (rules on only)",
                                     ["backend"], namespace=ns, registry=r)
         self.event_buffer_depth = Gauge("event_buffer_depth", "Event writes held in memory while the store is down",

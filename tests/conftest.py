@@ -164,20 +164,38 @@ def live_server(tmp_path_factory, weights):
     server.stop()
 
 
+def require_system_package(found, what: str, package: str):
+    """``found``, or skip when it is missing and we cannot install it (not root); as root
+    (CI) a missing package is a failure: `make system-deps` installs it."""
+    if found is None:
+        if os.geteuid() != 0:
+            pytest.skip(f"{what} not installed (apt-get install {package})")
+        pytest.fail(f"{what} not installed: run `make system-deps`")
+    return found
+
+
 @pytest.fixture(scope="session")
 def postgres():
     """A real PostgreSQL cluster for the session (tests/pg.py). Skipped only when the server is
     not installed and we cannot install it (not root); CI installs it (`make system-deps`)."""
     from tests.pg import PostgresCluster, find_bin_dir
 
-    bin_dir = find_bin_dir()
-    if bin_dir is None:
-        if os.geteuid() != 0:
-            pytest.skip("PostgreSQL server not installed (apt-get install postgresql)")
-        pytest.fail("PostgreSQL server not installed: run `make system-deps`")
+    bin_dir = require_system_package(find_bin_dir(), "PostgreSQL server", "postgresql")
     cluster = PostgresCluster(bin_dir, free_port()).start()
     yield cluster
     cluster.stop()
+
+
+@pytest.fixture
+def mosquitto():
+    """A real Mosquitto broker on a free loopback port (tests/mqtt_broker.py), stopped at the
+    end. Skipped only when it is not installed and we cannot install it (not root)."""
+    from tests.mqtt_broker import Mosquitto, find_mosquitto
+
+    binary = require_system_package(find_mosquitto(), "mosquitto", "mosquitto")
+    broker = Mosquitto(binary, free_port()).start()
+    yield broker
+    broker.close()
 
 
 @pytest.fixture

@@ -38,6 +38,7 @@ from app.rules.clips import ClipRecorder
 from app.rules.config import SiteConfig, load_site_config
 from app.rules.evaluator import CameraRules, EventRecord, Transition
 from app.rules.migrate import StoreUnavailable, describe
+from app.rules.mqtt import Message, MqttBridge
 from app.rules.retention import RetentionSweeper
 from app.rules.store import EventStore, dumps
 from app.rules.webhooks import OutboxWorker
@@ -80,7 +81,8 @@ class RulesService:
                  capture_policy: CaptureTimePolicy, webhook_urls: Sequence[str] = (), webhook_secret: bytes = b"",
                  webhook_timeout_s: float = 5.0, webhook_max_backoff_s: float = 60.0,
                  snapshot_dir: Path | None = None, event_buffer_size: int = 10_000,
-                 retention: RetentionSweeper | None = None, clips: ClipRecorder | None = None) -> None:
+                 retention: RetentionSweeper | None = None, clips: ClipRecorder | None = None,
+                 mqtt: MqttBridge | None = None) -> None:
         self.path = Path(path)
         self.capture_policy = capture_policy
         self.store = store
@@ -89,7 +91,8 @@ class RulesService:
         self.snapshot_dir = Path(snapshot_dir) if snapshot_dir is not None else None
         self.outbox = OutboxWorker(store, self.webhook_urls, webhook_secret, timeout_s=webhook_timeout_s,
                                    max_backoff_s=webhook_max_backoff_s, metrics=metrics)
-        self.writer = EventWriter(store, capacity=event_buffer_size, metrics=metrics, on_stored=self.outbox.notify)
+        self.mqtt = mqtt
+        self.writer = EventWriter(store, capacity=event_buffer_size, metrics=metrics, on_stored=self._notify_outboxes)
         self.retention = retention
         self.clips = clips
         if clips is not None:
@@ -112,6 +115,9 @@ class RulesService:
             return
         for outcome in ("delivered", "http_error", "network_error"):
             self.metrics.webhook_deliveries.labels(outcome)
+        if self.mqtt is not None:
+            for outcome in ("delivered", "broker_error", "not_connected"):
+                self.metrics.mqtt_deliveries.labels(outcome)
         for cam in self._cameras.values():
             label = self.metrics.camera_label(cam.camera.id)
             for reason in ("future", "past"):
@@ -138,6 +144,7 @@ class RulesService:
                    webhook_max_backoff_s=settings.webhook_max_backoff_s,
                    snapshot_dir=settings.snapshot_dir, event_buffer_size=settings.events_buffer_size,
                    retention=RetentionSweeper.from_settings(store, settings, metrics),
+                   mqtt=MqttBridge.from_settings(settings, store, metrics),
                    clips=ClipRecorder.from_settings(settings),
                    capture_policy=CaptureTimePolicy.from_settings(settings))
         # Apply pending migrations now (a MigrationError stops startup); an unreachable
@@ -149,6 +156,8 @@ class RulesService:
     def start(self) -> None:
         self.writer.start()
         self.outbox.start()
+        if self.mqtt is not None:
+            self.mqtt.start(self._mqtt_snapshot)
         self.offline_sweeper.start()
         if self.retention is not None:
             self.retention.start()
@@ -162,6 +171,8 @@ class RulesService:
         if self.retention is not None:
             self.retention.stop()
         self.outbox.stop()
+        if self.mqtt is not None:
+            self.mqtt.stop()
         self.writer.stop()
         self.store.close()
 
@@ -222,6 +233,9 @@ class RulesService:
             for zone, n in counts.items():
                 self.metrics.zone_objects.labels(label, zone).set(n)
             self.metrics.rule_latency.observe(time.perf_counter() - t0)
+        if self.mqtt is not None:
+            self.mqtt.camera_status(camera_id, "online")
+            self.mqtt.occupancy(camera_id, counts)
         return events
 
     def _emit(self, cam: CameraRules, tr: Transition, detections: Sequence[Detection],
@@ -263,12 +277,29 @@ class RulesService:
 
     def _persist(self, data: EventRecord, kind: str) -> None:
         key = f"{data['id']}:{kind}"
+        targets = self.webhook_urls + ([self.mqtt.url] if self.mqtt is not None else [])
         deliveries = []
-        if self.webhook_urls:
+        if targets:
             payload = dumps({"type": f"event.{kind}", "idempotency_key": key, "event": data})
-            deliveries = [(url, key, payload) for url in self.webhook_urls]
-        if self.writer.write(data, deliveries) and self.webhook_urls:
-            self.outbox.notify()
+            deliveries = [(url, key, payload) for url in targets]
+        if self.writer.write(data, deliveries) and targets:
+            self._notify_outboxes()
+
+    def _notify_outboxes(self) -> None:
+        self.outbox.notify()
+        if self.mqtt is not None:
+            self.mqtt.notify()
+
+    def _mqtt_snapshot(self) -> list[Message]:
+        """The retained MQTT state as of now (published on every broker connect)."""
+        assert self.mqtt is not None
+        counts: dict[str, dict[str, int]] = {}
+        open_rules: set[tuple[str, str, str]] = set()
+        for cid, cam in self._cameras.items():
+            with cam.lock:
+                counts[cid] = dict(cam.zone_counts)
+                open_rules.update((cid, e.zone, e.rule) for e in cam.open_events())
+        return self.mqtt.snapshot(self._config, self.monitor.status, counts, open_rules)
 
     # --- camera health --------------------------------------------------------------------
     def check_offline(self) -> None:
@@ -288,6 +319,8 @@ class RulesService:
             for tr in ended:
                 self._persist(tr.event.to_dict(), "ended")
             self._persist(event.to_dict(), "started")
+            if self.mqtt is not None:
+                self.mqtt.camera_status(cid, "offline")
             log.warning("camera %s offline: no frame for more than %.0f s; %d open event(s) ended",
                         cid, thresholds[cid], len(ended))
 
@@ -340,6 +373,8 @@ class RulesService:
                 self.clips.ring.forget(set(new))
             self.offline_sweeper.interval_s = sweep_interval(self._thresholds())
             self._init_series()
+            if self.mqtt is not None:
+                self.mqtt.announce(config)
             kept = sum(1 for cid, c in new.items() if old.get(cid) is c)
             log.info("site config %s reloaded: %d camera(s), %d unchanged (state kept), %d replaced or removed",
                      self.path, len(new), kept, len(retired))

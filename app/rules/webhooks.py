@@ -56,7 +56,15 @@ def backoff_s(attempts: int, max_backoff_s: float, base_s: float = BASE_BACKOFF_
 
 
 class OutboxWorker:
-    """A daemon thread that drains the outbox to the configured webhook URLs."""
+    """A daemon thread that drains the outbox to the configured webhook URLs.
+
+    Subclasses deliver to other kinds of target (``app.rules.mqtt``) with the same claiming,
+    ordering and backoff: they override ``_session`` and ``_deliver`` and name their metrics.
+    """
+
+    kind = "webhook"
+    deliveries_metric = "webhook_deliveries"
+    depth_metric = "outbox_depth"
 
     def __init__(self, store: EventStore, urls: list[str], secret: bytes, *, timeout_s: float = 5.0,
                  max_backoff_s: float = 60.0, metrics=None, poll_s: float = 1.0, lease_s: float | None = None) -> None:
@@ -71,7 +79,7 @@ class OutboxWorker:
         # timeout to connect, write and read separately), short enough that the row of a
         # replica killed mid-delivery is retried by another soon.
         self.lease_s = lease_s if lease_s is not None else 3 * timeout_s + 5
-        self._loop = BackgroundLoop("webhook-outbox", self._run)
+        self._loop = BackgroundLoop(f"{self.kind}-outbox", self._run)
         # Delivered, but the database went away before the row could be marked: marked
         # first thing once it answers, so this replica does not POST the row again.
         self._unmarked: list[int] = []
@@ -91,19 +99,23 @@ class OutboxWorker:
 
     # --- loop -----------------------------------------------------------------------------
     def _run(self, loop: BackgroundLoop) -> None:
-        with httpx.Client(timeout=self.timeout_s, follow_redirects=False) as client:
+        with self._session() as client:
             while not loop.stopping:
                 try:
                     wait = self.drain_once(client)
                 except DBAPIError as exc:  # the database is down: say so in one line, retry
-                    log.warning("webhook outbox paused, event store unreachable: %s", describe(exc))
+                    log.warning("%s outbox paused, event store unreachable: %s", self.kind, describe(exc))
                     wait = max(self.poll_s, 5.0)
                 except Exception:  # nothing must kill the worker
-                    log.exception("webhook outbox pass failed")
+                    log.exception("%s outbox pass failed", self.kind)
                     wait = self.poll_s
                 loop.wait(wait)
 
-    def drain_once(self, client: httpx.Client) -> float:
+    def _session(self):
+        """The connection ``_deliver`` uses, as a context manager (one per worker thread)."""
+        return httpx.Client(timeout=self.timeout_s, follow_redirects=False)
+
+    def drain_once(self, client) -> float:
         """Deliver every due row (per URL, in order); return seconds until something is due."""
         next_due = self.poll_s
         while self._unmarked:
@@ -132,29 +144,32 @@ class OutboxWorker:
         except httpx.HTTPError as exc:
             return self._failed(item, "network_error", f"{exc.__class__.__name__}: {exc}")
         if 200 <= resp.status_code < 300:
-            self._count("delivered")
-            try:
-                self.store.outbox_delivered(item.id)
-            except DBAPIError:
-                self._unmarked.append(item.id)
-                raise
-            return True
+            return self._delivered(item)
         return self._failed(item, "http_error", f"HTTP {resp.status_code}")
+
+    def _delivered(self, item: OutboxItem) -> bool:
+        self._count("delivered")
+        try:
+            self.store.outbox_delivered(item.id)
+        except DBAPIError:
+            self._unmarked.append(item.id)
+            raise
+        return True
 
     def _failed(self, item: OutboxItem, outcome: str, error: str) -> bool:
         delay = backoff_s(item.attempts + 1, self.max_backoff_s)
         self.store.outbox_failed(item.id, utcnow() + dt.timedelta(seconds=delay), error)
         self._count(outcome)
-        log.warning("webhook %s for %s failed (%s); retry in %.1fs", item.url, item.idempotency_key, error, delay)
+        log.warning("%s %s for %s failed (%s); retry in %.1fs", self.kind, item.url, item.idempotency_key, error, delay)
         return False
 
     def _count(self, outcome: str) -> None:
         if self.metrics is not None:
-            self.metrics.webhook_deliveries.labels(outcome).inc()
+            getattr(self.metrics, self.deliveries_metric).labels(outcome).inc()
 
     def _update_depth(self) -> None:
         if self.metrics is not None:
             try:
-                self.metrics.outbox_depth.set(self.store.outbox_depth(self.urls))
+                getattr(self.metrics, self.depth_metric).set(self.store.outbox_depth(self.urls))
             except Exception:  # pragma: no cover - metrics must never break delivery
                 log.debug("outbox depth unavailable", exc_info=True)

@@ -1,0 +1,187 @@
+"""MQTT alerts against a real Mosquitto broker: topics and payloads, retained state, Home
+Assistant discovery, and a broker restart mid-stream that loses no event."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+import yaml
+from pydantic import ValidationError
+
+from app.config import Settings
+from app.errors import ConfigError
+from app.metrics import Metrics
+from app.rules.mqtt import BrokerTarget, Topics, event_messages, topic_part
+from app.rules.service import RulesService
+from tests.mqtt_broker import Subscriber
+from tests.unit.rules_util import H, W, at, people
+
+SITE = {"cameras": [{"id": "gate-cam", "name": "North gate", "zones": [
+    {"name": "plaza", "polygon": [[0, 0.5], [1, 0.5], [1, 1], [0, 1]],
+     "rules": [{"type": "crowd", "min_count": 3, "min_duration_s": 0, "clear_after_s": 0, "cooldown_s": 0}]}]}]}
+REQUIRED_HA_KEYS = ("name", "unique_id", "state_topic", "device", "availability")
+
+
+@pytest.fixture
+def service(tmp_path, mosquitto):
+    made = []
+
+    def factory(**settings) -> RulesService:
+        path = tmp_path / "site.yaml"
+        path.write_text(yaml.safe_dump(SITE))
+        s = Settings(site_config=path, events_db_url=f"sqlite:///{tmp_path}/events.db", snapshot_dir=tmp_path / "s",
+                     clips=False, mqtt_url=mosquitto.url, webhook_max_backoff_s=1.0, webhook_timeout_s=2.0,
+                     **settings)
+        metrics = Metrics()
+        svc = RulesService.from_settings(s, metrics)
+        svc.test_metrics = metrics
+        svc.start()
+        made.append(svc)
+        return svc
+
+    yield factory
+    for svc in made:
+        svc.stop()
+
+
+@pytest.fixture
+def subscribe(mosquitto):
+    subs = []
+
+    def factory(topic: str = "#") -> Subscriber:
+        subs.append(Subscriber(mosquitto.port, topic))
+        return subs[-1]
+
+    yield factory
+    for sub in subs:
+        sub.close()
+
+
+def crowd_event(svc: RulesService, t0: float) -> list[dict]:
+    """Three people in the plaza for a frame, then nobody: one event started and ended."""
+    return (svc.evaluate("gate-cam", at(t0), (W, H), people(3))
+            + svc.evaluate("gate-cam", at(t0 + 1), (W, H), []))
+
+
+def eventually(check, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.05)
+
+
+def envelopes(payloads: list[bytes]) -> list[dict]:
+    return [json.loads(p) for p in payloads]
+
+
+def test_broker_url_parsing_and_settings():
+    t = BrokerTarget.parse("mqtts://alice:s%40cret@broker.lan")
+    assert (t.host, t.port, t.tls, t.username, t.password) == ("broker.lan", 8883, True, "alice", "s@cret")
+    assert t.outbox_url == "mqtts://broker.lan:8883"  # outbox rows never hold the password
+    t = BrokerTarget.parse("mqtt://broker.lan:1884", "bob", "pw")
+    assert (t.port, t.tls, t.username, t.password, t.outbox_url) == (1884, False, "bob", "pw", "mqtt://broker.lan:1884")
+    for bad in ("http://broker", "mqtt://", "mqtt://h:99999", "mqtt://h/topic"):
+        with pytest.raises(ConfigError):
+            BrokerTarget.parse(bad)
+    with pytest.raises(ValidationError, match="mqtt_url"):
+        Settings(mqtt_url="tcp://broker:1883")
+    with pytest.raises(ValidationError, match="mqtt_qos"):
+        Settings(mqtt_qos=0)  # no ack at QoS 0: an outbox row could never be known delivered
+    with pytest.raises(ValidationError, match="prefix"):
+        Settings(mqtt_topic_prefix="site/#")
+    assert Settings(mqtt_topic_prefix="/site/a/").mqtt_topic_prefix == "site/a"
+
+
+def test_topic_levels_cannot_inject_wildcards():
+    assert topic_part("a/b+c#") == "a_b_c_"
+    msgs = event_messages(Topics("cg"), json.dumps({"type": "event.ended", "event": {
+        "camera_id": "cam/1", "zone": "z", "rule": "crowd"}}).encode())
+    assert [(t, r) for t, _, r in msgs] == [("cg/events", False), ("cg/cam_1/crowd", False),
+                                            ("cg/cam_1/z/crowd/state", True)]
+    assert msgs[2][1] == b"OFF"
+
+
+def test_events_arrive_as_json_on_their_topics(service, subscribe):
+    sub = subscribe("campusguard/#")
+    svc = service()
+    sub.wait_for(lambda m: ("campusguard/availability", b"online", True) in m or
+                 any(t == "campusguard/availability" and p == b"online" for t, p, _ in m))
+    events = crowd_event(svc, 0)
+    assert [e["state"] for e in events] == ["started", "ended"]
+    event_id = events[0]["id"]
+    sub.wait_for(lambda m: len([1 for t, *_ in m if t == "campusguard/gate-cam/crowd"]) == 2)
+    sub.wait_for(lambda m: len([1 for t, *_ in m if t == "campusguard/events"]) == 2)
+    for topic in ("campusguard/events", "campusguard/gate-cam/crowd"):
+        got = envelopes(sub.on(topic))
+        assert [g["type"] for g in got] == ["event.started", "event.ended"]
+        assert [g["idempotency_key"] for g in got] == [f"{event_id}:started", f"{event_id}:ended"]
+        assert got[1]["event"]["id"] == event_id and got[1]["event"]["zone"] == "plaza"
+        assert got[1]["event"]["ended_at"] == "2026-03-02T12:00:01Z" and got[0]["event"]["max_count"] == 3
+    sub.wait_for(lambda m: sub.on("campusguard/gate-cam/plaza/crowd/state")[-1:] == [b"OFF"])
+    assert b"ON" in sub.on("campusguard/gate-cam/plaza/crowd/state")
+    sub.wait_for(lambda m: sub.on("campusguard/gate-cam/plaza/occupancy")[-2:] == [b"3", b"0"])
+    assert sub.on("campusguard/gate-cam/status") == [b"online"]  # once: only changes are published
+    reg = svc.test_metrics.registry  # rows are marked (and counted) once their PUBACKs are processed
+    eventually(lambda: reg.get_sample_value("campusguard_mqtt_deliveries_total", {"outcome": "delivered"}) == 2)
+    eventually(lambda: reg.get_sample_value("campusguard_mqtt_outbox_depth") == 0)
+
+
+def test_late_subscriber_gets_retained_state_and_valid_discovery(service, subscribe):
+    svc = service()
+    first = subscribe("campusguard/#")
+    crowd_event(svc, 0)
+    svc.evaluate("gate-cam", at(2), (W, H), people(2))
+    first.wait_for(lambda m: first.on("campusguard/gate-cam/plaza/occupancy")[-1:] == [b"2"]
+                   and first.on("campusguard/gate-cam/plaza/crowd/state")[-1:] == [b"OFF"])
+
+    late = subscribe("#")
+    got = late.wait_for(lambda m: {"campusguard/gate-cam/status", "campusguard/gate-cam/plaza/occupancy",
+                                   "campusguard/availability", "campusguard/gate-cam/plaza/crowd/state"}
+                        <= {t for t, *_ in m} and sum(t.startswith("homeassistant/") for t, *_ in m) == 2)
+    retained = {t: p for t, p, r in got if r}
+    assert retained["campusguard/availability"] == b"online"
+    assert retained["campusguard/gate-cam/status"] == b"online"
+    assert retained["campusguard/gate-cam/plaza/occupancy"] == b"2"
+    assert retained["campusguard/gate-cam/plaza/crowd/state"] == b"OFF"
+    assert "campusguard/events" not in retained  # events are history, not state
+
+    configs = {t: json.loads(p) for t, p in retained.items() if t.startswith("homeassistant/")}
+    rule = configs["homeassistant/binary_sensor/campusguard/gate-cam_plaza_crowd/config"]
+    camera = configs["homeassistant/binary_sensor/campusguard/gate-cam_status/config"]
+    for cfg in (rule, camera):
+        assert all(cfg.get(k) for k in REQUIRED_HA_KEYS), cfg
+        assert cfg["availability"] == [{"topic": "campusguard/availability"}]
+        assert cfg["device"]["identifiers"] == ["campusguard_gate-cam"] and cfg["device"]["name"] == "North gate"
+    assert rule["state_topic"] == "campusguard/gate-cam/plaza/crowd/state"
+    assert (rule["payload_on"], rule["payload_off"]) == ("ON", "OFF")
+    assert camera["device_class"] == "connectivity" and camera["state_topic"] == "campusguard/gate-cam/status"
+    assert (camera["payload_on"], camera["payload_off"]) == ("online", "offline")
+    assert len({c["unique_id"] for c in configs.values()}) == 2
+
+
+def test_broker_restart_mid_stream_loses_no_event(service, subscribe, mosquitto):
+    svc = service()
+    sub = subscribe("campusguard/events")
+    first = crowd_event(svc, 0)
+    sub.wait_for(lambda m: len(m) == 2)
+
+    mosquitto.stop()
+    during = []
+    for i in range(3):  # raised while the broker is down: they wait in the outbox
+        during += crowd_event(svc, 10 + 10 * i)
+    assert len(during) == 6
+    assert svc.store.outbox_depth([svc.mqtt.url]) == 6
+    mosquitto.start()
+
+    expected = {f"{e['id']}:{e['state']}" for e in first + during}
+    got = sub.wait_for(lambda m: expected <= {json.loads(p)["idempotency_key"] for _, p, _ in m}, timeout=30)
+    keys = [json.loads(p)["idempotency_key"] for _, p, _ in got]
+    assert [k for k in keys if k in expected][:2] == [f"{first[0]['id']}:started", f"{first[0]['id']}:ended"]
+    order = [k for k in dict.fromkeys(keys)]
+    assert order == [f"{e['id']}:{e['state']}" for e in first + during]  # in order, across the outage
+    eventually(lambda: svc.store.outbox_depth([svc.mqtt.url]) == 0)
+    # the broker lost its retained state with its restart (no persistence): re-published on reconnect
+    late = subscribe("campusguard/availability")
+    late.wait_for(lambda m: (("campusguard/availability", b"online", True) in m))
