@@ -27,18 +27,48 @@ def find_mosquitto() -> str | None:
 
 
 class Mosquitto:
-    def __init__(self, binary: str, port: int) -> None:
+    def __init__(self, binary: str, port: int, *, tls_user: tuple[str, str] | None = None) -> None:
+        """``tls_user``: a TLS listener (a throw-away CA, ``ca_file``) that admits only this
+        (user, password) instead of a plain anonymous one."""
         self.binary, self.port = binary, port
         self.root = Path(tempfile.mkdtemp(prefix="campusguard-mqtt-"))
+        self.root.chmod(0o755)  # mosquitto started as root reads its files as user mosquitto
         self.conf = self.root / "mosquitto.conf"
-        self.conf.write_text(f"listener {port} 127.0.0.1\nallow_anonymous true\npersistence false\n"
-                             "log_dest stderr\nlog_type error\nlog_type warning\n")
+        conf = f"listener {port} 127.0.0.1\npersistence false\nlog_dest stderr\nlog_type error\nlog_type warning\n"
+        if tls_user is None:
+            conf += "allow_anonymous true\n"
+        else:
+            self._make_certs()
+            passwords = self.root / "passwd"
+            subprocess.run(["mosquitto_passwd", "-b", "-c", str(passwords), *tls_user], check=True, capture_output=True)
+            passwords.chmod(0o644)
+            conf += (f"allow_anonymous false\npassword_file {passwords}\ncafile {self.ca_file}\n"
+                     f"certfile {self.root / 'server.crt'}\nkeyfile {self.root / 'server.key'}\n")
+        self.conf.write_text(conf)
         self.log = self.root / "mosquitto.log"
         self.proc: subprocess.Popen | None = None
 
     @property
     def url(self) -> str:
         return f"mqtt://127.0.0.1:{self.port}"
+
+    @property
+    def ca_file(self) -> Path:
+        return self.root / "ca.crt"
+
+    def _make_certs(self) -> None:
+        """A CA and a server certificate for 127.0.0.1 (EC keys: milliseconds with openssl)."""
+        def openssl(*args: str) -> None:
+            subprocess.run(["openssl", *args], cwd=self.root, check=True, capture_output=True)
+
+        ec = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes")
+        openssl("req", "-x509", *ec, "-keyout", "ca.key", "-out", "ca.crt", "-days", "1", "-subj", "/CN=test-ca")
+        openssl("req", *ec, "-keyout", "server.key", "-out", "server.csr", "-subj", "/CN=localhost")
+        (self.root / "san.ext").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
+        openssl("x509", "-req", "-in", "server.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
+                "-out", "server.crt", "-days", "1", "-extfile", "san.ext")
+        for name in ("ca.crt", "server.crt", "server.key"):
+            (self.root / name).chmod(0o644)  # test-only keys
 
     def start(self, timeout: float = 10.0) -> "Mosquitto":
         with self.log.open("ab") as log:
@@ -72,10 +102,15 @@ class Mosquitto:
 class Subscriber:
     """Subscribes to ``topic`` (again after every reconnect) and records (topic, payload, retain)."""
 
-    def __init__(self, port: int, topic: str = "#") -> None:
+    def __init__(self, port: int, topic: str = "#", *, ca_file: Path | None = None,
+                 user: tuple[str, str] | None = None) -> None:
         self.messages: list[tuple[str, bytes, bool]] = []
         self._cond = threading.Condition()
         self.client = mqtt.Client(CallbackAPIVersion.VERSION2, client_id=f"test-sub-{id(self)}")
+        if ca_file is not None:
+            self.client.tls_set(ca_certs=str(ca_file))
+        if user is not None:
+            self.client.username_pw_set(*user)
         self.client.reconnect_delay_set(min_delay=1, max_delay=1)
         self.client.on_connect = lambda c, u, f, rc, p: c.subscribe(topic, qos=1)
         self.client.on_message = self._on_message

@@ -13,9 +13,11 @@ from pydantic import ValidationError
 from app.config import Settings
 from app.errors import ConfigError
 from app.metrics import Metrics
-from app.rules.mqtt import BrokerTarget, Topics, event_messages, topic_part
+from app.rules.mqtt import BrokerTarget, MqttBridge, Topics, event_messages, topic_part
+from app.rules.store import EventStore, dumps
 from app.rules.service import RulesService
-from tests.mqtt_broker import Subscriber
+from tests.mqtt_broker import Mosquitto, Subscriber, find_mosquitto
+from tests.conftest import free_port
 from tests.unit.rules_util import H, W, at, people
 
 SITE = {"cameras": [{"id": "gate-cam", "name": "North gate", "zones": [
@@ -185,3 +187,44 @@ def test_broker_restart_mid_stream_loses_no_event(service, subscribe, mosquitto)
     # the broker lost its retained state with its restart (no persistence): re-published on reconnect
     late = subscribe("campusguard/availability")
     late.wait_for(lambda m: (("campusguard/availability", b"online", True) in m))
+
+
+@pytest.fixture
+def tls_broker(mosquitto):  # after `mosquitto`: skipped or failed the same way when it is missing
+    broker = Mosquitto(find_mosquitto(), free_port(), tls_user=("alice", "s3cret")).start()
+    yield broker
+    broker.close()
+
+
+def test_tls_and_credentials(tls_broker, tmp_path):
+    """mqtts:// checked against the CA file, a user/password in the URL; a wrong password is
+    refused by the broker and the row stays in the outbox."""
+    sub = Subscriber(tls_broker.port, "campusguard/events", ca_file=tls_broker.ca_file, user=("alice", "s3cret"))
+    store = EventStore(f"sqlite:///{tmp_path}/e.db")
+    bridges = []
+    try:
+        for password, event_id in (("s3cret", "good"), ("wrong", "bad")):
+            metrics = Metrics()
+            settings = Settings(mqtt_url=f"mqtts://alice:{password}@127.0.0.1:{tls_broker.port}",
+                                mqtt_ca_file=tls_broker.ca_file, mqtt_client_id=f"cg-{event_id}", webhook_timeout_s=2)
+            bridge = MqttBridge.from_settings(settings, store, metrics)
+            assert bridge.url == f"mqtts://127.0.0.1:{tls_broker.port}"
+            event = {"id": event_id, "camera_id": "c", "zone": "z", "rule": "intrusion",
+                     "started_at": "2026-03-02T12:00:00Z", "objects": []}
+            key = f"{event_id}:started"
+            store.record(event, [(bridge.url, key, dumps({"type": "event.started", "idempotency_key": key,
+                                                          "event": event}))])
+            bridges.append(bridge)
+            bridge.start(lambda: [])
+            if password == "s3cret":
+                got = sub.wait_for(lambda m: len(m) == 1)
+                assert json.loads(got[0][1])["idempotency_key"] == "good:started"
+                eventually(lambda: store.outbox_depth([bridge.url]) == 0)
+                bridge.stop()
+        eventually(lambda: (metrics.registry.get_sample_value("campusguard_mqtt_deliveries_total",
+                                                              {"outcome": "not_connected"}) or 0) >= 1)
+        assert store.outbox_depth([bridges[-1].url]) == 1 and len(sub.messages) == 1
+    finally:
+        bridges[-1].stop()
+        sub.close()
+        store.close()
