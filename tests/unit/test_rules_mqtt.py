@@ -228,3 +228,25 @@ def test_tls_and_credentials(tls_broker, tmp_path):
         bridges[-1].stop()
         sub.close()
         store.close()
+
+
+def test_camera_health_is_the_retained_status_topic(service, subscribe):
+    """Offline (the sweep) and back (the next frame): the status topic follows; the health
+    events go to the event topics like any other, without a rule state topic."""
+    svc = service()
+    now = [1000.0]
+    svc.monitor.clock = lambda: now[0]
+    sub = subscribe("campusguard/#")
+    svc.evaluate("gate-cam", at(0), (W, H), [])
+    sub.wait_for(lambda m: sub.on("campusguard/gate-cam/status") == [b"online"])
+    now[0] += 61  # the site default offline_after_s is 60
+    svc.check_offline()
+    sub.wait_for(lambda m: sub.on("campusguard/gate-cam/status") == [b"online", b"offline"])
+    svc.evaluate("gate-cam", at(70), (W, H), [])
+    sub.wait_for(lambda m: sub.on("campusguard/gate-cam/status") == [b"online", b"offline", b"online"])
+    got = sub.wait_for(lambda m: len(sub.on("campusguard/events")) == 3)
+    assert [(e["type"], e["event"]["rule"]) for e in envelopes(sub.on("campusguard/events"))] == [
+        ("event.started", "camera_offline"), ("event.ended", "camera_offline"),
+        ("event.started", "camera_online")]  # an instant event: started with its end
+    assert len(sub.on("campusguard/gate-cam/camera_offline")) == 2
+    assert not [t for t, *_ in got if t.endswith("/state")]
