@@ -250,3 +250,18 @@ def test_camera_health_is_the_retained_status_topic(service, subscribe):
         ("event.started", "camera_online")]  # an instant event: started with its end
     assert len(sub.on("campusguard/gate-cam/camera_offline")) == 2
     assert not [t for t, *_ in got if t.endswith("/state")]
+
+
+def test_availability_last_will_and_graceful_offline(service, subscribe):
+    """A connection lost without a goodbye: the broker publishes the will (offline); the
+    client reconnects and says online again. A clean stop says offline itself."""
+    import socket
+
+    svc = service()
+    sub = subscribe("campusguard/availability")
+    sub.wait_for(lambda m: sub.on("campusguard/availability")[-1:] == [b"online"])
+    seen = len(sub.on("campusguard/availability"))
+    svc.mqtt.publisher.client.socket().shutdown(socket.SHUT_RDWR)  # as a crashed replica would
+    sub.wait_for(lambda m: sub.on("campusguard/availability")[seen:] == [b"offline", b"online"])
+    svc.stop()
+    sub.wait_for(lambda m: sub.on("campusguard/availability")[-1:] == [b"offline"])
