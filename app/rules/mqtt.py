@@ -189,6 +189,7 @@ class MqttPublisher:
         self.qos = qos
         self.ack_timeout_s = ack_timeout_s
         self.snapshot = snapshot
+        self.on_connected: Callable[[], None] = lambda: None  # the outbox worker: deliver what waited
         self.client_id = client_id or f"campusguard-{socket.gethostname()}-{os.getpid()}"
         self.client = mqtt.Client(CallbackAPIVersion.VERSION2, client_id=self.client_id, protocol=mqtt.MQTTv311)
         if target.username:
@@ -258,6 +259,7 @@ class MqttPublisher:
             self._last = {t: p for t, p, r in state if r}
         for topic, payload, retain in state:
             client.publish(topic, payload, qos=self.qos, retain=retain)
+        self.on_connected()
 
     def _on_disconnect(self, client, userdata, flags, reason_code, properties) -> None:
         if reason_code != 0:
@@ -278,6 +280,14 @@ class MqttOutboxWorker(OutboxWorker):
 
     def _session(self):
         return contextlib.nullcontext(self.publisher)
+
+    def drain_once(self, client: MqttPublisher) -> float:
+        """While disconnected nothing is claimed: rows keep no backoff from the outage, and
+        the reconnect wakes the worker to deliver them at once, in order."""
+        if not client.connected:
+            self._update_depth()
+            return self.poll_s
+        return super().drain_once(client)
 
     def _deliver(self, client: MqttPublisher, item: OutboxItem) -> bool:
         try:
@@ -309,6 +319,7 @@ class MqttBridge:
                                   qos=settings.mqtt_qos, client_id=settings.mqtt_client_id,
                                   ca_file=settings.mqtt_ca_file, ack_timeout_s=settings.webhook_timeout_s)
         worker = MqttOutboxWorker(store, publisher, max_backoff_s=settings.webhook_max_backoff_s, metrics=metrics)
+        publisher.on_connected = worker.notify
         return cls(publisher, worker)
 
     @property
