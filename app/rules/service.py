@@ -115,9 +115,8 @@ class RulesService:
             return
         for outcome in ("delivered", "http_error", "network_error"):
             self.metrics.webhook_deliveries.labels(outcome)
-        if self.mqtt is not None:
-            for outcome in ("delivered", "broker_error", "not_connected"):
-                self.metrics.mqtt_deliveries.labels(outcome)
+        for outcome in ("delivered", "broker_error", "not_connected"):  # at 0 with MQTT off too, like webhooks
+            self.metrics.mqtt_deliveries.labels(outcome)
         for cam in self._cameras.values():
             label = self.metrics.camera_label(cam.camera.id)
             for reason in ("future", "past"):
