@@ -218,7 +218,7 @@ class MqttPublisher:
     def connected(self) -> bool:
         return self.client.is_connected()
 
-    def publish_acked(self, messages: Iterable[Message]) -> None:
+    def publish_acked(self, messages: list[Message]) -> None:
         """Publish and wait for the broker's ack of each; PublishFailed otherwise. Nothing is
         sent while disconnected (paho would queue it and re-send it besides the outbox's retry)."""
         if not self.client.is_connected():
@@ -315,9 +315,12 @@ class MqttBridge:
             raise ConfigError("mqtt_topic_prefix may not be empty")
         target = BrokerTarget.parse(settings.mqtt_url, settings.mqtt_username,
                                     settings.mqtt_password.get_secret_value() or None)
-        publisher = MqttPublisher(target, Topics(settings.mqtt_topic_prefix, settings.mqtt_discovery_prefix),
-                                  qos=settings.mqtt_qos, client_id=settings.mqtt_client_id,
-                                  ca_file=settings.mqtt_ca_file, ack_timeout_s=settings.webhook_timeout_s)
+        try:
+            publisher = MqttPublisher(target, Topics(settings.mqtt_topic_prefix, settings.mqtt_discovery_prefix),
+                                      qos=settings.mqtt_qos, client_id=settings.mqtt_client_id,
+                                      ca_file=settings.mqtt_ca_file, ack_timeout_s=settings.webhook_timeout_s)
+        except (OSError, ssl.SSLError) as exc:  # a missing or unreadable CA file stops startup, named
+            raise ConfigError(f"CAMPUSGUARD_MQTT_CA_FILE {settings.mqtt_ca_file}: {exc}") from None
         worker = MqttOutboxWorker(store, publisher, max_backoff_s=settings.webhook_max_backoff_s, metrics=metrics)
         publisher.on_connected = worker.notify
         return cls(publisher, worker)

@@ -96,6 +96,16 @@ def test_broker_url_parsing_and_settings():
     assert Settings(mqtt_topic_prefix="/site/a/").mqtt_topic_prefix == "site/a"
 
 
+def test_bad_ca_file_stops_startup(tmp_path):
+    garbage = tmp_path / "ca.pem"
+    garbage.write_text("not a certificate")
+    store = EventStore(f"sqlite:///{tmp_path}/e.db")
+    for ca in (tmp_path / "missing.pem", garbage):
+        with pytest.raises(ConfigError, match="MQTT_CA_FILE"):
+            MqttBridge.from_settings(Settings(mqtt_url="mqtts://broker.lan", mqtt_ca_file=ca), store)
+    store.close()
+
+
 def test_topic_levels_cannot_inject_wildcards():
     assert topic_part("a/b+c#") == "a_b_c_"
     msgs = event_messages(Topics("cg"), json.dumps({"type": "event.ended", "event": {
