@@ -4,8 +4,11 @@ the per-rule filters (exclude masks, box ratio, max_area, min_frames) and their 
 from __future__ import annotations
 
 import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
 from app.rules.config import SiteConfigError, parse_site_config
+from app.rules.counts import CrossingCounts
 from app.rules.evaluator import CameraRules
 from app.rules.geometry import Polyline
 from tests.unit.rules_util import H, W, at, det
@@ -183,3 +186,28 @@ def test_invalid_rules_are_listed_clearly(rule, fragment):
         camera(rule)
     assert any(fragment in e for e in info.value.errors), info.value.errors
     assert all(e.startswith("cameras[0].zones[0].rules[0]") for e in info.value.errors), info.value.errors
+
+
+# --- properties and the counts store ---------------------------------------------------------
+
+coord = st.floats(0.0, 1.0, allow_nan=False)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.tuples(coord, coord), st.tuples(coord, coord), st.tuples(coord, coord), st.tuples(coord, coord))
+def test_reversed_path_or_line_gives_the_opposite_direction(a, b, p, q):
+    assume(a != b)
+    way = Polyline([a, b]).crossing(p, q)
+    flip = {"in": "out", "out": "in", None: None}
+    assert Polyline([a, b]).crossing(q, p) == flip[way]
+    assert Polyline([b, a]).crossing(p, q) == flip[way]
+
+
+def test_crossing_counts_since_and_bound():
+    counts = CrossingCounts(max_per_camera=3)
+    for s, way in enumerate(["in", "out", "in", "in"]):
+        counts.add("cam", at(s), "z/line", way, "person")
+    got, dropped = counts.since("cam", None)
+    assert got == {("z/line", "in", "person"): 2, ("z/line", "out", "person"): 1} and dropped == at(0)
+    assert counts.since("cam", at(2))[0] == {("z/line", "in", "person"): 2}
+    assert counts.since("other", None) == ({}, None)
