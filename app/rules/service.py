@@ -61,6 +61,7 @@ class ZoneView:
     kind: str
     polygon: tuple[tuple[float, float], ...]
     rules: tuple[str, ...]
+    lines: tuple[tuple[tuple[float, float], ...], ...] = ()  # line_crossing rules' counting lines
 
 
 def check_tracker() -> None:
@@ -406,7 +407,8 @@ class RulesService:
         cam = self._cameras.get(camera_id)
         if cam is None:
             return []
-        return [ZoneView(camera_id, z.name, z.kind, z.polygon.points, tuple(r.name for r in z.rules))
+        return [ZoneView(camera_id, z.name, z.kind, z.polygon.points, tuple(r.name for r in z.rules),
+                         tuple(r.counter.line.points for r in z.rules if r.counter is not None))
                 for z in cam.zones]
 
     def open_events(self, camera_id: str | None = None) -> list[EventRecord]:
