@@ -54,8 +54,16 @@ def box_ratio(x1: float, y1: float, x2: float, y2: float) -> float:
     return (x2 - x1) / h if h > 0 else float("inf")
 
 
+EPS = 1e-12  # below this a cross product is "on the line": rounding must not decide a side
+
+
 def _cross(ax: float, ay: float, bx: float, by: float, px: float, py: float) -> float:
     return (bx - ax) * (py - ay) - (by - ay) * (px - ax)
+
+
+def _side(ax: float, ay: float, bx: float, by: float, px: float, py: float) -> int:
+    c = _cross(ax, ay, bx, by, px, py)
+    return 0 if abs(c) <= EPS else (1 if c > 0 else -1)
 
 
 class Polyline:
@@ -75,7 +83,7 @@ class Polyline:
         if len(self.points) < 2:
             raise ValueError("a line needs at least 2 points")
 
-    def touches(self, p: tuple[float, float], eps: float = 1e-9) -> bool:
+    def touches(self, p: tuple[float, float], eps: float = EPS) -> bool:
         """Whether the point lies on the line (a path that ends there has not crossed yet)."""
         for (ax, ay), (bx, by) in zip(self.points, self.points[1:]):
             if abs(_cross(ax, ay, bx, by, *p)) <= eps and min(ax, bx) - eps <= p[0] <= max(ax, bx) + eps \
@@ -89,10 +97,10 @@ class Polyline:
         The first segment of the line that the path crosses decides (one crossing per path).
         """
         for (ax, ay), (bx, by) in zip(self.points, self.points[1:]):
-            sp, sq = _cross(ax, ay, bx, by, *p), _cross(ax, ay, bx, by, *q)
+            sp, sq = _side(ax, ay, bx, by, *p), _side(ax, ay, bx, by, *q)
             if sp * sq >= 0:
                 continue  # same side, or starts/ends on the line: no crossing yet
-            sa, sb = _cross(*p, *q, ax, ay), _cross(*p, *q, bx, by)
+            sa, sb = _side(*p, *q, ax, ay), _side(*p, *q, bx, by)
             if sa * sb > 0:
                 continue  # the path passes beside this segment
             return "in" if sq > 0 else "out"
