@@ -84,6 +84,9 @@ class Metrics:
         self.build_info = Info("build", "Version, backend, provider, model and device", namespace=ns, registry=r)
         # campus-security rules
         self.events = Counter("events", "Rule events started", ["camera_id", "zone", "rule"], namespace=ns, registry=r)
+        self.line_crossings = Counter("line_crossings", "Objects crossing a counting line (line_crossing rules), "
+                                      "by camera (capped), line (zone/rule), direction and class",
+                                      ["camera_id", "line", "direction", "class_name"], namespace=ns, registry=r)
         self.zone_objects = Gauge("zone_objects", "Objects currently inside each zone", ["camera_id", "zone"],
                                   namespace=ns, registry=r)
         self.rule_latency = Histogram("rule_evaluation_seconds", "Rule evaluation time per frame",

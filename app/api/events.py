@@ -13,7 +13,7 @@ from fastapi import APIRouter, Query
 from fastapi.responses import FileResponse, Response
 
 from app.api.deps import ApiKey, KeyIdDep, RulesDep
-from app.api.schemas import (CameraOut, ErrorBody, EventOut, EventPage, EventReview, ReloadResult, ResetResult,
+from app.api.schemas import (CameraOut, CountsOut, ErrorBody, EventOut, EventPage, EventReview, ReloadResult, ResetResult,
                              error_responses)
 from app.timeutil import IsoDatetime
 from app.errors import NotFound, shorten
@@ -112,3 +112,15 @@ def review_event(event_id: str, review: EventReview, rules: RulesDep, key: KeyId
 def list_cameras(rules: RulesDep) -> list[CameraOut]:
     """Every camera of the site file: online / offline / never_seen, last frame, open events."""
     return [CameraOut(**c) for c in rules.cameras()]
+
+
+@router.get("/cameras/{camera_id}/counts", response_model=CountsOut, summary="Line-crossing counts of a camera",
+            responses={404: {"model": ErrorBody, "description": "`unknown_camera`: not in the site file; `rules_disabled`"},
+                       422: {"model": ErrorBody}})
+def camera_counts(
+    camera_id: str, rules: RulesDep,
+    since: Annotated[IsoDatetime | None, Query(description="Crossings at or after (ISO 8601; naive = UTC)")] = None,
+) -> CountsOut:
+    """Crossings per line, direction and class since ``since``, counted in memory by this replica
+    since it started (sum replicas behind a load balancer, or query the stored line_crossing events)."""
+    return CountsOut(**rules.counts(camera_id, since))

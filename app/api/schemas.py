@@ -133,6 +133,7 @@ class EventObject(BaseModel):
     class_name: str
     confidence: float
     box: list[float] = Field(description="x1, y1, x2, y2 in pixels of the frame")
+    direction: Literal["in", "out"] | None = Field(None, description="line_crossing only: the way it crossed")
 
 
 class EventOut(BaseModel):
@@ -142,7 +143,7 @@ class EventOut(BaseModel):
     camera_id: str
     zone: str
     rule: str = Field(description="Rule name (the rule type unless the site file names it)")
-    rule_type: Literal["intrusion", "crowd", "fire_lane"] | str
+    rule_type: Literal["intrusion", "crowd", "fire_lane", "loitering", "line_crossing"] | str
     state: Literal["started", "ended"]
     started_at: dt.datetime
     ended_at: dt.datetime | None = None
@@ -187,6 +188,23 @@ class CameraOut(BaseModel):
     seconds_since_last_frame: float | None = Field(None, description="Since the last frame arrived (server clock)")
     offline_after_s: float
     open_events: list["EventOut"] = Field(default_factory=list)
+
+
+class LineCount(BaseModel):
+    line: str = Field(description="zone/rule of the line_crossing rule")
+    direction: Literal["in", "out"]
+    class_name: str
+    count: int
+
+
+class CountsOut(BaseModel):
+    """Line crossings of one camera counted by this replica, in memory (docs/rules.md)."""
+
+    camera_id: str
+    since: dt.datetime | None = Field(None, description="Counts from this time on (null: all this replica kept)")
+    complete_since: dt.datetime | None = Field(
+        None, description="Older crossings were dropped (memory bound); counts before this time are partial")
+    counts: list[LineCount] = Field(default_factory=list)
 
 
 class EventPage(BaseModel):

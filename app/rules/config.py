@@ -81,6 +81,30 @@ class ActiveWindow(_Strict):
         return self
 
 
+def _check_points(value: tuple[tuple[float, float], ...], minimum: int, what: str) -> list[str]:
+    problems = []
+    if len(value) < minimum:
+        problems.append(f"{what} needs at least {minimum} points, got {len(value)}")
+    bad = [i for i, (x, y) in enumerate(value) if not (0.0 <= x <= 1.0 and 0.0 <= y <= 1.0)]
+    if bad:
+        problems.append(f"points {bad} are outside 0..1 (coordinates are normalized to the frame size)")
+    return problems
+
+
+def _check_polygon(value: tuple[tuple[float, float], ...]) -> tuple[tuple[float, float], ...]:
+    problems = _check_points(value, 3, "a polygon")
+    if not problems:
+        area = 0.5 * abs(sum(x0 * y1 - x1 * y0 for (x0, y0), (x1, y1) in zip(value, value[1:] + value[:1])))
+        if area <= 1e-9:
+            problems.append("the polygon has no area (points are collinear or repeated)")
+    if problems:
+        raise ValueError("; ".join(problems))
+    return value
+
+
+Points = tuple[tuple[float, float], ...]
+
+
 class RuleBase(_Strict):
     name: str | None = Field(None, pattern=IDENT, description="Rule name in events; default: the rule type")
     classes: tuple[str, ...] = ("person",)
@@ -92,6 +116,33 @@ class RuleBase(_Strict):
     active_hours: tuple[ActiveWindow, ...] | None = None
     timezone: str | None = Field(None, description="IANA zone for active_hours; default: the site's")
     snapshot: bool | None = Field(None, description="Annotated JPEG per event; default: the site's 'snapshots'")
+    # filters: which objects a rule sees at all (docs/rules.md "Filters")
+    exclude: tuple[Points, ...] = Field((), description="Polygons (masks) where a foot point is ignored")
+    min_ratio: float | None = Field(None, gt=0.0, description="Ignore boxes narrower than this width/height")
+    max_ratio: float | None = Field(None, gt=0.0, description="Ignore boxes wider than this width/height")
+    max_area: float = Field(1.0, gt=0.0, le=1.0, description="Ignore boxes larger than this fraction of the frame")
+    min_frames: int = Field(1, ge=1, description="A tracked object counts after this many consecutive frames")
+
+    @field_validator("exclude")
+    @classmethod
+    def _exclude(cls, value: tuple[Points, ...]) -> tuple[Points, ...]:
+        problems = []
+        for i, poly in enumerate(value):
+            try:
+                _check_polygon(poly)
+            except ValueError as exc:
+                problems.append(f"exclude[{i}]: {exc}")
+        if problems:
+            raise ValueError("; ".join(problems))
+        return value
+
+    @model_validator(mode="after")
+    def _ranges(self) -> "RuleBase":
+        if self.min_ratio is not None and self.max_ratio is not None and self.min_ratio > self.max_ratio:
+            raise ValueError(f"min_ratio {self.min_ratio} is above max_ratio {self.max_ratio}: no box could match")
+        if self.min_area > self.max_area:
+            raise ValueError(f"min_area {self.min_area} is above max_area {self.max_area}: no box could match")
+        return self
 
     @field_validator("classes")
     @classmethod
@@ -138,7 +189,41 @@ class FireLaneRule(RuleBase):
     min_duration_s: float = Field(..., ge=0.0)
 
 
-Rule = Annotated[Union[IntrusionRule, CrowdRule, FireLaneRule], Field(discriminator="type")]
+class LoiteringRule(RuleBase):
+    """The same tracked object (a person by default) inside the zone for ``min_duration_s``;
+    misses shorter than ``clear_after_s`` keep its time (the fire-lane dwell logic)."""
+
+    type: Literal["loitering"]
+    min_duration_s: float = Field(..., gt=0.0)
+
+
+class LineCrossingRule(RuleBase):
+    """A tracked object's foot point crossing ``line`` (a polyline); one event per crossing.
+
+    Seen from the first point of the line towards the next, ``in`` is a crossing from the
+    left side to the right side (in the image, y down), ``out`` the reverse. ``cooldown_s``
+    is per track: the same track is not counted again on this line within it.
+    """
+
+    type: Literal["line_crossing"]
+    line: Points = Field(..., description="Normalized [x, y] points of a polyline (2 or more)")
+    direction: Literal["in", "out", "both"] = "both"
+    cooldown_s: float = Field(10.0, ge=0.0, description="Per track: no second crossing of this line within it")
+
+    @field_validator("line")
+    @classmethod
+    def _line(cls, value: Points) -> Points:
+        problems = _check_points(value, 2, "a line")
+        if not problems and any(a == b for a, b in zip(value, value[1:])):
+            problems.append("the line repeats a point (each segment needs a length)")
+        if problems:
+            raise ValueError("; ".join(problems))
+        return value
+
+
+RULE_TYPES = ("intrusion", "crowd", "fire_lane", "loitering", "line_crossing")
+Rule = Annotated[Union[IntrusionRule, CrowdRule, FireLaneRule, LoiteringRule, LineCrossingRule],
+                 Field(discriminator="type")]
 
 
 class Zone(_Strict):
@@ -149,20 +234,8 @@ class Zone(_Strict):
 
     @field_validator("polygon")
     @classmethod
-    def _polygon(cls, value: tuple[tuple[float, float], ...]) -> tuple[tuple[float, float], ...]:
-        problems = []
-        if len(value) < 3:
-            problems.append(f"a polygon needs at least 3 points, got {len(value)}")
-        bad = [i for i, (x, y) in enumerate(value) if not (0.0 <= x <= 1.0 and 0.0 <= y <= 1.0)]
-        if bad:
-            problems.append(f"points {bad} are outside 0..1 (coordinates are normalized to the frame size)")
-        if not problems:
-            area = 0.5 * abs(sum(x0 * y1 - x1 * y0 for (x0, y0), (x1, y1) in zip(value, value[1:] + value[:1])))
-            if area <= 1e-9:
-                problems.append("the polygon has no area (points are collinear or repeated)")
-        if problems:
-            raise ValueError("; ".join(problems))
-        return value
+    def _polygon(cls, value: Points) -> Points:
+        return _check_polygon(value)
 
 
 class Camera(_Strict):
@@ -210,7 +283,7 @@ def _loc(loc: tuple) -> str:
     for part in loc:
         if isinstance(part, int):
             out += f"[{part}]"
-        elif part in ("intrusion", "crowd", "fire_lane") and out.endswith("]"):
+        elif part in RULE_TYPES and out.endswith("]"):
             continue  # the discriminator tag adds nothing to the path
         else:
             out += f".{part}" if out else str(part)

@@ -25,11 +25,12 @@ import datetime as dt
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal, TypedDict
+from typing import Literal, NotRequired, TypedDict
 
 from app.pipeline import Detection
-from app.rules.config import Camera, CrowdRule, FireLaneRule, IntrusionRule, RuleBase, SiteConfig
-from app.rules.geometry import Polygon, box_area_fraction, foot_point
+from app.rules.config import (Camera, CrowdRule, FireLaneRule, IntrusionRule, LineCrossingRule, LoiteringRule,
+                              RuleBase, SiteConfig)
+from app.rules.geometry import Polygon, Polyline, box_area_fraction, box_ratio, foot_point
 from app.rules.schedule import Schedule
 from app.rules.tracking import CameraTracker
 from app.timeutil import UTC, clamp_utc, iso
@@ -43,6 +44,7 @@ class ObjectRecord(TypedDict):
     class_name: str
     confidence: float
     box: list[float]
+    direction: NotRequired[str]  # line_crossing only: "in" or "out"
 
 
 class EventRecord(TypedDict):
@@ -114,6 +116,14 @@ class Transition:
     kind: Literal["started", "ended"]
     event: Event
     rule: "CompiledRule | None" = None
+    ends_at: dt.datetime | None = None  # an instant event (line crossing): ``apply`` sets its end
+
+    def apply(self) -> Event:
+        """The event as of this transition: an instant event ends only once its start was handled
+        (its snapshot taken, its started record written), so the end is applied here, in order."""
+        if self.ends_at is not None:
+            self.event.ended_at = self.ends_at
+        return self.event
 
 
 class RuleState:
@@ -163,8 +173,89 @@ class RuleState:
         return None
 
 
+class Dwell:
+    """How long each tracked object has stayed: the one implementation behind ``fire_lane``
+    and ``loitering``. An object missed for less than ``clear_after_s`` keeps its time
+    (detector flicker, a passer-by hiding it for a moment); longer, and it starts over."""
+
+    __slots__ = ("min_duration_s", "clear_after_s", "since")
+
+    def __init__(self, min_duration_s: float, clear_after_s: float) -> None:
+        self.min_duration_s = min_duration_s
+        self.clear_after_s = clear_after_s
+        self.since: dict[int, list[float]] = {}  # track id -> [entered, last seen]
+
+    def staying(self, t: float, matching: Sequence[FrameObject]) -> list[FrameObject]:
+        """The objects of this frame that have been inside for at least ``min_duration_s``."""
+        for obj in matching:
+            if obj.track_id is None:
+                continue  # not confirmed by the tracker yet: identity unknown
+            entry = self.since.get(obj.track_id)
+            if entry is None:
+                self.since[obj.track_id] = [t, t]
+            else:
+                entry[1] = t
+        for tid in [k for k, (_, seen) in self.since.items() if t - seen > self.clear_after_s]:
+            del self.since[tid]
+        return [o for o in matching if o.track_id is not None
+                and t - self.since[o.track_id][0] >= self.min_duration_s]
+
+
+@dataclass(slots=True)
+class Crossing:
+    """One object crossing a line on this frame."""
+
+    obj: FrameObject
+    direction: Literal["in", "out"]
+
+
+class LineCounter:
+    """Crossings of one polyline, decided on each track's foot-point path between frames.
+
+    The previous foot point of a track is forgotten after ``clear_after_s`` without it, so a
+    track lost and re-found far away does not draw a path across the line. ``cooldown_s`` is
+    per track: a person dithering across the line counts once.
+    """
+
+    __slots__ = ("line", "direction", "clear_after_s", "cooldown_s", "last_foot", "counted_at")
+
+    def __init__(self, config: LineCrossingRule) -> None:
+        self.line = Polyline(config.line)
+        self.direction = config.direction
+        self.clear_after_s = config.clear_after_s
+        self.cooldown_s = config.cooldown_s
+        self.last_foot: dict[int, tuple[float, tuple[float, float]]] = {}  # track -> (seen at, foot)
+        self.counted_at: dict[int, float] = {}  # track -> time of its last counted crossing
+
+    def step(self, t: float, objects: Sequence[FrameObject]) -> list[Crossing]:
+        out: list[Crossing] = []
+        for obj in objects:
+            if obj.track_id is None:
+                continue
+            prev = self.last_foot.get(obj.track_id)
+            if prev is not None and self.line.touches(obj.foot):
+                self.last_foot[obj.track_id] = (t, prev[1])  # on the line: decide once it is off it
+                continue
+            self.last_foot[obj.track_id] = (t, obj.foot)
+            if prev is None:
+                continue
+            way = self.line.crossing(prev[1], obj.foot)
+            if way is None or (self.direction != "both" and way != self.direction):
+                continue
+            last = self.counted_at.get(obj.track_id)
+            if last is not None and t - last < self.cooldown_s:
+                continue
+            self.counted_at[obj.track_id] = t
+            out.append(Crossing(obj, way))
+        for tid in [k for k, (seen, _) in self.last_foot.items() if t - seen > self.clear_after_s]:
+            del self.last_foot[tid]
+        for tid in [k for k, at in self.counted_at.items() if t - at >= self.cooldown_s]:
+            del self.counted_at[tid]
+        return out
+
+
 class CompiledRule:
-    """A rule of a zone, ready to evaluate: its config, schedule and state."""
+    """A rule of a zone, ready to evaluate: its config, filters, schedule and state."""
 
     def __init__(self, config: RuleBase, site_tz: str) -> None:
         self.config = config
@@ -172,45 +263,55 @@ class CompiledRule:
         self.type: str = config.type  # type: ignore[attr-defined]
         self.classes = frozenset(config.classes)
         self.schedule = Schedule(config.active_hours, config.timezone or site_tz)
-        min_duration = 0.0 if isinstance(config, FireLaneRule) else config.min_duration_s
-        self.state = RuleState(min_duration, config.clear_after_s, config.cooldown_s)
-        self.dwell: dict[int, list[float]] = {}  # fire lane: track id -> [entered, last seen]
+        self.exclude = [Polygon(p) for p in config.exclude]
+        dwelling = isinstance(config, (FireLaneRule, LoiteringRule))
+        self.dwell = Dwell(config.min_duration_s, config.clear_after_s) if dwelling else None
+        # a dwell rule's duration is per object (Dwell), so the rule-level state starts at once
+        self.state = RuleState(0.0 if dwelling else config.min_duration_s, config.clear_after_s, config.cooldown_s)
+        self.counter = LineCounter(config) if isinstance(config, LineCrossingRule) else None
+        self.streaks: dict[int, int] = {}  # min_frames: track id -> consecutive frames seen
 
     def accepts(self, obj: FrameObject) -> bool:
-        c = self.config
-        return (obj.det.class_name in self.classes and obj.det.confidence >= c.min_confidence
-                and obj.area >= c.min_area)
+        """The per-object filters: class, confidence, size, shape and the exclusion masks."""
+        c, d = self.config, obj.det
+        if d.class_name not in self.classes or d.confidence < c.min_confidence:
+            return False
+        if not c.min_area <= obj.area <= c.max_area:
+            return False
+        if c.min_ratio is not None or c.max_ratio is not None:
+            ratio = box_ratio(d.x1, d.y1, d.x2, d.y2)
+            if (c.min_ratio is not None and ratio < c.min_ratio) or (c.max_ratio is not None and ratio > c.max_ratio):
+                return False
+        return not any(mask.contains(*obj.foot) for mask in self.exclude)
+
+    def filter(self, objects: Sequence[FrameObject]) -> list[FrameObject]:
+        """The frame's objects this rule sees. Called once per frame with every object of the
+        camera (not just those in the zone), so ``min_frames`` counts consecutive frames in
+        which the object passed the filters anywhere in view."""
+        passed = [o for o in objects if self.accepts(o)]
+        need = self.config.min_frames
+        if need <= 1:
+            return passed
+        streaks = {o.track_id: self.streaks.get(o.track_id, 0) + 1 for o in passed if o.track_id is not None}
+        self.streaks = streaks  # a track missing from this frame starts over
+        return [o for o in passed if o.track_id is not None and streaks[o.track_id] >= need]
 
     def condition(self, t: float, when: dt.datetime, inside: Sequence[FrameObject]) -> tuple[bool, list[FrameObject]]:
-        """Whether the rule's situation holds on this frame, and the objects that make it hold."""
+        """Whether the rule's situation holds on this frame, and the objects that make it hold.
+
+        ``inside``: the objects in the zone that passed ``filter``."""
         c = self.config
         if not self.schedule.active(when):
             return False, []
-        matching = [o for o in inside if self.accepts(o)]
-        if isinstance(c, FireLaneRule):
-            return self._fire_lane(t, matching)
+        matching = list(inside)
+        if self.dwell is not None:
+            staying = self.dwell.staying(t, matching)
+            return bool(staying), staying
         if isinstance(c, CrowdRule):
             return len(matching) >= c.min_count, matching
         if isinstance(c, IntrusionRule):
             return bool(matching), matching
         raise AssertionError(f"unknown rule type {self.type}")  # pragma: no cover
-
-    def _fire_lane(self, t: float, matching: list[FrameObject]) -> tuple[bool, list[FrameObject]]:
-        c = self.config
-        for obj in matching:
-            if obj.track_id is None:
-                continue  # not confirmed by the tracker yet: identity unknown
-            entry = self.dwell.get(obj.track_id)
-            if entry is None:
-                self.dwell[obj.track_id] = [t, t]
-            else:
-                entry[1] = t
-        # a vehicle missed for less than clear_after_s keeps its dwell time (detector flicker)
-        for tid in [k for k, (_, seen) in self.dwell.items() if t - seen > c.clear_after_s]:
-            del self.dwell[tid]
-        staying = [o for o in matching if o.track_id is not None
-                   and t - self.dwell[o.track_id][0] >= c.min_duration_s]
-        return bool(staying), staying
 
 
 class CompiledZone:
@@ -268,9 +369,14 @@ class CameraRules:
             inside = [o for o in objects if o.det.class_name in zone.classes and zone.polygon.contains(*o.foot)]
             self.zone_counts[zone.name] = len(inside)
             for rule in zone.rules:
+                seen = rule.filter(objects)
+                if rule.counter is not None:
+                    if rule.schedule.active(when):
+                        out.extend(self._crossings(zone, rule, when, rule.counter.step(t, seen)))
+                    continue
                 state = rule.state
                 state.silence(t)
-                holds, matching = rule.condition(t, when, inside)
+                holds, matching = rule.condition(t, when, [o for o in seen if zone.polygon.contains(*o.foot)])
                 action = state.step(t, holds)
                 if action == "start":
                     event = Event(uuid.uuid4().hex, self.id, zone.name, rule.name, rule.type, when,
@@ -282,6 +388,20 @@ class CameraRules:
                 elif holds and state.active is not None and len(matching) > state.active.max_count:
                     state.active.max_count = len(matching)
                     state.active.objects = [o.to_dict() for o in matching]
+        return out
+
+    def _crossings(self, zone: "CompiledZone", rule: CompiledRule, when: dt.datetime,
+                   crossings: list[Crossing]) -> list[Transition]:
+        """A crossing is an instant: its event starts and ends on the same frame, so the
+        store, webhooks and clients see it like any other event (``objects[0].direction``)."""
+        out: list[Transition] = []
+        for c in crossings:
+            record = c.obj.to_dict()
+            record["direction"] = c.direction
+            event = Event(uuid.uuid4().hex, self.id, zone.name, rule.name, rule.type, when,
+                          objects=[record], max_count=1)
+            out.append(Transition("started", event, rule))
+            out.append(Transition("ended", event, rule, ends_at=when))
         return out
 
     @staticmethod

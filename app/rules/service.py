@@ -36,6 +36,7 @@ from app.rules.cameras import CameraMonitor, camera_event, sweep_interval
 from app.rules.capture_time import CaptureTimePolicy
 from app.rules.clips import ClipRecorder
 from app.rules.config import SiteConfig, load_site_config
+from app.rules.counts import CrossingCounts
 from app.rules.evaluator import CameraRules, EventRecord, Transition
 from app.rules.migrate import StoreUnavailable, describe
 from app.rules.mqtt import Message, MqttBridge
@@ -61,6 +62,7 @@ class ZoneView:
     kind: str
     polygon: tuple[tuple[float, float], ...]
     rules: tuple[str, ...]
+    lines: tuple[tuple[tuple[float, float], ...], ...] = ()  # line_crossing rules' counting lines
 
 
 def check_tracker() -> None:
@@ -98,6 +100,7 @@ class RulesService:
         if clips is not None:
             clips.on_failed = self._clip_failed
         self.monitor = CameraMonitor()
+        self.crossings = CrossingCounts()
         self._reload_lock = threading.Lock()
         self._config = config
         self._cameras: dict[str, CameraRules] = {c.id: CameraRules(c, config) for c in config.cameras}
@@ -239,7 +242,7 @@ class RulesService:
 
     def _emit(self, cam: CameraRules, tr: Transition, detections: Sequence[Detection],
               frame_rgb: np.ndarray | None) -> EventRecord:
-        ev = tr.event
+        ev = tr.apply()
         if tr.kind == "started":
             if frame_rgb is not None and self._snapshots_on(tr):
                 ev.snapshot = self._write_snapshot(cam, ev, detections, frame_rgb)
@@ -247,11 +250,30 @@ class RulesService:
                     ev.clip = self.clips.schedule(ev, self.zones_for(cam.id))
             if self.metrics is not None:
                 self.metrics.events.labels(self.metrics.camera_label(ev.camera_id), ev.zone, ev.rule).inc()
+            if ev.rule_type == "line_crossing":
+                self._count_crossing(ev)
         elif self.clips is not None and ev.ended_at is not None:
             self.clips.finish(ev.id, ev.ended_at)
         data = ev.to_dict()
         self._persist(data, tr.kind)
         return data
+
+    def _count_crossing(self, ev) -> None:
+        obj = ev.objects[0]
+        line = f"{ev.zone}/{ev.rule}"
+        self.crossings.add(ev.camera_id, ev.started_at, line, obj["direction"], obj["class_name"])
+        if self.metrics is not None:
+            self.metrics.line_crossings.labels(self.metrics.camera_label(ev.camera_id), line, obj["direction"],
+                                               obj["class_name"]).inc()
+
+    def counts(self, camera_id: str, since: dt.datetime | None) -> dict[str, Any]:
+        """Line crossings of a configured camera counted by this replica (app/rules/counts.py)."""
+        if camera_id not in self._cameras:
+            raise NotFound(f"camera {camera_id!r} is not in the site file", code="unknown_camera")
+        counts, dropped = self.crossings.since(camera_id, since)
+        return {"camera_id": camera_id, "since": since, "complete_since": dropped,
+                "counts": [{"line": line, "direction": way, "class_name": cls, "count": n}
+                           for (line, way, cls), n in sorted(counts.items())]}
 
     def _snapshots_on(self, tr: Transition) -> bool:
         if self.snapshot_dir is None:
@@ -419,7 +441,8 @@ class RulesService:
         cam = self._cameras.get(camera_id)
         if cam is None:
             return []
-        return [ZoneView(camera_id, z.name, z.kind, z.polygon.points, tuple(r.name for r in z.rules))
+        return [ZoneView(camera_id, z.name, z.kind, z.polygon.points, tuple(r.name for r in z.rules),
+                         tuple(r.counter.line.points for r in z.rules if r.counter is not None))
                 for z in cam.zones]
 
     def open_events(self, camera_id: str | None = None) -> list[EventRecord]:

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 
 ZONE_COLOR = (255, 200, 0)       # BGR: cyan-ish for idle zones
 ALERT_COLOR = (0, 0, 255)        # BGR: red for zones with a triggered rule
+LINE_COLOR = (0, 220, 255)       # BGR: yellow for counting lines
 _PALETTE = [(56, 56, 255), (151, 157, 255), (31, 112, 255), (29, 178, 255), (49, 210, 207), (10, 249, 72),
             (23, 204, 146), (134, 219, 61), (52, 147, 26), (187, 212, 0), (168, 153, 44), (255, 194, 0),
             (147, 69, 52), (255, 115, 100), (236, 24, 0), (255, 56, 132), (133, 0, 82), (255, 56, 203),
@@ -68,6 +69,19 @@ def draw(frame_rgb: np.ndarray, detections: Sequence[Detection], zones: Iterable
         text = name + (": " + ", ".join(triggered[name]) if name in triggered else "")
         top = pts[np.argmin(pts[:, 1])]
         _label(img, text, int(top[0]), int(top[1]), color, scale)
+
+    # counting lines (line_crossing): open polylines, an arrow on the first segment towards the "in" side
+    for zone in zones:
+        for points in zone.lines:
+            pts = np.round(np.asarray(points, dtype=np.float64) * (w, h)).astype(np.int32)
+            color = ALERT_COLOR if zone.name in triggered else LINE_COLOR
+            cv2.polylines(img, [pts], False, color, line + 2, cv2.LINE_AA)
+            (ax, ay), (bx, by) = pts[0], pts[1]
+            mid = np.array([(ax + bx) / 2.0, (ay + by) / 2.0])
+            normal = np.array([-(by - ay), bx - ax], dtype=np.float64)  # the right-hand ("in") side, y down
+            normal *= 0.04 * min(w, h) / max(np.hypot(*normal), 1e-9)
+            cv2.arrowedLine(img, tuple(int(v) for v in mid), tuple(int(v) for v in mid + normal), color, line + 1,
+                            cv2.LINE_AA, tipLength=0.4)
 
     # detections
     for det in detections:

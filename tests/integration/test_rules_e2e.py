@@ -264,7 +264,7 @@ def test_webhook_outage_annotate_and_reload(server_factory, tmp_path, dataset):
 
             site.write_text(good)
             r = c.post("/admin/reload")
-            assert r.status_code == 200 and r.json()["cameras"] == ["gate-cam", "plaza-cam", "lot-cam"]
+            assert r.status_code == 200 and r.json()["cameras"] == ["gate-cam", "plaza-cam", "lot-cam", "door-cam", "entrance-cam"]
 
             # a wrong gateway clock: 422 before inference, and the camera's next frame is evaluated
             r = c.post("/detect", files={"image": ("f.jpg", crowd, "image/jpeg")},

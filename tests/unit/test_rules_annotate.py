@@ -51,3 +51,14 @@ def test_only_open_events_mark_their_zone():
     started = decode(annotate_jpeg(frame, [], [zone], [{"zone": "gate", "rule": "crowd", "state": "started"}]))
     # BGR: an open event's zone is tinted red (blue channel drops), an ended one keeps the idle colour
     assert started[inside][..., 0].mean() < ended[inside][..., 0].mean() - 20
+
+
+def test_counting_lines_are_drawn_with_their_in_arrow():
+    frame = np.zeros((400, 400, 3), np.uint8)
+    zone = ZoneView("c", "hall", "entrance", ((0.0, 0.0), (1.0, 0.0), (1.0, 1.0), (0.0, 1.0)), ("line_crossing",),
+                    (((0.1, 0.5), (0.9, 0.5)),))
+    img = decode(annotate_jpeg(frame, [], [zone], []))
+    yellow = lambda px: px[1] > 150 and px[2] > 150 and px[0] < 120  # noqa: E731 (BGR)
+    assert yellow(img[200, 100]) and yellow(img[200, 300])      # on the line
+    assert not yellow(img[100, 200]) and not yellow(img[300, 100])  # off it
+    assert yellow(img[210, 200])                                # the arrow points down: "in" for this line

@@ -86,7 +86,7 @@ def test_bad_query_parameters(rules, params):
 def test_reload_ok_and_bad(rules):
     client = TestClient(make_app(rules))
     r = client.post("/admin/reload")
-    assert r.status_code == 200 and r.json()["cameras"] == ["gate-cam", "plaza-cam", "lot-cam"]
+    assert r.status_code == 200 and r.json()["cameras"] == ["gate-cam", "plaza-cam", "lot-cam", "door-cam", "entrance-cam"]
     rules.path_for_test.write_text("cameras:\n  - id: gate-cam\n    zones: [{name: z, polygon: [[0, 0]]}]\n"
                                    "  - {id: gate-cam, resolution: [-1, 2]}\n")
     r = client.post("/admin/reload")
@@ -94,7 +94,7 @@ def test_reload_ok_and_bad(rules):
     assert r.status_code == 422 and body["error"] == "invalid_site_config"
     assert len(body["detail"]) == 3 and all(isinstance(e, str) for e in body["detail"])
     assert any("duplicate camera id" in e for e in body["detail"])
-    assert rules.camera_ids == ["gate-cam", "plaza-cam", "lot-cam"]  # old config in force
+    assert rules.camera_ids == ["gate-cam", "plaza-cam", "lot-cam", "door-cam", "entrance-cam"]  # old config in force
 
 
 def test_rules_disabled_and_api_keys(rules):

@@ -9,7 +9,8 @@ import pytest
 import yaml
 
 from app.errors import ConfigError
-from app.rules.config import CrowdRule, FireLaneRule, IntrusionRule, SiteConfigError, load_site_config, parse_site_config
+from app.rules.config import (CrowdRule, FireLaneRule, IntrusionRule, LineCrossingRule, LoiteringRule, SiteConfigError,
+                              load_site_config, parse_site_config)
 from tests.unit.rules_util import EXAMPLE_SITE
 
 BAD_SITE = textwrap.dedent("""
@@ -60,7 +61,7 @@ EXPECTED_FRAGMENTS = [
 def test_example_site_is_valid_and_has_one_camera_per_rule_kind():
     site = load_site_config(EXAMPLE_SITE)
     kinds = {type(rule) for cam in site.cameras for zone in cam.zones for rule in zone.rules}
-    assert kinds == {IntrusionRule, CrowdRule, FireLaneRule}
+    assert kinds == {IntrusionRule, CrowdRule, FireLaneRule, LoiteringRule, LineCrossingRule}
     for cam in site.cameras:
         assert len({type(r) for z in cam.zones for r in z.rules}) == 1, "one rule kind per example camera"
     gate = next(c for c in site.cameras if c.id == "gate-cam")
