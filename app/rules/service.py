@@ -130,6 +130,11 @@ class RulesService:
                 self.metrics.zone_objects.labels(label, zone.name).set(cam.zone_counts.get(zone.name, 0))
                 for rule in zone.rules:
                     self.metrics.events.labels(label, zone.name, rule.name)
+                    if rule.type == "line_crossing":  # counted directions start at 0 (rate() and dashboards)
+                        direction = rule.config.direction
+                        for way in (("in", "out") if direction == "both" else (direction,)):
+                            for cls in sorted(rule.classes):
+                                self.metrics.line_crossings.labels(label, f"{zone.name}/{rule.name}", way, cls)
 
     @classmethod
     def from_settings(cls, settings: "Settings", metrics: "Metrics | None" = None) -> "RulesService | None":
