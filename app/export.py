@@ -102,16 +102,19 @@ def set_metadata(proto, values: dict[str, str]) -> None:
             entry.key, entry.value = key, value
 
 
+def file_digest(path: Path) -> str:
+    """First 12 hex digits of the file's SHA-256: caches (exports, compiled programs) are keyed
+    by content, so a replaced model never reuses a stale artefact."""
+    import hashlib
+
+    with path.open("rb") as fh:
+        return hashlib.file_digest(fh, "sha256").hexdigest()[:12]
+
+
 def cached_export_path(weights: Path, imgsz: "ImgSize", half: bool, cache_dir: Path) -> Path:
     """Where the service keeps its automatic export of ``weights`` (keyed by content)."""
     import hashlib
 
-    h = hashlib.sha256()
-    if weights.is_file():
-        with weights.open("rb") as fh:
-            for chunk in iter(lambda: fh.read(1 << 20), b""):
-                h.update(chunk)
-    else:
-        h.update(str(weights).encode())
-    tag = f"{weights.stem}-{format_imgsz(imgsz)}-{'fp16' if half else 'fp32'}-dyn-{h.hexdigest()[:12]}.onnx"
+    digest = file_digest(weights) if weights.is_file() else hashlib.sha256(str(weights).encode()).hexdigest()[:12]
+    tag = f"{weights.stem}-{format_imgsz(imgsz)}-{'fp16' if half else 'fp32'}-dyn-{digest}.onnx"
     return cache_dir / tag

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import ast
 import contextlib
-import hashlib
 import io
 import logging
 import os
@@ -31,7 +30,7 @@ from app.config import ImgSize, Settings, format_imgsz, input_hw, parse_imgsz
 from app.devices import (DeviceInfo, GpuInventory, MemoryStats, gpu_memory_without_torch, process_memory,
                          torch_inventory, validate_device, parse_device)
 from app.errors import ConfigError, OutOfMemory
-from app.export import META_IMGSZ, cached_export_path, export_onnx
+from app.export import META_IMGSZ, cached_export_path, export_onnx, file_digest
 from app.memory import trim_heap
 
 log = logging.getLogger("campusguard.onnx")
@@ -65,15 +64,6 @@ def require_gpu_provider(device: str, preferred: Sequence[str], cpu_fallback: bo
     return wanted
 
 
-def model_digest(path: Path) -> str:
-    """First 12 hex digits of the file's SHA-256: a compiled program belongs to one model."""
-    h = hashlib.sha256()
-    with path.open("rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()[:12]
-
-
 def migraphx_options(device_index: int, fp16: bool, cache_dir: Path, model_path: Path, batch: int,
                      ort_version: str) -> dict[str, str]:
     """MIGraphX provider options for this onnxruntime version.
@@ -84,7 +74,7 @@ def migraphx_options(device_index: int, fp16: bool, cache_dir: Path, model_path:
     by model content, batch and precision, so another batch or precision never loads a
     program compiled for a different shape.
     """
-    key = f"{model_path.stem}-{model_digest(model_path)}-b{batch}-{'fp16' if fp16 else 'fp32'}"
+    key = f"{model_path.stem}-{file_digest(model_path)}-b{batch}-{'fp16' if fp16 else 'fp32'}"
     opts = {"device_id": str(device_index), "migraphx_fp16_enable": "1" if fp16 else "0"}
     if Version(ort_version.split("+")[0]) >= MIGRAPHX_CACHE_DIR_SINCE:
         folder = cache_dir / "migraphx" / key

@@ -19,7 +19,6 @@ from dataclasses import dataclass
 
 from app.rules.evaluator import Event
 
-UTC = dt.timezone.utc
 CAMERA_ZONE = ""  # camera events belong to no zone
 
 

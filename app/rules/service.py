@@ -44,7 +44,7 @@ from app.rules.retention import RetentionSweeper
 from app.rules.store import EventStore, dumps
 from app.rules.webhooks import OutboxWorker
 from app.rules.writer import EventWriter, is_outage
-from app.timeutil import UTC, as_utc, utcnow
+from app.timeutil import as_utc, utcnow
 
 if TYPE_CHECKING:
     from app.config import Settings
@@ -224,7 +224,7 @@ class RulesService:
             return []
         t0 = time.perf_counter()
         when = timestamp or utcnow()
-        arrived = when if when.tzinfo else when.replace(tzinfo=UTC)
+        arrived = as_utc(when)
         back = self.monitor.seen(camera_id, arrived)  # the camera_offline event, if it was offline
         with cam.lock:
             transitions = cam.evaluate(when, frame_size, detections)
@@ -334,7 +334,7 @@ class RulesService:
         and durations from before the gap mean nothing after it), and ``camera_offline`` starts."""
         thresholds = self._thresholds()
         for cid in self.monitor.silent(thresholds):
-            event = camera_event(cid, "camera_offline", dt.datetime.now(UTC))
+            event = camera_event(cid, "camera_offline", utcnow())
             with self._reload_lock:
                 cam = self._cameras.get(cid)
                 if cam is None or not self.monitor.mark_offline(cid, event):
@@ -467,7 +467,7 @@ class RulesService:
 
     def review_event(self, event_id: str, changes: dict[str, Any], by: str) -> dict[str, Any] | None:
         """An operator's acknowledgement / false-positive mark / note; None for an unknown event."""
-        return self._store_call(self.store.review, event_id, changes, by, dt.datetime.now(UTC))
+        return self._store_call(self.store.review, event_id, changes, by, utcnow())
 
     def _store_call(self, fn, *args, **kwargs):
         """A request-time store call; an outage is a 503 ``event_store_unavailable``, not a 500."""
