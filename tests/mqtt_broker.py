@@ -111,7 +111,8 @@ class Subscriber:
             self.client.tls_set(ca_certs=str(ca_file))
         if user is not None:
             self.client.username_pw_set(*user)
-        self.client.reconnect_delay_set(min_delay=1, max_delay=1)
+        # back well before the service (which retries after 1 s), so nothing is published unseen
+        self.client.reconnect_delay_set(min_delay=0.1, max_delay=0.2)
         self.client.on_connect = lambda c, u, f, rc, p: c.subscribe(topic, qos=1)
         self.client.on_message = self._on_message
         self.client.connect("127.0.0.1", port, keepalive=30)
