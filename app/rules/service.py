@@ -63,6 +63,7 @@ class ZoneView:
     polygon: tuple[tuple[float, float], ...]
     rules: tuple[str, ...]
     lines: tuple[tuple[tuple[float, float], ...], ...] = ()  # line_crossing rules' counting lines
+    excludes: tuple[tuple[tuple[float, float], ...], ...] = ()  # the rules' exclusion masks
 
 
 def check_tracker() -> None:
@@ -447,7 +448,8 @@ class RulesService:
         if cam is None:
             return []
         return [ZoneView(camera_id, z.name, z.kind, z.polygon.points, tuple(r.name for r in z.rules),
-                         tuple(r.counter.line.points for r in z.rules if r.counter is not None))
+                         tuple(r.counter.line.points for r in z.rules if r.counter is not None),
+                         tuple(dict.fromkeys(m.points for r in z.rules for m in r.exclude)))
                 for z in cam.zones]
 
     def open_events(self, camera_id: str | None = None) -> list[EventRecord]:

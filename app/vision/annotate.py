@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 ZONE_COLOR = (255, 200, 0)       # BGR: cyan-ish for idle zones
 ALERT_COLOR = (0, 0, 255)        # BGR: red for zones with a triggered rule
 LINE_COLOR = (0, 220, 255)       # BGR: yellow for counting lines
+MASK_COLOR = (128, 128, 128)     # BGR: grey hatching where a rule ignores detections
 _PALETTE = [(56, 56, 255), (151, 157, 255), (31, 112, 255), (29, 178, 255), (49, 210, 207), (10, 249, 72),
             (23, 204, 146), (134, 219, 61), (52, 147, 26), (187, 212, 0), (168, 153, 44), (255, 194, 0),
             (147, 69, 52), (255, 115, 100), (236, 24, 0), (255, 56, 132), (133, 0, 82), (255, 56, 203),
@@ -63,6 +64,7 @@ def draw(frame_rgb: np.ndarray, detections: Sequence[Detection], zones: Iterable
         cv2.fillPoly(overlay, [pts], ALERT_COLOR if name in triggered else ZONE_COLOR)
     if zone_px:
         img = cv2.addWeighted(overlay, 0.2, img, 0.8, 0)
+    img = _draw_masks(img, [m for zone in zones for m in zone.excludes], line, scale)
     for name, pts in zone_px:
         color = ALERT_COLOR if name in triggered else ZONE_COLOR
         cv2.polylines(img, [pts], True, color, line + 1, cv2.LINE_AA)
@@ -101,6 +103,30 @@ def draw(frame_rgb: np.ndarray, detections: Sequence[Detection], zones: Iterable
     if triggered:
         banner = "ALERT " + "; ".join(f"{z}: {', '.join(r)}" for z, r in triggered.items())
         _label(img, banner, 0, int(30 * scale) + 4, ALERT_COLOR, scale)
+    return img
+
+
+def _draw_masks(img: np.ndarray, masks: Sequence[Sequence[tuple[float, float]]], line: int,
+                scale: float) -> np.ndarray:
+    """Exclusion masks darkened and hatched, so a guard sees where detections do not count
+    (a flag in the wind, a poster) instead of wondering why a person there raised nothing."""
+    if not masks:
+        return img
+    h, w = img.shape[:2]
+    shapes = [np.round(np.asarray(m, dtype=np.float64) * (w, h)).astype(np.int32) for m in masks]
+    inside = np.zeros((h, w), np.uint8)
+    cv2.fillPoly(inside, shapes, 255)
+    hatch = np.zeros((h, w), np.uint8)
+    step = max(8, int(min(w, h) / 40))
+    for offset in range(-h, w, step):  # diagonal stripes, clipped to the masks below
+        cv2.line(hatch, (offset, h), (offset + h, 0), 255, line)
+    shaded = (img.astype(np.float32) * 0.55).astype(np.uint8)
+    img = np.where(inside[..., None] > 0, shaded, img)
+    img[(hatch > 0) & (inside > 0)] = MASK_COLOR
+    for pts in shapes:
+        cv2.polylines(img, [pts], True, MASK_COLOR, line, cv2.LINE_AA)
+        top = pts[np.argmin(pts[:, 1])]
+        _label(img, "ignored", int(top[0]), int(top[1]), MASK_COLOR, scale * 0.7)
     return img
 
 

@@ -62,3 +62,23 @@ def test_counting_lines_are_drawn_with_their_in_arrow():
     assert yellow(img[200, 100]) and yellow(img[200, 300])      # on the line
     assert not yellow(img[100, 200]) and not yellow(img[300, 100])  # off it
     assert yellow(img[210, 200])                                # the arrow points down: "in" for this line
+
+
+def test_exclusion_masks_are_shaded_and_hatched():
+    """A guard sees where a rule ignores detections: the mask is darker than the rest of the
+    frame and carries grey stripes; outside it the frame is untouched."""
+    frame = np.full((400, 400, 3), 200, np.uint8)
+    mask = ((0.5, 0.5), (1.0, 0.5), (1.0, 1.0), (0.5, 1.0))
+    zone = ZoneView("c", "yard", "restricted", ((0.0, 0.0), (0.4, 0.0), (0.4, 0.4), (0.0, 0.4)), ("intrusion",),
+                    excludes=(mask,))
+    img = decode(annotate_jpeg(frame, [], [zone], [], quality=100))
+    masked = img[230:380, 230:380].astype(int)
+    outside = img[230:380, 20:180].astype(int)
+    assert abs(outside.mean() - 200) < 3                       # untouched
+    assert masked.mean() < 160                                  # darkened
+    grey = (np.abs(masked - 128) < 8).all(axis=2).mean()
+    assert 0.05 < grey < 0.6                                    # striped, not filled
+    plain = decode(annotate_jpeg(frame, [], [ZoneView("c", "yard", "restricted", zone.polygon, ("intrusion",))],
+                                 [], quality=100))
+    assert abs(plain[230:380, 230:380].astype(int).mean() - 200) < 3  # no mask, nothing drawn there
+

@@ -119,6 +119,9 @@ def test_zones_for_drawing(make):
     assert [(z.name, z.kind, z.rules) for z in zones] == [("fire-lane", "fire_lane", ("fire_lane",))]
     assert zones[0].polygon[0] == (0.1, 0.6)
     assert svc.zones_for("nope") == []
+    door = svc.zones_for("door-cam")  # its loitering rule ignores the poster on the glass door
+    assert door[0].excludes == (((0.45, 0.55), (0.55, 0.55), (0.55, 0.70), (0.45, 0.70)),)
+    assert zones[0].excludes == ()
 
 
 def test_state_does_not_leak_between_cameras(make):
