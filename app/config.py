@@ -232,6 +232,11 @@ class Settings(BaseSettings):
         keys = _split_csv(value)
         if isinstance(value, str) and value and not keys:
             raise ValueError("api_keys holds no key (only blanks or commas); leave it empty to turn auth off")
+        if isinstance(keys, list):
+            from app.roles import parse_key
+
+            for key in keys:  # "viewer:" (a role and no key) stops startup
+                parse_key(key.get_secret_value() if isinstance(key, SecretStr) else str(key))
         return keys
 
     @field_validator("public_routes")
@@ -281,8 +286,6 @@ class Settings(BaseSettings):
     def display_model_name(self) -> str:
         return self.model_name or self.weights.stem
 
-    def key_values(self) -> list[bytes]:
-        return [key.get_secret_value().encode() for key in self.api_keys]
 
 
 # --- settings hygiene ---------------------------------------------------------------------

@@ -10,7 +10,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import Response
 
-from app.api.deps import ApiKey, EngineDep, MaybeRulesDep, MetricsDep, SettingsDep
+from app.api.deps import Detect, EngineDep, MaybeRulesDep, MetricsDep, SettingsDep
 from app.api.images import parse_upload
 from app.api.schemas import (BatchItem, BatchResponse, Box, DetectionOut, DetectResponse, ErrorBody,
                              Timings, error_responses)
@@ -23,7 +23,7 @@ from app.rules.config import IDENT as CAMERA_RE
 from app.rules.service import RulesService
 
 log = logging.getLogger("campusguard.api")
-router = APIRouter(tags=["detection"], dependencies=[ApiKey])
+router = APIRouter(tags=["detection"], dependencies=[Detect])
 ERRORS = error_responses(400, 401, 403, 413, 415, 422, 500, 503, 504)
 IMAGE_BODY = {
     "requestBody": {

@@ -12,11 +12,11 @@ import time
 from fastapi import APIRouter
 
 from app import __version__
-from app.api.deps import ApiKey, MaybeDetectorDep, MaybeEngineDep, MaybeRulesDep, PhaseDep, StartedAtDep
+from app.api.deps import Read, MaybeDetectorDep, MaybeEngineDep, MaybeRulesDep, PhaseDep, StartedAtDep
 from app.api.schemas import Health, Status, error_responses
 from app.errors import NotReady
 
-router = APIRouter(tags=["health"], dependencies=[ApiKey], responses=error_responses(401, 403))
+router = APIRouter(tags=["health"], dependencies=[Read], responses=error_responses(401, 403))
 
 
 @router.get("/health/live", response_model=Status, summary="Liveness: the process answers")
