@@ -5,7 +5,7 @@ Lifecycle (driven by the app's lifespan)::
     rules = RulesService.from_settings(settings, metrics)   # None when site_config is unset
     rules.start()                                          # webhook outbox, store writer, sweeps, clip writer
     when = rules.accept_capture_time(camera_id, ts)        # 422 invalid_timestamp, before inference
-    events = rules.evaluate(camera_id, when, (w, h), detections, frame_rgb)   # per frame (kept for clips)
+    events = rules.evaluate(camera_id, when, (w, h), detections, frame_rgb)   # per frame (kept for clips, console)
     rules.reload()                                         # SIGHUP / POST /admin/reload
     rules.reset_camera(camera_id)                          # POST /admin/cameras/{id}/reset
     rules.stop()
@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from app.errors import ConfigError, InvalidTimestamp, NotFound
+from app.errors import ConfigError, InvalidTimestamp, NotFound, shorten
 from app.pipeline import Detection
 from app.rules.background import Periodic
 from app.rules.cameras import CameraMonitor, camera_event, sweep_interval
@@ -38,6 +38,7 @@ from app.rules.clips import ClipRecorder
 from app.rules.config import SiteConfig, load_site_config
 from app.rules.counts import CrossingCounts
 from app.rules.evaluator import CameraRules, EventRecord, Transition
+from app.rules.latest import LatestFrames
 from app.rules.migrate import StoreUnavailable, describe
 from app.rules.mqtt import Message, MqttBridge
 from app.rules.retention import RetentionSweeper
@@ -100,6 +101,7 @@ class RulesService:
         if clips is not None:
             clips.on_failed = self._clip_failed
         self.monitor = CameraMonitor()
+        self.latest = LatestFrames()  # GET /cameras/{id}/frame.jpg (the console)
         self.crossings = CrossingCounts()
         self._reload_lock = threading.Lock()
         self._config = config
@@ -226,6 +228,8 @@ class RulesService:
         when = timestamp or utcnow()
         arrived = as_utc(when)
         back = self.monitor.seen(camera_id, arrived)  # the camera_offline event, if it was offline
+        if frame_rgb is not None:
+            self.latest.keep(camera_id, arrived, frame_rgb)
         with cam.lock:
             transitions = cam.evaluate(when, frame_size, detections)
             counts = dict(cam.zone_counts)
@@ -395,6 +399,7 @@ class RulesService:
             for cam in retired:
                 self._retire(cam)
             self.monitor.forget(set(new))
+            self.latest.forget(set(new))
             if self.clips is not None:
                 self.clips.ring.forget(set(new))
             self.offline_sweeper.interval_s = sweep_interval(self._thresholds())
@@ -440,6 +445,16 @@ class RulesService:
                 except KeyError:
                     pass
         return len(transitions)
+
+    def latest_frame(self, camera_id: str) -> tuple[bytes, dt.datetime]:
+        """The newest frame this replica evaluated for a configured camera, as JPEG (at most
+        1280 px wide, nothing drawn) and its capture time; NotFound ``unknown_camera`` / ``no_frame``."""
+        if camera_id not in self._cameras:
+            raise NotFound(f"camera {shorten(camera_id)} is not in the site file", code="unknown_camera")
+        out = self.latest.jpeg(camera_id)
+        if out is None:
+            raise NotFound(f"no frame of camera {camera_id!r} was evaluated by this replica yet", code="no_frame")
+        return out
 
     def zones_for(self, camera_id: str) -> list[ZoneView]:
         """The zones of a camera (empty for unknown cameras), for drawing."""

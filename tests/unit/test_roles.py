@@ -31,6 +31,7 @@ ROUTES: dict[tuple[str, str], str] = {
     ("GET", "/events"): "read", ("GET", "/events/{event_id}"): "read", ("GET", "/events/{event_id}/snapshot"): "read",
     ("GET", "/events/{event_id}/clip.mp4"): "read", ("PATCH", "/events/{event_id}"): "review",
     ("GET", "/cameras"): "read", ("GET", "/cameras/{camera_id}/counts"): "read",
+    ("GET", "/cameras/{camera_id}/frame.jpg"): "read",
     ("POST", "/admin/reload"): "admin", ("POST", "/admin/cameras/{camera_id}/reset"): "admin",
 }
 HOLDS = {"viewer": {"read"}, "operator": {"read", "review"}, "camera": {"detect"},
