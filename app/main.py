@@ -132,10 +132,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(auth.router)
     app.include_router(metrics_route.router)
     if settings.site_config is not None:
-        from app.api import events, frames
+        from app.api import events, frames, site
 
         app.include_router(events.router)
         app.include_router(frames.router)
+        app.include_router(site.router)
     if settings.cors_origins:
         app.add_middleware(CORSMiddleware, allow_origins=settings.cors_origins, allow_methods=["GET", "POST", "PATCH"],
                            allow_headers=["X-API-Key", "Content-Type"])

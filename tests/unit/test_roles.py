@@ -32,6 +32,9 @@ ROUTES: dict[tuple[str, str], str] = {
     ("GET", "/events/{event_id}/clip.mp4"): "read", ("PATCH", "/events/{event_id}"): "review",
     ("GET", "/cameras"): "read", ("GET", "/cameras/{camera_id}/counts"): "read",
     ("GET", "/cameras/{camera_id}/frame.jpg"): "read",
+    ("GET", "/site"): "read", ("GET", "/site/schema"): "read",
+    ("PUT", "/admin/site/cameras/{camera_id}/zones/{zone_name}"): "admin",
+    ("DELETE", "/admin/site/cameras/{camera_id}/zones/{zone_name}"): "admin",
     ("POST", "/admin/reload"): "admin", ("POST", "/admin/cameras/{camera_id}/reset"): "admin",
 }
 HOLDS = {"viewer": {"read"}, "operator": {"read", "review"}, "camera": {"detect"},
