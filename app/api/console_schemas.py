@@ -11,6 +11,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from app.api.schemas import Health
+
 
 
 class AuthInfo(BaseModel):
@@ -36,3 +38,37 @@ class ZoneSaved(BaseModel):
     version: str = Field(description="The new version of the site file")
     loaded_at: dt.datetime
     zone: dict[str, Any] | None = Field(None, description="The zone as validated (defaults filled in); absent on delete")
+
+
+class RecentBucket(BaseModel):
+    t: dt.datetime = Field(description="Bucket start (10 s buckets)")
+    requests: int = Field(description="Detection requests (/detect, /detect/batch, DeepStack) that ended in it")
+    images: int = Field(description="Images detected by them")
+    errors: int = Field(description="Of the requests, answered 5xx (including 503 refusals under load)")
+    p50_ms: float | None = Field(None, description="Median end-to-end latency; null without requests")
+    p95_ms: float | None = None
+
+
+class DeliveryTarget(BaseModel):
+    target: str = Field(examples=["https://alerts.example.org"], description="Scheme, host and port only")
+    pending: int | None = Field(description="Rows waiting in the outbox; null while the event store is unreachable")
+    delivered: int = Field(description="Delivered by this replica since it started")
+    failed: int = Field(description="Failed attempts by this replica since it started (each is retried)")
+    last_error: str | None = None
+    last_error_at: dt.datetime | None = None
+    last_success_at: dt.datetime | None = None
+
+
+class MqttTarget(DeliveryTarget):
+    connected: bool
+
+
+class StatusDocument(BaseModel):
+    """Everything the console's status page shows, from the app's own data."""
+
+    health: Health
+    recent: list[RecentBucket] = Field(description="The last 15 minutes of detection traffic, oldest first")
+    queue_depth: int = Field(description="Images waiting for the inference worker now")
+    event_store: str | None = Field(None, description="`ok` or why the event store is unavailable; null: rules off")
+    webhooks: list[DeliveryTarget] = []
+    mqtt: MqttTarget | None = None

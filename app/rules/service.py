@@ -194,6 +194,10 @@ class RulesService:
         """``ok`` or why the event store is unavailable (readiness, /health)."""
         return self.writer.status()
 
+    def delivery_state(self) -> dict[str, Any]:
+        """Webhook targets' and the MQTT broker's delivery state (GET /status)."""
+        return {"webhooks": self.outbox.state(), "mqtt": self.mqtt.state() if self.mqtt is not None else None}
+
     @property
     def config(self) -> SiteConfig:
         return self._config

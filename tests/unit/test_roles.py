@@ -27,7 +27,7 @@ ROUTES: dict[tuple[str, str], str] = {
     ("POST", "/detect"): "detect", ("POST", "/detect/batch"): "detect", ("POST", "/v1/vision/detection"): "detect",
     ("GET", "/health/live"): "public", ("GET", "/health/ready"): "public", ("GET", "/health"): "read",
     ("GET", "/metrics"): "read", ("GET", "/openapi.json"): "read", ("GET", "/docs"): "read", ("GET", "/redoc"): "read",
-    ("GET", "/auth/me"): "any",
+    ("GET", "/auth/me"): "any", ("GET", "/status"): "read",
     ("GET", "/events"): "read", ("GET", "/events/{event_id}"): "read", ("GET", "/events/{event_id}/snapshot"): "read",
     ("GET", "/events/{event_id}/clip.mp4"): "read", ("PATCH", "/events/{event_id}"): "review",
     ("GET", "/cameras"): "read", ("GET", "/cameras/{camera_id}/counts"): "read",
