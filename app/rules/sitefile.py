@@ -158,7 +158,9 @@ class SiteFile:
                 raise InvalidZone(self.path, [Issue(None, f"the site file on disk cannot be read: {exc}")], None) from exc
             ci, cam = self._camera(doc, camera_id)
             zones = cam.get("zones")
-            if not isinstance(zones, list):
+            cam_tail = None
+            if not isinstance(zones, list):  # the comment after the camera stays after it
+                cam_tail = take_tail_comment(cam)
                 zones = cam["zones"] = CommentedSeq()
             zi = next((i for i, z in enumerate(zones) if isinstance(z, dict) and z.get("name") == zone_name), None)
             if zone is None:
@@ -168,8 +170,13 @@ class SiteFile:
                 del zones[zi]
                 if zi > 0:
                     put_tail_comment(zones[zi - 1], tail)
+                elif not zones:  # the last zone: drop the key (ruamel cannot put a comment after "zones: []")
+                    del cam["zones"]
+                    put_tail_comment(cam, tail)
+                # else: comment lines between the first and the second zone go with the first
             else:
                 zi = self._place(zones, zi, zone)
+            put_tail_comment(cam, cam_tail)
             out = io.StringIO()
             y.dump(doc, out)
             new = out.getvalue().encode("utf-8")

@@ -89,6 +89,15 @@ def test_create_replace_rename_delete_keep_comments_and_backup(env):
     assert c.delete(ZONE.format("gate-cam", "bike-rack")).json()["error"] == "unknown_zone"
 
 
+def test_deleting_a_cameras_only_zone_keeps_the_next_header(env):
+    original = env.site.read_text()
+    assert env.client.delete(ZONE.format("plaza-cam", "plaza")).status_code == 200, env.site.read_text()
+    assert comments(env.site.read_text()) == comments(original)
+    assert env.rules.config.cameras[1].zones == ()
+    assert env.client.put(ZONE.format("plaza-cam", "bike-rack"), json=BIKES).status_code == 200  # and back
+    assert comments(env.site.read_text()) == comments(original)
+
+
 def test_state_of_other_cameras_is_kept(env):
     kept = env.rules._cameras["plaza-cam"]
     assert env.client.put(ZONE.format("gate-cam", "bike-rack"), json=BIKES).status_code == 200
