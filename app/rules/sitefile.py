@@ -72,6 +72,22 @@ def _yaml() -> YAML:
     return y
 
 
+MAX_DEPTH = 8  # zone > rules > rule > exclude > polygon > point > number is 6
+
+
+def too_deep(value: Any, limit: int = MAX_DEPTH) -> bool:
+    """Whether JSON data nests deeper than ``limit`` (checked without recursion: a hostile
+    body must not exhaust the stack of the writer)."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, (dict, list)):
+            if depth > limit:
+                return True
+            stack.extend((v, depth + 1) for v in (item.values() if isinstance(item, dict) else item))
+    return False
+
+
 def to_node(value: Any) -> Any:
     """JSON data as YAML nodes written the way the example site file is: lists of scalars
     or of lists (polygons, classes) in flow style, and strings that a YAML 1.1 reader would
@@ -143,6 +159,8 @@ class SiteFile:
 
         Raises NotFound (``unknown_camera`` / ``unknown_zone``), SiteChanged (412),
         SiteReadOnly (409) or InvalidZone (422); on any of them nothing is written."""
+        if zone is not None and too_deep(zone):
+            raise InvalidZone(self.path, [Issue(None, f"the zone nests deeper than {MAX_DEPTH} levels")], None)
         with self._lock:
             data = self.path.read_bytes()
             if if_match is not None and if_match.strip().removeprefix("W/").strip('"') != version_of(data):
