@@ -138,7 +138,8 @@ class Settings(BaseSettings):
     max_batch_images: int = Field(16, ge=1)
 
     # --- security / exposure -----------------------------------------------------------
-    api_keys: Annotated[list[SecretStr], NoDecode] = Field(default_factory=list)
+    api_keys: Annotated[list[SecretStr], NoDecode] = Field(
+        default_factory=list, description="Comma list of [role:]key (viewer, operator, camera, admin; bare = admin)")
     public_routes: Annotated[list[str], NoDecode] = Field(
         default_factory=lambda: ["/health/live", "/health/ready"],
         description="Routes answering without a key when keys are set (comma list of route paths)")
@@ -232,6 +233,11 @@ class Settings(BaseSettings):
         keys = _split_csv(value)
         if isinstance(value, str) and value and not keys:
             raise ValueError("api_keys holds no key (only blanks or commas); leave it empty to turn auth off")
+        if isinstance(keys, list):
+            from app.roles import parse_key
+
+            for key in keys:  # "viewer:" (a role and no key) stops startup
+                parse_key(key.get_secret_value() if isinstance(key, SecretStr) else str(key))
         return keys
 
     @field_validator("public_routes")
@@ -281,8 +287,6 @@ class Settings(BaseSettings):
     def display_model_name(self) -> str:
         return self.model_name or self.weights.stem
 
-    def key_values(self) -> list[bytes]:
-        return [key.get_secret_value().encode() for key in self.api_keys]
 
 
 # --- settings hygiene ---------------------------------------------------------------------

@@ -25,6 +25,11 @@ class ServiceError(Exception):
     def message(self) -> str:
         return str(self.args[0])
 
+    @property
+    def detail(self) -> list | None:
+        """Structured details for the reply's ``detail`` (e.g. every error of a site file)."""
+        return None
+
 
 def shorten(value: object, limit: int = 64) -> str:
     """``repr`` of a client-supplied value, cut to ``limit`` characters: error bodies and
@@ -85,6 +90,12 @@ class Forbidden(ServiceError):
     status, code = 403, "forbidden"
 
 
+class InsufficientRole(Forbidden):
+    """The API key is valid but its role lacks the permission this route needs."""
+
+    code = "insufficient_role"
+
+
 class NotFound(ServiceError):
     """The resource does not exist."""
 
@@ -107,6 +118,18 @@ class ShuttingDown(ServiceError):
     """The server is draining for shutdown."""
 
     status, code, retry_after = 503, "shutting_down", 1.0
+
+
+class SiteChanged(ServiceError):
+    """The site file changed since the version named in If-Match (someone else saved first)."""
+
+    status, code = 412, "site_changed"
+
+
+class SiteReadOnly(ServiceError):
+    """The site file or its directory is not writable (e.g. a Kubernetes ConfigMap mount)."""
+
+    status, code = 409, "site_read_only"
 
 
 class DeadlineExceeded(ServiceError):

@@ -19,7 +19,7 @@ from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 
 from app import __version__
-from app.api import deepstack, detect, health
+from app.api import auth, deepstack, detect, health, status
 from app.api import metrics as metrics_route
 from app.api.docs import install_docs
 from app.api.errors import install_error_handlers
@@ -28,6 +28,7 @@ from app.backends.models import require_weights
 from app.config import Settings, format_imgsz
 from app.devices import GpuInventory, parse_device, torch_inventory, validate_device
 from app.metrics import Metrics
+from app.roles import Keyring
 
 log = logging.getLogger("campusguard")
 LOAD_FAILURE_EXIT_CODE = 3
@@ -75,8 +76,9 @@ def load_engine(app: FastAPI, settings: Settings, metrics: Metrics) -> None:
 def log_auth(settings: Settings) -> None:
     """Say at startup whether a key is needed, so an open server is never a surprise."""
     if settings.api_keys:
-        log.info("auth on: %d API key(s); routes open without a key: %s", len(settings.api_keys),
-                 ", ".join(settings.public_routes) or "none")
+        roles = Keyring.from_settings(settings).counts()
+        log.info("auth on: %d API key(s) (%s); routes open without a key: %s", len(settings.api_keys),
+                 ", ".join(f"{n} {role}" for role, n in sorted(roles.items())), ", ".join(settings.public_routes) or "none")
     else:
         log.warning("auth off: CAMPUSGUARD_API_KEYS is empty, every route answers without a key")
 
@@ -118,7 +120,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     app.state.settings = settings
     app.state.metrics = metrics
-    app.state.api_keys = settings.key_values()
+    app.state.keyring = Keyring.from_settings(settings)
     app.state.phase = "starting"
     app.state.started_at = time.time()
     app.state.rules = None
@@ -127,14 +129,20 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(detect.router)
     app.include_router(deepstack.router)
     app.include_router(health.router)
+    app.include_router(auth.router)
+    app.include_router(status.router)
     app.include_router(metrics_route.router)
     if settings.site_config is not None:
-        from app.api import events
+        from app.api import events, frames, site
 
         app.include_router(events.router)
+        app.include_router(frames.router)
+        app.include_router(site.router)
     if settings.cors_origins:
-        app.add_middleware(CORSMiddleware, allow_origins=settings.cors_origins, allow_methods=["GET", "POST", "PATCH"],
-                           allow_headers=["X-API-Key", "Content-Type"])
+        app.add_middleware(CORSMiddleware, allow_origins=settings.cors_origins,
+                           allow_methods=["GET", "POST", "PATCH", "PUT", "DELETE"],  # PUT/DELETE: the zone editor
+                           allow_headers=["X-API-Key", "Content-Type", "If-Match"],
+                           expose_headers=["ETag", "X-Frame-Time"])
     app.add_middleware(RequestGuard, max_body_bytes=settings.max_body_bytes, metrics=metrics,
                        body_read_timeout_s=settings.body_read_timeout_s)
     return app

@@ -22,7 +22,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Request, Security
 
-from app.api.deps import ApiKeysDep, EngineDep, MetricsDep, SettingsDep, api_key_header, check_key
+from app.api.deps import EngineDep, KeyringDep, MetricsDep, SettingsDep, api_key_header
 from app.api.images import MAX_FORM_FIELDS, read_upload, require_images
 from app.api.schemas import DeepStackPrediction, DeepStackResponse
 from app.errors import InvalidParameter, shorten
@@ -58,10 +58,10 @@ def deepstack_error(status: int, message: str) -> tuple[int, dict]:
     return status, {"success": False, "error": message, "code": status}
 
 
-def header_key(keys: ApiKeysDep, supplied: Annotated[str | None, Security(api_key_header)] = None) -> str | None:
+def header_key(keyring: KeyringDep, supplied: Annotated[str | None, Security(api_key_header)] = None) -> str | None:
     """A key in the X-API-Key header is judged at once, before capacity and the body."""
     if supplied:
-        check_key(keys, supplied)
+        keyring.authorize(supplied, "detect")
     return supplied
 
 
@@ -81,14 +81,14 @@ def parse_min_confidence(raw: str | None) -> float:
              responses={code: {"model": DeepStackResponse} for code in (400, 401, 403, 413, 500, 503)},
              summary="DeepStack-compatible object detection")
 async def deepstack_detection(request: Request, header: Annotated[str | None, Depends(header_key)],
-                              keys: ApiKeysDep, engine: EngineDep, settings: SettingsDep,
+                              keyring: KeyringDep, engine: EngineDep, settings: SettingsDep,
                               metrics: MetricsDep) -> DeepStackResponse:
     """Multipart `image`, optional `min_confidence` (text decimal, default 0.40) and `api_key`."""
     started = time.perf_counter()
     # up to MAX_FORM_FIELDS files so a keyless caller sending two images gets 401, not 400
     parsed = await read_upload(request, ("image",), MAX_FORM_FIELDS, settings.max_body_bytes)
     if not header:
-        check_key(keys, parsed.fields.get("api_key"))
+        keyring.authorize(parsed.fields.get("api_key"), "detect")
     image = require_images(parsed, ("image",), 1).images[0]
     min_conf = parse_min_confidence(parsed.fields.get("min_confidence"))
     params = DetectParams(conf=min_conf, iou=settings.iou, max_det=settings.max_det)
@@ -100,7 +100,7 @@ async def deepstack_detection(request: Request, header: Annotated[str | None, De
     counts = Counter(p.label for p in predictions)
     message = ("Found " + ", ".join(f"{label}" + (f" x{n}" if n > 1 else "") for label, n in counts.items())
                if predictions else "No objects found")
-    request.scope["state"].update(detections=len(predictions))
+    request.scope["state"].update(detections=len(predictions), images=1)
     total_ms = (time.perf_counter() - started) * 1e3
     return DeepStackResponse(
         success=True, predictions=predictions, duration=0, code=200, count=len(predictions), message=message,

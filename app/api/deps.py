@@ -1,15 +1,17 @@
-"""Request dependencies: the app's services as typed parameters, and API-key auth.
+"""Request dependencies: the app's services as typed parameters, and API-key auth by role.
 
 Routes state what they need (``engine: EngineDep``) instead of reaching into
 ``request.app.state``; this module is the only reader of it, so a test swaps any service
 with ``app.dependency_overrides[get_engine] = ...`` and runs the real routes in-process.
+
+Auth: every router or route declares the permission it needs (``dependencies=[Read]``,
+``[Review]``, ``[Detect]``, ``[Admin]``); which roles hold which permission is app/roles.py.
 """
 
 from __future__ import annotations
 
 import hashlib
-import hmac
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import Depends, Request, Security
 from fastapi.security import APIKeyHeader
@@ -17,8 +19,9 @@ from fastapi.security import APIKeyHeader
 from app.backends.base import Detector
 from app.config import Settings
 from app.engine import InferenceEngine
-from app.errors import Forbidden, NotFound, NotReady, Unauthorized
+from app.errors import NotFound, NotReady
 from app.metrics import Metrics
+from app.roles import Keyring, Permission
 from app.rules.service import RulesService
 
 # Declared once: OpenAPI lists it as the `ApiKey` security scheme, so Swagger UI's
@@ -53,8 +56,8 @@ def get_rules(request: Request) -> RulesService | None:
     return getattr(request.app.state, "rules", None)
 
 
-def get_api_keys(request: Request) -> list[bytes]:
-    return request.app.state.api_keys
+def get_keyring(request: Request) -> Keyring:
+    return request.app.state.keyring
 
 
 SettingsDep = Annotated[Settings, Depends(get_settings)]
@@ -63,7 +66,7 @@ MaybeEngineDep = Annotated[InferenceEngine | None, Depends(get_engine)]
 PhaseDep = Annotated[str, Depends(get_phase)]
 StartedAtDep = Annotated[float, Depends(get_started_at)]
 MaybeRulesDep = Annotated[RulesService | None, Depends(get_rules)]
-ApiKeysDep = Annotated[list[bytes], Depends(get_api_keys)]
+KeyringDep = Annotated[Keyring, Depends(get_keyring)]
 
 
 def get_detector(engine: MaybeEngineDep) -> Detector | None:
@@ -96,20 +99,6 @@ def require_rules(rules: MaybeRulesDep) -> RulesService:
 RulesDep = Annotated[RulesService, Depends(require_rules)]
 
 
-def check_key(keys: list[bytes], supplied: str | None) -> None:
-    """Constant-time comparison against every configured key (rotation: list old and new)."""
-    if not keys:
-        return
-    if not supplied:
-        raise Unauthorized("an API key is required (X-API-Key header)")
-    candidate = supplied.encode()
-    matched = False
-    for key in keys:  # no early exit: timing does not reveal which key matched
-        matched |= hmac.compare_digest(candidate, key)
-    if not matched:
-        raise Forbidden("the API key is not valid")
-
-
 def is_public(request: Request, settings: Settings) -> bool:
     """Routes listed in ``public_routes`` answer without a key (by route template)."""
     route = request.scope.get("route")
@@ -117,21 +106,38 @@ def is_public(request: Request, settings: Settings) -> bool:
     return path in settings.public_routes
 
 
-async def require_api_key(request: Request, keys: ApiKeysDep, settings: SettingsDep,
-                          supplied: Annotated[str | None, Security(api_key_header)] = None) -> None:
-    if not is_public(request, settings):
-        check_key(keys, supplied)
+SuppliedKey = Annotated[str | None, Security(api_key_header)]
 
 
-ApiKey = Depends(require_api_key)
+def caller_role(keyring: KeyringDep, supplied: SuppliedKey = None) -> str:
+    """The caller's role (``admin`` when no keys are configured); 401 / 403 for a missing or unknown key."""
+    return keyring.role_of(supplied)
 
 
-def key_id(keys: ApiKeysDep, supplied: Annotated[str | None, Security(api_key_header)] = None) -> str | None:
+def require(permission: Permission) -> Any:
+    """A dependency that lets the request through only for a role holding ``permission``
+    (app/roles.py maps roles to permissions); routes in ``public_routes`` need no key."""
+
+    async def permitted(request: Request, keyring: KeyringDep, settings: SettingsDep,
+                        supplied: SuppliedKey = None) -> None:
+        if not is_public(request, settings):
+            keyring.authorize(supplied, permission)
+
+    permitted.__name__ = f"require_{permission}"
+    return Depends(permitted)
+
+
+# What routers and routes declare (``dependencies=[Read]``): one object per permission.
+Read, Review, Detect, Admin = (require(p) for p in ("read", "review", "detect", "admin"))
+
+
+def key_id(keyring: KeyringDep, supplied: SuppliedKey = None) -> str | None:
     """Who is calling, as far as the API keys tell: ``key:<first 8 hex of its SHA-256>`` (never
     the key itself), or None when no keys are configured."""
-    if not keys or not supplied:
+    if not keyring.enabled or not supplied:
         return None
     return "key:" + hashlib.sha256(supplied.encode()).hexdigest()[:8]
 
 
 KeyIdDep = Annotated[str | None, Depends(key_id)]
+RoleDep = Annotated[str, Depends(caller_role)]

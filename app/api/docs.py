@@ -17,11 +17,11 @@ from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
 from fastapi.responses import HTMLResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 
-from app.api.deps import ApiKey
+from app.api.deps import Read
 
 ASSETS = Path(fastapi_offline.__file__).parent / "static"
 STATIC_URL = "/docs/static"
-router = APIRouter(dependencies=[ApiKey], include_in_schema=False)
+router = APIRouter(dependencies=[Read], include_in_schema=False)
 
 
 @router.get("/openapi.json")

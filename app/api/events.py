@@ -1,7 +1,7 @@
 """Events API: list and fetch rule events, their snapshots and clips, and reload the site file.
 
-All routes need an API key when keys are configured. When rules are disabled (no
-``site_config``) every route answers 404 with code ``rules_disabled``.
+Reading needs the ``read`` permission, reviewing ``review``, ``/admin/*`` ``admin`` (app/roles.py).
+When rules are disabled (no ``site_config``) every route answers 404 with code ``rules_disabled``.
 """
 
 from __future__ import annotations
@@ -12,13 +12,13 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 from fastapi.responses import FileResponse, Response
 
-from app.api.deps import ApiKey, KeyIdDep, RulesDep
+from app.api.deps import Admin, KeyIdDep, Read, Review, RulesDep
 from app.api.schemas import (CameraOut, CountsOut, ErrorBody, EventOut, EventPage, EventReview, ReloadResult, ResetResult,
                              error_responses)
 from app.timeutil import IsoDatetime
 from app.errors import NotFound, shorten
 
-router = APIRouter(tags=["events"], dependencies=[ApiKey], responses=error_responses(401, 403, 404))
+router = APIRouter(tags=["events"], dependencies=[Read], responses=error_responses(401, 403, 404))
 MAX_OFFSET = 1_000_000_000  # far beyond any real store; bigger values overflow the database's integer
 
 
@@ -73,7 +73,7 @@ def get_clip(rules: RulesDep, event_id: str) -> FileResponse:
     return FileResponse(path, media_type="video/mp4")
 
 
-@router.post("/admin/reload", response_model=ReloadResult, summary="Reload the site file",
+@router.post("/admin/reload", response_model=ReloadResult, summary="Reload the site file", dependencies=[Admin],
              responses={422: {"model": ErrorBody,
                               "description": "The file is invalid; `detail` lists every error. The old config stays."}})
 async def reload_site(rules: RulesDep) -> ReloadResult:
@@ -84,6 +84,7 @@ async def reload_site(rules: RulesDep) -> ReloadResult:
 
 
 @router.post("/admin/cameras/{camera_id}/reset", response_model=ResetResult, summary="Reset one camera's rule state",
+             dependencies=[Admin],
              responses={404: {"model": ErrorBody, "description": "`unknown_camera`: not in the site file; `rules_disabled`"}})
 async def reset_camera(camera_id: str, rules: RulesDep) -> ResetResult:
     """Forget the camera's tracks, rule clock and open events without a restart (other cameras
@@ -93,6 +94,7 @@ async def reset_camera(camera_id: str, rules: RulesDep) -> ResetResult:
 
 
 @router.patch("/events/{event_id}", response_model=EventOut, summary="Acknowledge an event or mark it false positive",
+              dependencies=[Review],
               responses=error_responses(422))
 def review_event(event_id: str, review: EventReview, rules: RulesDep, key: KeyIdDep) -> EventOut:
     """Record an operator's review: ``{"acknowledged": true, "note": "..."}`` or

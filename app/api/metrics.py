@@ -9,10 +9,10 @@ from __future__ import annotations
 from fastapi import APIRouter
 from fastapi.responses import Response
 
-from app.api.deps import ApiKey, MaybeDetectorDep, MetricsDep
+from app.api.deps import Read, MaybeDetectorDep, MetricsDep
 from app.api.schemas import error_responses
 
-router = APIRouter(tags=["metrics"], dependencies=[ApiKey], responses=error_responses(401, 403))
+router = APIRouter(tags=["metrics"], dependencies=[Read], responses=error_responses(401, 403))
 
 
 @router.get("/metrics", summary="Prometheus metrics", response_class=Response,

@@ -13,6 +13,7 @@ from app.api.errors import install_error_handlers
 from app.api.events import router
 from app.config import Settings
 from app.metrics import Metrics
+from app.roles import Keyring
 from app.rules.service import RulesService
 from tests.unit.rules_util import EXAMPLE_SITE, H, W, at, people
 
@@ -21,7 +22,7 @@ def make_app(rules, keys=()) -> FastAPI:
     app = FastAPI()
     app.state.rules = rules
     app.state.settings = Settings()
-    app.state.api_keys = [k.encode() for k in keys]
+    app.state.keyring = Keyring.parse(keys)
     install_error_handlers(app)
     app.include_router(router)
     return app

@@ -17,6 +17,7 @@ from app.api.errors import install_error_handlers
 from app.config import Settings
 from app.engine import DetectResult
 from app.metrics import Metrics
+from app.roles import Keyring
 from app.rules.service import RulesService
 from tests.unit.rules_util import EXAMPLE_SITE, H, NAMES, W, people
 
@@ -52,7 +53,7 @@ def client(tmp_path):
                         api_keys="k1")
     app = FastAPI()
     app.state.settings, app.state.metrics = settings, Metrics()
-    app.state.api_keys = settings.key_values()
+    app.state.keyring = Keyring.from_settings(settings)
     app.state.engine, app.state.phase, app.state.started_at = FakeEngine(), "ready", 0.0
     app.state.rules = RulesService.from_settings(settings, app.state.metrics)
     install_error_handlers(app)

@@ -20,6 +20,7 @@ from app.api.errors import install_error_handlers
 from app.api.events import router as events_router
 from app.config import Settings
 from app.metrics import Metrics
+from app.roles import Keyring
 from app.rules.migrate import StoreUnavailable
 from app.rules.service import RulesService
 from tests.conftest import free_port
@@ -58,7 +59,7 @@ def set_connections(postgres, url: str, allowed: bool) -> None:
 
 def app_with(svc: RulesService) -> FastAPI:
     app = FastAPI()
-    app.state.rules, app.state.api_keys, app.state.phase = svc, [], "ready"
+    app.state.rules, app.state.keyring, app.state.phase = svc, Keyring(), "ready"
     app.state.engine = SimpleNamespace(ready=True, pipeline=SimpleNamespace(detector=None))  # no model: status only
     app.state.started_at = time.time()
     app.state.settings, app.state.metrics = Settings(), Metrics()
