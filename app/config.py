@@ -184,6 +184,9 @@ class Settings(BaseSettings):
     mqtt_ca_file: Path | None = Field(None, description="CA bundle for mqtts:// (default: the system's)")
     mqtt_client_id: str = Field("", description="MQTT client id; empty = campusguard-<host>-<pid> (unique per replica)")
     mqtt_discovery_prefix: str = Field("homeassistant", description="Home Assistant discovery prefix; empty = no discovery")
+    detection_log: bool = Field(False, description="Log every evaluated frame's detections for `campusguard replay`")
+    detection_log_retention_days: float = Field(7.0, gt=0, description="Delete logged frames captured longer ago")
+    detection_log_buffer_size: int = Field(50_000, ge=1, description="Logged frames kept in memory before they are written")
 
     @field_validator("onnx_providers", mode="before")
     @classmethod

@@ -8,6 +8,7 @@ Lifecycle (driven by the app's lifespan)::
     events = rules.evaluate(camera_id, when, (w, h), detections, frame_rgb)   # per frame (kept for clips)
     rules.reload()                                         # SIGHUP / POST /admin/reload
     rules.reset_camera(camera_id)                          # POST /admin/cameras/{id}/reset
+    rules.replay(site, since, until)                       # POST /admin/reload?dry_run=true (nothing applied)
     rules.stop()
 
 Thread-safety: ``evaluate`` may be called from any number of threads. Each camera's
@@ -38,6 +39,7 @@ from app.rules.clips import ClipRecorder
 from app.rules.config import SiteConfig, load_site_config
 from app.rules.counts import CrossingCounts
 from app.rules.evaluator import CameraRules, EventRecord, Transition
+from app.rules.framelog import FrameLog, LoggedFrame
 from app.rules.migrate import StoreUnavailable, describe
 from app.rules.mqtt import Message, MqttBridge
 from app.rules.retention import RetentionSweeper
@@ -49,6 +51,7 @@ from app.timeutil import as_utc, utcnow
 if TYPE_CHECKING:
     from app.config import Settings
     from app.metrics import Metrics
+    from app.rules.replay import Comparison
 
 log = logging.getLogger("campusguard.rules")
 
@@ -84,7 +87,7 @@ class RulesService:
                  webhook_timeout_s: float = 5.0, webhook_max_backoff_s: float = 60.0,
                  snapshot_dir: Path | None = None, event_buffer_size: int = 10_000,
                  retention: RetentionSweeper | None = None, clips: ClipRecorder | None = None,
-                 mqtt: MqttBridge | None = None) -> None:
+                 mqtt: MqttBridge | None = None, frame_log: FrameLog | None = None) -> None:
         self.path = Path(path)
         self.capture_policy = capture_policy
         self.store = store
@@ -95,6 +98,9 @@ class RulesService:
                                    max_backoff_s=webhook_max_backoff_s, metrics=metrics)
         self.mqtt = mqtt
         self.writer = EventWriter(store, capacity=event_buffer_size, metrics=metrics, on_stored=self._notify_outboxes)
+        self.frame_log = frame_log
+        if frame_log is not None:
+            frame_log.store_up = lambda: self.writer.up  # migrations first: the table may not exist before
         self.retention = retention
         self.clips = clips
         if clips is not None:
@@ -153,6 +159,7 @@ class RulesService:
                    retention=RetentionSweeper.from_settings(store, settings, metrics),
                    mqtt=MqttBridge.from_settings(settings, store, metrics),
                    clips=ClipRecorder.from_settings(settings),
+                   frame_log=FrameLog.from_settings(store, settings, metrics=metrics),
                    capture_policy=CaptureTimePolicy.from_settings(settings))
         # Apply pending migrations now (a MigrationError stops startup); an unreachable
         # database does not: events are buffered until it answers.
@@ -170,6 +177,8 @@ class RulesService:
             self.retention.start()
         if self.clips is not None:
             self.clips.start()
+        if self.frame_log is not None:
+            self.frame_log.start()
 
     def stop(self) -> None:
         self.offline_sweeper.stop()
@@ -180,6 +189,8 @@ class RulesService:
         self.outbox.stop()
         if self.mqtt is not None:
             self.mqtt.stop()
+        if self.frame_log is not None:
+            self.frame_log.stop()  # its last batch while the store is still there
         self.writer.stop()
         self.store.close()
 
@@ -227,7 +238,12 @@ class RulesService:
         arrived = as_utc(when)
         back = self.monitor.seen(camera_id, arrived)  # the camera_offline event, if it was offline
         with cam.lock:
+            fresh = cam.last_t is None  # a new rule state: replay starts one here too
             transitions = cam.evaluate(when, frame_size, detections)
+            if self.frame_log is not None:  # under the lock: logged in evaluation order
+                assert cam.frame_time is not None
+                self.frame_log.add(LoggedFrame(camera_id, cam.frame_time, frame_size[0], frame_size[1],
+                                               tuple(detections), tuple(cam.frame_tracks), fresh))
             counts = dict(cam.zone_counts)
             alerts = [(e.zone, e.rule) for e in cam.open_events()] if self.clips is not None else []
         if self.clips is not None and frame_rgb is not None:  # before _emit: the start frame is in its clip
@@ -457,6 +473,13 @@ class RulesService:
             with cam.lock:
                 out.extend(e.to_dict() for e in cam.open_events())
         return out
+
+    def replay(self, site: SiteConfig, since: dt.datetime, until: dt.datetime) -> "Comparison":
+        """What ``site`` would have raised over the logged frames of [since, until), next to the
+        recorded events (app/rules/replay.py). Nothing is applied, stored, sent or counted."""
+        from app.rules.replay import compare
+
+        return self._store_call(compare, self.store, site, since, until)
 
     # --- event store ----------------------------------------------------------------------
     def get_event(self, event_id: str) -> dict[str, Any] | None:
