@@ -37,7 +37,7 @@ from app.rules.config import Camera, SiteConfig
 from app.rules.evaluator import CameraRules, Event
 from app.rules.framelog import decode
 from app.rules.store import EventStore
-from app.timeutil import as_utc, iso
+from app.timeutil import as_utc, iso, shift_clamped
 
 MAX_MARGIN = dt.timedelta(hours=1)
 Progress = Callable[[int], None]  # called with the number of frames just evaluated
@@ -134,7 +134,7 @@ def compare(store: EventStore, site: SiteConfig, since: dt.datetime, until: dt.d
         raise EmptyWindow(f"no logged frames of camera(s) {', '.join(chosen)} between {iso(since)} and {iso(until)} "
                           "(is CAMPUSGUARD_DETECTION_LOG on, and were frames sent then?)")
     if on_total is not None:
-        on_total(sum(store.count_frames(chosen, since - pad, until).values()))
+        on_total(sum(store.count_frames(chosen, shift_clamped(since, -pad), until).values()))
     replayed: list[Span] = []
     last_read: dict[str, dt.datetime] = {}
     for cid in chosen:
@@ -155,7 +155,7 @@ def replay_camera(store: EventStore, site: SiteConfig, camera: Camera, since: dt
     kept: dict[str, Event] = {}
     last: dt.datetime | None = None
     done = 0
-    for row in store.iter_frames(camera.id, since - pad, until + pad):
+    for row in store.iter_frames(camera.id, shift_clamped(since, -pad), shift_clamped(until, pad)):
         frame = decode(row)
         if frame.captured_at >= until and all(e.ended_at is not None for e in kept.values()):
             break  # run-out over: every event of the window has ended

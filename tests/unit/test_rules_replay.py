@@ -50,22 +50,27 @@ def write_site(path, site) -> None:
     path.write_text(yaml.safe_dump(site))
 
 
-@pytest.fixture(scope="module")
-def recorded(tmp_path_factory):
-    """The scenario through a real RulesService with the detection log on: (db url, site path)."""
-    tmp = tmp_path_factory.mktemp("replay")
+def record(tmp) -> tuple[RulesService, Settings]:
+    """The scenario through a real RulesService with the detection log on (log flushed)."""
     site = tmp / "site.yaml"
     write_site(site, SITE)
-    url = f"sqlite:///{tmp}/events.db"
-    svc = RulesService.from_settings(Settings(site_config=site, events_db_url=url, snapshot_dir=tmp / "snaps",
-                                              detection_log=True, clips=False))
-    svc.start()
+    settings = Settings(site_config=site, events_db_url=f"sqlite:///{tmp}/events.db", snapshot_dir=tmp / "snaps",
+                        detection_log=True, clips=False)
+    svc = RulesService.from_settings(settings)
     for t, n in enumerate(PLAZA):
         svc.evaluate("plaza", at(t), (W, H), people(n))
     for t, dets in enumerate(GATE):
         svc.evaluate("gate", at(t), (W, H), dets)
-    svc.stop()  # flushes the log
-    return url, site
+    svc.frame_log.flush()
+    return svc, settings
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory):
+    """(db url, site path) of the recorded scenario."""
+    svc, settings = record(tmp_path_factory.mktemp("replay"))
+    svc.stop()
+    return settings.events_db_url, settings.site_config
 
 
 def spans(result, what: str) -> dict[str, list[tuple[float, float | None]]]:
