@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from app.errors import InvalidParameter, NotFound
 from app.rules.config import Camera, SiteConfig
 from app.rules.evaluator import CameraRules, Event
-from app.rules.framelog import decode
+from app.rules.framelog import LoggedFrame, decode
 from app.rules.store import EventStore
 from app.timeutil import as_utc, iso, shift_clamped
 
@@ -135,47 +135,55 @@ def compare(store: EventStore, site: SiteConfig, since: dt.datetime, until: dt.d
                           "(is CAMPUSGUARD_DETECTION_LOG on, and were frames sent then?)")
     if on_total is not None:
         on_total(sum(store.count_frames(chosen, shift_clamped(since, -pad), until).values()))
-    replayed: list[Span] = []
-    last_read: dict[str, dt.datetime] = {}
-    for cid in chosen:
-        spans, last = replay_camera(store, site, cameras[cid], since, until, pad, progress)
-        replayed += spans
-        if last is not None:
-            last_read[cid] = last
-    recorded = [Span(c, z, r, s, _open_after(e, last_read.get(c))) for c, z, r, s, e in
-                store.event_spans(chosen, since, until)]
-    return Comparison(since, until, sum(in_window.values()), chosen, match(site, chosen, recorded, replayed))
-
-
-def replay_camera(store: EventStore, site: SiteConfig, camera: Camera, since: dt.datetime, until: dt.datetime,
-                  pad: dt.timedelta, progress: Progress | None = None) -> tuple[list[Span], dt.datetime | None]:
-    """One camera's frames through a fresh ``CameraRules``; the events that started in the
-    window, and the rule time of the last frame read."""
-    rules = CameraRules(camera, site)
-    kept: dict[str, Event] = {}
-    last: dt.datetime | None = None
+    replays = {cid: CameraReplay(cameras[cid], site, since, until) for cid in chosen}
     done = 0
-    for row in store.iter_frames(camera.id, shift_clamped(since, -pad), shift_clamped(until, pad)):
+    for row in store.iter_frames(chosen, shift_clamped(since, -pad), shift_clamped(until, pad)):
+        cam = replays[row.camera_id]
+        if cam.finished:
+            if all(r.finished for r in replays.values()):
+                break
+            continue
         frame = decode(row)
-        if frame.captured_at >= until and all(e.ended_at is not None for e in kept.values()):
-            break  # run-out over: every event of the window has ended
-        if frame.fresh and last is not None:  # the live state started afresh here
-            for tr in rules.close_all():
-                tr.apply()
-            rules = CameraRules(camera, site)
-        for tr in rules.evaluate(frame.captured_at, (frame.width, frame.height), frame.detections):
-            event = tr.apply()
-            if tr.kind == "started" and since <= event.started_at < until:
-                kept[event.id] = event
-        last = frame.captured_at
+        cam.step(frame)
         if progress is not None and frame.captured_at < until:
             done += 1
             if done % 100 == 0:
                 progress(100)
     if progress is not None and done % 100:
         progress(done % 100)
-    spans = [Span(camera.id, e.zone, e.rule, e.started_at, e.ended_at) for e in kept.values()]
-    return spans, last
+    replayed = [span for r in replays.values() for span in r.spans()]
+    recorded = [Span(c, z, r, s, _open_after(e, replays[c].last)) for c, z, r, s, e in
+                store.event_spans(chosen, since, until)]
+    return Comparison(since, until, sum(in_window.values()), chosen, match(site, chosen, recorded, replayed))
+
+
+class CameraReplay:
+    """One camera's frames through a fresh ``CameraRules`` of the tried site file; keeps the
+    events that start in the window."""
+
+    def __init__(self, camera: Camera, site: SiteConfig, since: dt.datetime, until: dt.datetime) -> None:
+        self.camera, self.site, self.since, self.until = camera, site, since, until
+        self.rules = CameraRules(camera, site)
+        self.kept: dict[str, Event] = {}
+        self.last: dt.datetime | None = None  # rule time of the last frame evaluated
+        self.finished = False  # past ``until`` with every kept event ended: no more frames needed
+
+    def step(self, frame: LoggedFrame) -> None:
+        if frame.captured_at >= self.until and all(e.ended_at is not None for e in self.kept.values()):
+            self.finished = True  # run-out over
+            return
+        if frame.fresh and self.last is not None:  # the live state started afresh here
+            for tr in self.rules.close_all():
+                tr.apply()
+            self.rules = CameraRules(self.camera, self.site)
+        for tr in self.rules.evaluate(frame.captured_at, (frame.width, frame.height), frame.detections):
+            event = tr.apply()
+            if tr.kind == "started" and self.since <= event.started_at < self.until:
+                self.kept[event.id] = event
+        self.last = frame.captured_at
+
+    def spans(self) -> list[Span]:
+        return [Span(self.camera.id, e.zone, e.rule, e.started_at, e.ended_at) for e in self.kept.values()]
 
 
 def _open_after(ended_at: dt.datetime | None, last_read: dt.datetime | None) -> dt.datetime | None:

@@ -94,8 +94,9 @@ outbox_table = Table(
 
 # The detection log (migration 0004): one row per frame the rules evaluated, for replay
 # (app/rules/replay.py). Kept small: the time as integer microseconds (8 bytes, not a
-# 26-character timestamp in row and index), the detections as one binary blob
-# (app/rules/framelog.py), the id a SQLite rowid (BIGINT elsewhere: billions of frames).
+# 26-character timestamp), the detections as one binary blob (app/rules/framelog.py), the
+# id a SQLite rowid (BIGINT elsewhere: billions of frames), and one index, on time: replay
+# reads every camera of a window in one pass in time order and retention deletes by time.
 frames_table = Table(
     "campusguard_frames", metadata,
     Column("id", BigInteger().with_variant(Integer(), "sqlite"), primary_key=True, autoincrement=True),
@@ -106,7 +107,6 @@ frames_table = Table(
     Column("fresh", Boolean, nullable=False),  # the first frame of a new rule state (start, reset, offline, reload)
     Column("names", Text, nullable=False),  # {"class id": "class name"} of this frame's detections (JSON)
     Column("detections", LargeBinary, nullable=False),
-    Index("ix_campusguard_frames_camera", "camera_id", "captured_us"),
     Index("ix_campusguard_frames_time", "captured_us"),
 )
 
@@ -315,14 +315,14 @@ class EventStore:
                 .group_by(f.camera_id)).all()
         return {r[0]: int(r[1]) for r in rows}
 
-    def iter_frames(self, camera_id: str, since: dt.datetime, until: dt.datetime, chunk: int = 2000):
-        """One camera's logged rows captured in [since, until), in evaluation order (capture
+    def iter_frames(self, camera_ids: list[str], since: dt.datetime, until: dt.datetime, chunk: int = 2000):
+        """These cameras' logged rows captured in [since, until), in evaluation order (capture
         time, then insertion), read ``chunk`` rows at a time (keyset pagination: a day of
         frames never sits in memory, and stopping early reads no more)."""
         f = frames_table.c
         last: tuple[int, int] | None = None
         while True:
-            conds = [f.camera_id == camera_id, f.captured_us >= to_us(since), f.captured_us < to_us(until)]
+            conds = [f.camera_id.in_(camera_ids), f.captured_us >= to_us(since), f.captured_us < to_us(until)]
             if last is not None:
                 conds.append(or_(f.captured_us > last[0], and_(f.captured_us == last[0], f.id > last[1])))
             with self.engine.connect() as conn:

@@ -28,11 +28,9 @@ def upgrade() -> None:
         sa.Column("names", sa.Text(), nullable=False),
         sa.Column("detections", sa.LargeBinary(), nullable=False),
     )
-    op.create_index("ix_campusguard_frames_camera", "campusguard_frames", ["camera_id", "captured_us"])
     op.create_index("ix_campusguard_frames_time", "campusguard_frames", ["captured_us"])
 
 
 def downgrade() -> None:
     op.drop_index("ix_campusguard_frames_time", "campusguard_frames")
-    op.drop_index("ix_campusguard_frames_camera", "campusguard_frames")
     op.drop_table("campusguard_frames")
