@@ -170,6 +170,9 @@ class Settings(BaseSettings):
     events_retain_days: float = Field(30.0, gt=0, description="Delete events that ended longer ago (reviewed ones too)")
     snapshot_budget_mb: float = Field(1024.0, ge=0, description="Snapshot and clip disk budget; oldest deleted first; 0 = none")
     retention_sweep_s: float = Field(600.0, gt=0, description="Seconds between retention sweeps")
+    detection_log: bool = Field(False, description="Log every evaluated frame's detections for `campusguard replay`")
+    detection_log_retention_days: float = Field(7.0, gt=0, description="Delete logged frames captured longer ago")
+    detection_log_buffer_size: int = Field(50_000, ge=1, description="Logged frames kept in memory before they are written")
     clips: bool = Field(True, description="Write an H.264 MP4 evidence clip per event (needs frames in memory)")
     clip_pre_s: float = Field(5.0, ge=0, le=300, description="Seconds of frames before an event's start in its clip")
     clip_post_s: float = Field(5.0, ge=0, le=300, description="Seconds of frames after an event's start in its clip")
@@ -184,9 +187,6 @@ class Settings(BaseSettings):
     mqtt_ca_file: Path | None = Field(None, description="CA bundle for mqtts:// (default: the system's)")
     mqtt_client_id: str = Field("", description="MQTT client id; empty = campusguard-<host>-<pid> (unique per replica)")
     mqtt_discovery_prefix: str = Field("homeassistant", description="Home Assistant discovery prefix; empty = no discovery")
-    detection_log: bool = Field(False, description="Log every evaluated frame's detections for `campusguard replay`")
-    detection_log_retention_days: float = Field(7.0, gt=0, description="Delete logged frames captured longer ago")
-    detection_log_buffer_size: int = Field(50_000, ge=1, description="Logged frames kept in memory before they are written")
 
     @field_validator("onnx_providers", mode="before")
     @classmethod
