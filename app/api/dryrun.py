@@ -25,7 +25,7 @@ YAML_TYPES = ("application/yaml", "application/x-yaml", "text/yaml", "text/x-yam
 JSON_TYPES = ("application/json",)
 SOURCE = "<request body>"
 OPENAPI_BODY = {"requestBody": {"required": False, "description": "dry_run=true only: the site file to try",
-                                "content": {t: {"schema": {"type": "string"}} for t in YAML_TYPES[:1] + YAML_TYPES[2:]}
+                                "content": {t: {"schema": {"type": "string"}} for t in YAML_TYPES}
                                 | {"application/json": {"schema": {"type": "object"}}}}}
 
 

@@ -6,7 +6,8 @@ order the live service evaluated them, through a fresh ``CameraRules`` of the ne
 file, the very evaluator the service runs, tracker included. Nothing is written, sent or
 counted. The events it raises are matched one-to-one with the rule events the store
 recorded, on (camera, zone, rule, started_at, ended_at); track ids are not compared
-(ByteTrack's id counter is shared by every tracker of a process, so ids differ between runs).
+(ultralytics releases before per-tracker numbering count ids across every tracker of the
+process, so ids can differ between runs while the tracks, and so the events, do not).
 
 Edges of the window, so that an unchanged site file reproduces the recorded events:
 
