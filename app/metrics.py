@@ -113,10 +113,14 @@ class Metrics:
                                           ["camera_id"], namespace=ns, registry=r)
         self.snapshot_bytes = Gauge("snapshot_bytes", "Disk used by event snapshots and clips (this replica)",
                                     namespace=ns, registry=r)
-        self.retention_deleted = Counter("retention_deleted", "Events and snapshot/clip files (kind=snapshots) deleted by retention",
+        self.retention_deleted = Counter("retention_deleted",
+                                         "Events, snapshot/clip files (kind=snapshots), logged frames (kind=frames) deleted by retention",
                                          ["kind"], namespace=ns, registry=r)
         self.event_buffer_dropped = Counter("event_buffer_dropped", "Event writes dropped because the buffer was full",
                                             namespace=ns, registry=r)
+        self.detection_log_dropped = Counter("detection_log_dropped",
+                                             "Detection-log frames dropped (buffer full, or a write failed)",
+                                             namespace=ns, registry=r)
         self._max_cameras = max_cameras
         self._cameras: set[str] = set()
         for stage in STAGES:  # so every stage series exists from the first scrape

@@ -40,6 +40,15 @@ def clamp_utc(value: dt.datetime) -> dt.datetime:
     return min(max(value, SAFE_MIN), SAFE_MAX)
 
 
+def shift_clamped(value: dt.datetime, delta: dt.timedelta) -> dt.datetime:
+    """``value + delta`` kept within [SAFE_MIN, SAFE_MAX] (a window edge near year 1 or 9999
+    is clamped instead of overflowing)."""
+    try:
+        return min(max(value + delta, SAFE_MIN), SAFE_MAX)
+    except OverflowError:
+        return SAFE_MIN if delta < dt.timedelta(0) else SAFE_MAX
+
+
 def utcnow() -> dt.datetime:
     return dt.datetime.now(UTC)
 

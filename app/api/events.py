@@ -9,12 +9,13 @@ from __future__ import annotations
 import asyncio
 from typing import Annotated
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, Request
 from fastapi.responses import FileResponse, Response
 
 from app.api.deps import Admin, KeyIdDep, Read, Review, RulesDep
-from app.api.schemas import (CameraOut, CountsOut, ErrorBody, EventOut, EventPage, EventReview, ReloadResult, ResetResult,
-                             error_responses)
+from app.api.dryrun import OPENAPI_BODY, dry_run as dry_run_reload
+from app.api.schemas import (CameraOut, CountsOut, DryRunResult, ErrorBody, EventOut, EventPage, EventReview, ReloadResult,
+                             ResetResult, error_responses)
 from app.timeutil import IsoDatetime
 from app.errors import NotFound, shorten
 
@@ -73,12 +74,27 @@ def get_clip(rules: RulesDep, event_id: str) -> FileResponse:
     return FileResponse(path, media_type="video/mp4")
 
 
-@router.post("/admin/reload", response_model=ReloadResult, summary="Reload the site file", dependencies=[Admin],
-             responses={422: {"model": ErrorBody,
-                              "description": "The file is invalid; `detail` lists every error. The old config stays."}})
-async def reload_site(rules: RulesDep) -> ReloadResult:
+@router.post("/admin/reload", response_model=ReloadResult | DryRunResult, summary="Reload the site file (or try one)",
+             dependencies=[Admin],
+             openapi_extra=OPENAPI_BODY, responses={
+                 422: {"model": ErrorBody, "description": "The file is invalid; `detail` lists every error. The old "
+                       "config stays. Dry run: also `empty_window` (no logged frames) and bad window parameters."},
+                 **error_responses(413, 415)})
+async def reload_site(
+    rules: RulesDep, request: Request,
+    dry_run: Annotated[bool, Query(description="Validate the site file in the body and replay it over the detection "
+                                               "log instead of applying anything (docs/rules.md)")] = False,
+    window_h: Annotated[float, Query(gt=0, le=24 * 366, description="Dry run: hours before `until`")] = 24.0,
+    since: Annotated[IsoDatetime | None, Query(description="Dry run: window start (default until - window_h)")] = None,
+    until: Annotated[IsoDatetime | None, Query(description="Dry run: window end (default now)")] = None,
+) -> ReloadResult | DryRunResult:
     """Re-read the site YAML. Frames keep being served during and after; on error nothing changes
-    (the SiteConfigError becomes a 422 listing every error, in app/api/errors.py)."""
+    (the SiteConfigError becomes a 422 listing every error, in app/api/errors.py).
+
+    ``?dry_run=true``: the body (YAML or JSON) is validated the same way and replayed over the
+    logged frames of the window, next to the recorded events; nothing is applied."""
+    if dry_run:
+        return await dry_run_reload(rules, request, since, until, window_h)
     await asyncio.to_thread(rules.reload)
     return ReloadResult(cameras=rules.camera_ids, loaded_at=rules.loaded_at)
 

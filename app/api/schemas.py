@@ -224,6 +224,47 @@ class ReloadResult(BaseModel):
     loaded_at: dt.datetime
 
 
+class ReplaySpan(BaseModel):
+    started_at: dt.datetime
+    ended_at: dt.datetime | None = Field(description="null: still open at the last logged frame read")
+
+
+class ReplayRule(BaseModel):
+    """One camera/zone/rule: events recorded in the store and raised by the tried site file."""
+
+    camera_id: str
+    zone: str
+    rule: str
+    recorded: int
+    replayed: int
+    matched: int = Field(description="Pairs equal in camera, zone, rule, started_at and ended_at")
+    only_recorded: list[ReplaySpan] = Field(description="Recorded events the tried file would not raise")
+    only_replayed: list[ReplaySpan] = Field(description="Events only the tried file raises")
+
+
+class ReplayTotals(BaseModel):
+    recorded: int
+    replayed: int
+    matched: int
+    only_recorded: int
+    only_replayed: int
+
+
+class DryRunResult(BaseModel):
+    """``POST /admin/reload?dry_run=true``: the site file in the body is valid; what it would
+    have raised over the logged frames of the window, next to what was recorded. Nothing was
+    applied: the running configuration and the site file are unchanged."""
+
+    ok: bool = True
+    dry_run: Literal[True] = True
+    since: dt.datetime
+    until: dt.datetime
+    frames: int = Field(description="Logged frames in the window that were replayed")
+    cameras: list[str]
+    totals: ReplayTotals
+    rules: list[ReplayRule]
+
+
 class ResetResult(BaseModel):
     """The camera's rule state was discarded; its next frame starts afresh."""
 

@@ -13,6 +13,7 @@ definition is valid for any resolution the camera sends.
 from __future__ import annotations
 
 import datetime as dt
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
@@ -377,6 +378,46 @@ def parse_site_config(raw: Any, source: str = "<site config>") -> SiteConfig:
     return config
 
 
+MAX_NODES = 1_000_000  # far beyond a real site; a YAML alias bomb expands past it at once
+
+
+def _check_nodes(raw: Any, source: str) -> None:
+    """Refuse a document that expands to more than MAX_NODES values: YAML aliases share one
+    object, so a few hundred bytes can describe billions of nodes that validation would walk."""
+    seen, stack = 0, [raw]
+    while stack:
+        node = stack.pop()
+        seen += 1
+        if seen > MAX_NODES:
+            raise SiteConfigError(source, [f"(top level): the document expands to more than {MAX_NODES} values "
+                                           "(YAML aliases repeated?); a site file is far smaller"])
+        if isinstance(node, dict):
+            stack.extend(node.keys())
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+
+
+def parse_site_text(text: str, source: str = "<site config>", *, as_json: bool = False) -> SiteConfig:
+    """Parse (``yaml.safe_load``, or JSON) and validate a site file's text; SiteConfigError
+    listing every error, for syntax, size and content alike."""
+    if not text.strip():
+        raise SiteConfigError(source, ["(top level): the site file is empty"])
+    try:
+        raw = json.loads(text) if as_json else yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise SiteConfigError(source, [f"YAML syntax error at {where}{problem}"]) from exc
+    except json.JSONDecodeError as exc:
+        raise SiteConfigError(source, [f"JSON syntax error at line {exc.lineno}, column {exc.colno}: {exc.msg}"]) from exc
+    except RecursionError:
+        raise SiteConfigError(source, ["(top level): the document is nested too deeply"]) from None
+    _check_nodes(raw, source)
+    return parse_site_config(raw, source)
+
+
 def read_site_bytes(path: Path | str) -> bytes:
     try:
         return Path(path).read_bytes()
@@ -397,12 +438,5 @@ def parse_site_bytes(data: bytes, path: Path | str) -> SiteConfig:
     except UnicodeDecodeError as exc:
         raise SiteConfigError(path, [f"the file is not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset "
                                      f"{exc.start}); save it as UTF-8"]) from exc
-    try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise SiteConfigError(path, [f"YAML syntax error at {where}{problem}"]) from exc
-    return parse_site_config(raw, str(path))
+    return parse_site_text(text, str(path))
 

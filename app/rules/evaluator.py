@@ -340,6 +340,10 @@ class CameraRules:
         self.last_t: float | None = None
         self.zone_counts: dict[str, int] = {z.name: 0 for z in self.zones}
         self._tracker: CameraTracker | None = None
+        # the last frame as evaluated (the detection log records it): its rule time and the
+        # track id of each detection (None for classes no rule uses, or not confirmed yet)
+        self.frame_time: dt.datetime | None = None
+        self.frame_tracks: list[int | None] = []
 
     @property
     def tracker(self) -> CameraTracker:
@@ -360,6 +364,9 @@ class CameraRules:
 
         relevant = [d for d in detections if d.class_name in self.classes]
         track_ids = self.tracker.update(relevant) if self.zones else [None] * len(relevant)
+        tracks = iter(track_ids)
+        self.frame_time = when
+        self.frame_tracks = [next(tracks) if d.class_name in self.classes else None for d in detections]
         objects = [FrameObject(d, tid, foot_point(d.x1, d.y1, d.x2, d.y2, width, height),
                                box_area_fraction(d.x1, d.y1, d.x2, d.y2, width, height))
                    for d, tid in zip(relevant, track_ids)]

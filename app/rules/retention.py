@@ -12,7 +12,10 @@ Every ``interval_s``:
    replicas the row may have been deleted by another replica's sweep: each replica has its
    own snapshot folder);
 3. while the folder is over ``budget_bytes``, the oldest files go first and their
-   events stop pointing at them.
+   events stop pointing at them;
+4. detection-log frames (app/rules/framelog.py) captured more than ``frames_retain_days``
+   ago are deleted, whether the log is on or not (turning it off must not keep a week of
+   frames forever).
 
 Every replica runs the sweep; the deletes are idempotent, so running it twice is harmless.
 """
@@ -34,8 +37,10 @@ SUFFIX_COLUMN = {".jpg": "snapshot", ".mp4": "clip"}  # evidence file -> the eve
 
 class RetentionSweeper:
     def __init__(self, store: EventStore, snapshot_dir: Path | None, *, retain_days: float = 30.0,
-                 budget_bytes: int = 0, interval_s: float = 600.0, metrics=None) -> None:
+                 budget_bytes: int = 0, interval_s: float = 600.0, frames_retain_days: float = 7.0,
+                 metrics=None) -> None:
         self.store = store
+        self.frames_retain = dt.timedelta(days=frames_retain_days)
         self.snapshot_dir = snapshot_dir
         self.retain = dt.timedelta(days=retain_days)
         self.budget_bytes = budget_bytes  # 0 = no budget
@@ -46,7 +51,8 @@ class RetentionSweeper:
     def from_settings(cls, store: EventStore, settings, metrics=None) -> "RetentionSweeper":
         return cls(store, settings.snapshot_dir, retain_days=settings.events_retain_days,
                    budget_bytes=int(settings.snapshot_budget_mb * 1024 * 1024),
-                   interval_s=settings.retention_sweep_s, metrics=metrics)
+                   interval_s=settings.retention_sweep_s,
+                   frames_retain_days=settings.detection_log_retention_days, metrics=metrics)
 
     def start(self) -> None:
         self._job.start()  # the first sweep one interval after start
@@ -69,12 +75,15 @@ class RetentionSweeper:
         files = sum(self._unlink(path) for event_id, _ in deleted for path in self._evidence_files(event_id))
         files += self._expire_files(cutoff)
         over = self._enforce_budget()
+        frames = self.store.delete_frames_before(now - self.frames_retain)
         self._count("events", len(deleted))
         self._count("snapshots", files + over)
-        if deleted or files or over:
-            log.info("retention: deleted %d event(s) ended before %s, %d snapshot/clip file(s) by age, %d over the disk budget",
-                     len(deleted), cutoff.isoformat(timespec="seconds"), files, over)
-        return {"events": len(deleted), "snapshots_expired": files, "snapshots_over_budget": over}
+        self._count("frames", frames)
+        if deleted or files or over or frames:
+            log.info("retention: deleted %d event(s) ended before %s, %d snapshot/clip file(s) by age, %d over the "
+                     "disk budget, %d logged frame(s)", len(deleted), cutoff.isoformat(timespec="seconds"), files, over,
+                     frames)
+        return {"events": len(deleted), "snapshots_expired": files, "snapshots_over_budget": over, "frames": frames}
 
     # --- snapshot files --------------------------------------------------------------------
     def _evidence_files(self, event_id: str) -> list[Path]:

@@ -9,6 +9,7 @@ Lifecycle (driven by the app's lifespan)::
     rules.reload()                                         # SIGHUP / POST /admin/reload
     rules.put_zone(camera_id, zone_name, zone_or_None)     # the console's zone editor (writes, then reloads)
     rules.reset_camera(camera_id)                          # POST /admin/cameras/{id}/reset
+    rules.replay(site, since, until)                       # POST /admin/reload?dry_run=true (nothing applied)
     rules.stop()
 
 Thread-safety: ``evaluate`` may be called from any number of threads. Each camera's
@@ -39,6 +40,7 @@ from app.rules.clips import ClipRecorder
 from app.rules.config import SiteConfig
 from app.rules.counts import CrossingCounts
 from app.rules.evaluator import CameraRules, EventRecord, Transition
+from app.rules.framelog import FrameLog, LoggedFrame
 from app.rules.latest import LatestFrames
 from app.rules.migrate import StoreUnavailable, describe
 from app.rules.mqtt import Message, MqttBridge
@@ -52,6 +54,7 @@ from app.timeutil import as_utc, utcnow
 if TYPE_CHECKING:
     from app.config import Settings
     from app.metrics import Metrics
+    from app.rules.replay import Comparison
 
 log = logging.getLogger("campusguard.rules")
 
@@ -88,7 +91,8 @@ class RulesService:
                  webhook_timeout_s: float = 5.0, webhook_max_backoff_s: float = 60.0,
                  snapshot_dir: Path | None = None, event_buffer_size: int = 10_000,
                  retention: RetentionSweeper | None = None, clips: ClipRecorder | None = None,
-                 mqtt: MqttBridge | None = None, version: str | None = None) -> None:
+                 mqtt: MqttBridge | None = None, frame_log: FrameLog | None = None,
+                 version: str | None = None) -> None:
         self.path = Path(path)
         self.site = SiteFile(self.path)
         self._edit_lock = threading.Lock()
@@ -101,6 +105,9 @@ class RulesService:
                                    max_backoff_s=webhook_max_backoff_s, metrics=metrics)
         self.mqtt = mqtt
         self.writer = EventWriter(store, capacity=event_buffer_size, metrics=metrics, on_stored=self._notify_outboxes)
+        self.frame_log = frame_log
+        if frame_log is not None:
+            frame_log.store_up = lambda: self.writer.up  # migrations first: the table may not exist before
         self.retention = retention
         self.clips = clips
         if clips is not None:
@@ -161,6 +168,7 @@ class RulesService:
                    retention=RetentionSweeper.from_settings(store, settings, metrics),
                    mqtt=MqttBridge.from_settings(settings, store, metrics),
                    clips=ClipRecorder.from_settings(settings),
+                   frame_log=FrameLog.from_settings(store, settings, metrics=metrics),
                    capture_policy=CaptureTimePolicy.from_settings(settings), version=version)
         # Apply pending migrations now (a MigrationError stops startup); an unreachable
         # database does not: events are buffered until it answers.
@@ -178,6 +186,8 @@ class RulesService:
             self.retention.start()
         if self.clips is not None:
             self.clips.start()
+        if self.frame_log is not None:
+            self.frame_log.start()
 
     def stop(self) -> None:
         self.offline_sweeper.stop()
@@ -188,6 +198,8 @@ class RulesService:
         self.outbox.stop()
         if self.mqtt is not None:
             self.mqtt.stop()
+        if self.frame_log is not None:
+            self.frame_log.stop()  # its last batch while the store is still there
         self.writer.stop()
         self.store.close()
 
@@ -241,7 +253,12 @@ class RulesService:
         if frame_rgb is not None:
             self.latest.keep(camera_id, arrived, frame_rgb)
         with cam.lock:
+            fresh = cam.last_t is None  # a new rule state: replay starts one here too
             transitions = cam.evaluate(when, frame_size, detections)
+            if self.frame_log is not None:  # under the lock: logged in evaluation order
+                assert cam.frame_time is not None
+                self.frame_log.add(LoggedFrame(camera_id, cam.frame_time, frame_size[0], frame_size[1],
+                                               tuple(detections), tuple(cam.frame_tracks), fresh))
             counts = dict(cam.zone_counts)
             alerts = [(e.zone, e.rule) for e in cam.open_events()] if self.clips is not None else []
         if self.clips is not None and frame_rgb is not None:  # before _emit: the start frame is in its clip
@@ -508,6 +525,13 @@ class RulesService:
             with cam.lock:
                 out.extend(e.to_dict() for e in cam.open_events())
         return out
+
+    def replay(self, site: SiteConfig, since: dt.datetime, until: dt.datetime) -> "Comparison":
+        """What ``site`` would have raised over the logged frames of [since, until), next to the
+        recorded events (app/rules/replay.py). Nothing is applied, stored, sent or counted."""
+        from app.rules.replay import compare
+
+        return self._store_call(compare, self.store, site, since, until)
 
     # --- event store ----------------------------------------------------------------------
     def get_event(self, event_id: str) -> dict[str, Any] | None:

@@ -20,8 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import (JSON, Boolean, Column, DateTime, Index, Integer, MetaData, String, Table, Text, TypeDecorator,
-                        UniqueConstraint, create_engine, delete, event, false, func, select, update)
+from sqlalchemy import (JSON, BigInteger, Boolean, Column, DateTime, Index, Integer, LargeBinary, MetaData, String,
+                        Table, Text, TypeDecorator, UniqueConstraint, and_, create_engine, delete, event, false, func,
+                        or_, select, update)
 from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
@@ -89,6 +90,37 @@ outbox_table = Table(
     UniqueConstraint("url", "idempotency_key", name="uq_campusguard_outbox_key"),
     Index("ix_campusguard_outbox_pending", "delivered_at", "url", "id"),
 )
+
+
+# The detection log (migration 0004): one row per frame the rules evaluated, for replay
+# (app/rules/replay.py). Kept small: the time as integer microseconds (8 bytes, not a
+# 26-character timestamp), the detections as one binary blob (app/rules/framelog.py), the
+# id a SQLite rowid (BIGINT elsewhere: billions of frames), and one index, on time: replay
+# reads every camera of a window in one pass in time order and retention deletes by time.
+frames_table = Table(
+    "campusguard_frames", metadata,
+    Column("id", BigInteger().with_variant(Integer(), "sqlite"), primary_key=True, autoincrement=True),
+    Column("camera_id", String(128), nullable=False),
+    Column("captured_us", BigInteger(), nullable=False),  # the rule time used, microseconds since 1970 UTC
+    Column("width", Integer, nullable=False),
+    Column("height", Integer, nullable=False),
+    Column("fresh", Boolean, nullable=False),  # the first frame of a new rule state (start, reset, offline, reload)
+    Column("names", Text, nullable=False),  # {"class id": "class name"} of this frame's detections (JSON)
+    Column("detections", LargeBinary, nullable=False),
+    Index("ix_campusguard_frames_time", "captured_us"),
+)
+
+EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+MICROSECOND = dt.timedelta(microseconds=1)
+
+
+def to_us(when: dt.datetime) -> int:
+    """Microseconds since 1970 UTC, exactly (integer arithmetic, no float rounding)."""
+    return (as_utc(when) - EPOCH) // MICROSECOND
+
+
+def from_us(us: int) -> dt.datetime:
+    return EPOCH + dt.timedelta(microseconds=us)
 
 
 def make_engine(url: str) -> Engine:
@@ -266,6 +298,64 @@ class EventStore:
         if event_ids:
             with self.engine.begin() as conn:
                 conn.execute(update(events_table).where(events_table.c.id.in_(event_ids)).values({column: None}))
+
+    # --- detection log --------------------------------------------------------------------
+    def log_frames(self, rows: list[dict[str, Any]]) -> None:
+        """Insert detection-log rows (``frames_table`` columns but ``id``) in one transaction."""
+        if rows:
+            with self.engine.begin() as conn:
+                conn.execute(frames_table.insert(), rows)
+
+    def count_frames(self, camera_ids: list[str], since: dt.datetime, until: dt.datetime) -> dict[str, int]:
+        """Logged frames per camera captured in [since, until)."""
+        f = frames_table.c
+        with self.engine.connect() as conn:
+            rows = conn.execute(select(f.camera_id, func.count()).where(
+                f.camera_id.in_(camera_ids), f.captured_us >= to_us(since), f.captured_us < to_us(until))
+                .group_by(f.camera_id)).all()
+        return {r[0]: int(r[1]) for r in rows}
+
+    def iter_frames(self, camera_ids: list[str], since: dt.datetime, until: dt.datetime, chunk: int = 2000):
+        """These cameras' logged rows captured in [since, until), in evaluation order (capture
+        time, then insertion), read ``chunk`` rows at a time (keyset pagination: a day of
+        frames never sits in memory, and stopping early reads no more)."""
+        f = frames_table.c
+        last: tuple[int, int] | None = None
+        while True:
+            conds = [f.camera_id.in_(camera_ids), f.captured_us >= to_us(since), f.captured_us < to_us(until)]
+            if last is not None:
+                conds.append(or_(f.captured_us > last[0], and_(f.captured_us == last[0], f.id > last[1])))
+            with self.engine.connect() as conn:
+                rows = conn.execute(select(frames_table).where(*conds)
+                                    .order_by(f.captured_us, f.id).limit(chunk)).all()
+            yield from rows
+            if len(rows) < chunk:
+                return
+            last = (rows[-1].captured_us, rows[-1].id)
+
+    def delete_frames_before(self, cutoff: dt.datetime, batch: int = 5000) -> int:
+        """Delete logged frames captured before ``cutoff``, ``batch`` rows per transaction
+        (a day of frames in one DELETE would hold the write lock for long); how many went."""
+        f = frames_table.c
+        deleted = 0
+        while True:
+            with self.engine.begin() as conn:
+                ids = select(f.id).where(f.captured_us < to_us(cutoff)).limit(batch).scalar_subquery()
+                n = conn.execute(delete(frames_table).where(f.id.in_(ids))).rowcount
+            deleted += n
+            if n < batch:
+                return deleted
+
+    def event_spans(self, camera_ids: list[str], since: dt.datetime,
+                    until: dt.datetime) -> list[tuple[str, str, str, dt.datetime, dt.datetime | None]]:
+        """(camera, zone, rule, started_at, ended_at) of the rule events of these cameras that
+        started in [since, until); camera health events (no zone) are not rule events."""
+        t = events_table.c
+        with self.engine.connect() as conn:
+            rows = conn.execute(select(t.camera_id, t.zone, t.rule, t.started_at, t.ended_at).where(
+                t.camera_id.in_(camera_ids), t.zone != "", t.started_at >= since, t.started_at < until)
+                .order_by(t.started_at)).all()
+        return [tuple(r) for r in rows]
 
     # --- outbox ---------------------------------------------------------------------------
     def outbox_depth(self, urls: list[str] | None = None) -> int:

@@ -1,22 +1,32 @@
-"""Loitering and line crossing end to end with the real model on a real server.
+"""Loitering and line crossing end to end with the real model on a real server, then replay.
 
 A person cut from ultralytics' bus.jpg is pasted on a plain background and moved frame by
 frame: down across a counting line, standing in a door zone, back up across the line. The
 frames are posted with capture timestamps; the replies, the stored events and
 GET /cameras/{id}/counts must show exactly one crossing in each direction and one
-loitering event that starts and ends. 17 frames at imgsz 320.
+loitering event that starts and ends. 17 frames at imgsz 320, one server for the module
+(started with the detection log on): `campusguard replay` then re-runs the unchanged and a
+changed site file over the logged frames.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import json
+import os
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import cv2
 import numpy as np
+import pytest
 import yaml
 
 import ultralytics
+
+from tests.conftest import REPO, start_server
 
 BUS = Path(ultralytics.__file__).parent / "assets" / "bus.jpg"
 PERSON_BOX = (50, 395, 248, 903)  # the leftmost person of bus.jpg (yolov8n finds it at 0.9)
@@ -48,21 +58,33 @@ def frames() -> list[tuple[int, bytes]]:
     return out
 
 
-def test_person_crossing_and_loitering(server_factory, tmp_path):
-    site = tmp_path / "site.yaml"
+@pytest.fixture(scope="module")
+def walked(tmp_path_factory, weights):
+    """The frames posted to one server with the detection log on: (server, replies' events, t0, folder)."""
+    tmp = tmp_path_factory.mktemp("rules-v2")
+    site = tmp / "site.yaml"
     site.write_text(yaml.safe_dump(SITE))
-    server = server_factory(site_config=site, events_db_url=f"sqlite:///{tmp_path}/events.db",
-                            snapshot_dir=tmp_path / "snaps", imgsz=320)
+    server = start_server(tmp, site_config=site, events_db_url=f"sqlite:///{tmp}/events.db",
+                          snapshot_dir=tmp / "snaps", imgsz=320, detection_log="true")
     t0 = dt.datetime.now(dt.timezone.utc).replace(microsecond=0) - dt.timedelta(minutes=5)
     seen: list[tuple[int, str, dict]] = []
+    try:
+        with server.client() as c:
+            for sec, jpeg in frames():
+                r = c.post("/detect", files={"image": ("f.jpg", jpeg, "image/jpeg")},
+                           params={"camera_id": "door", "timestamp": (t0 + dt.timedelta(seconds=sec)).isoformat()})
+                assert r.status_code == 200, r.text
+                body = r.json()
+                assert [d["class_name"] for d in body["detections"]].count("person") == 1, body["detections"]
+                seen += [(sec, e["rule"] + ":" + e["state"], e) for e in body["events"]]
+        yield server, seen, t0, tmp
+    finally:
+        server.stop()
+
+
+def test_person_crossing_and_loitering(walked):
+    server, seen, t0, _ = walked
     with server.client() as c:
-        for sec, jpeg in frames():
-            r = c.post("/detect", files={"image": ("f.jpg", jpeg, "image/jpeg")},
-                       params={"camera_id": "door", "timestamp": (t0 + dt.timedelta(seconds=sec)).isoformat()})
-            assert r.status_code == 200, r.text
-            body = r.json()
-            assert [d["class_name"] for d in body["detections"]].count("person") == 1, body["detections"]
-            seen += [(sec, e["rule"] + ":" + e["state"], e) for e in body["events"]]
         got = [(sec, what) for sec, what, _ in seen]
         # down across the line between 6 s and 8 s; on the mat from 10 s, 4 s later loitering;
         # back up across the line between 22 s and 24 s; off the mat at 22 s, ended 3 s on (24 < 25 <= 26)
@@ -79,3 +101,56 @@ def test_person_crossing_and_loitering(server_factory, tmp_path):
         assert stored["total"] == 3 and all(e["state"] == "ended" for e in stored["items"])
         text = c.get("/metrics").text
         assert 'campusguard_line_crossings_total{camera_id="door",class_name="person",direction="in",line="hall/doorway"} 1.0' in text
+
+
+def replay(tmp: Path, site: dict, since: dt.datetime, capsys=None) -> dict:
+    """`campusguard replay --json`'s summary (its last line): in a subprocess, or in-process
+    through the CLI's entry point when ``capsys`` is given (no second interpreter start)."""
+    path = tmp / f"try-{time.monotonic_ns()}.yaml"
+    path.write_text(yaml.safe_dump(site))
+    argv = ["replay", "--site", str(path), "--since", since.isoformat(), "--db", f"sqlite:///{tmp}/events.db", "--json"]
+    if capsys is not None:
+        from app.cli import main
+
+        assert main(argv) == 0
+        return json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CAMPUSGUARD_")}
+    proc = subprocess.run([sys.executable, "-m", "app.cli", *argv], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_replay_of_the_logged_frames(walked, capsys):
+    """The unchanged site file reproduces the recorded events exactly; a changed one gives the
+    difference predicted from the walk (crossings at 8 s in, 24 s out; on the mat 10 s to 22 s)."""
+    server, _, t0, tmp = walked
+    from app.rules.store import EventStore
+
+    store = EventStore(f"sqlite:///{tmp}/events.db", migrate=False)
+    try:
+        deadline = time.monotonic() + 30
+        while store.count_frames(["door"], t0, t0 + dt.timedelta(minutes=1)).get("door", 0) < 17:
+            assert time.monotonic() < deadline, "the detection log was not written"
+            time.sleep(0.2)
+    finally:
+        store.close()
+    since = t0 - dt.timedelta(minutes=1)
+
+    same = replay(tmp, SITE, since)
+    assert same["frames"] == 17
+    assert same["totals"] == {"recorded": 3, "replayed": 3, "matched": 3, "only_recorded": 0, "only_replayed": 0}
+
+    changed = json.loads(json.dumps(SITE))
+    changed["cameras"][0]["zones"][0]["rules"][0]["direction"] = "in"  # the way back up is no longer counted
+    changed["cameras"][0]["zones"][1]["rules"][0]["min_duration_s"] = 8  # on the mat from 10 s: starts at 18 s
+    got = {r["rule"]: r for r in replay(tmp, changed, since, capsys)["rules"]}
+
+    def at(sec: int) -> str:
+        return (t0 + dt.timedelta(seconds=sec)).isoformat().replace("+00:00", "Z")
+
+    assert (got["doorway"]["matched"], got["doorway"]["only_replayed"]) == (1, [])
+    assert got["doorway"]["only_recorded"] == [{"started_at": at(24), "ended_at": at(24)}]
+    assert got["loitering"]["matched"] == 0
+    assert got["loitering"]["only_recorded"] == [{"started_at": at(14), "ended_at": at(22)}]
+    assert got["loitering"]["only_replayed"] == [{"started_at": at(18), "ended_at": at(22)}]
