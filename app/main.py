@@ -136,6 +136,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
         app.include_router(events.router)
         app.include_router(frames.router)
+    if settings.console:
+        from app.console import mount_console
+
+        mount_console(app)
     if settings.cors_origins:
         app.add_middleware(CORSMiddleware, allow_origins=settings.cors_origins, allow_methods=["GET", "POST", "PATCH"],
                            allow_headers=["X-API-Key", "Content-Type"])
