@@ -25,6 +25,11 @@ class ServiceError(Exception):
     def message(self) -> str:
         return str(self.args[0])
 
+    @property
+    def detail(self) -> list | None:
+        """Structured details for the reply's ``detail`` (e.g. every error of a site file)."""
+        return None
+
 
 def shorten(value: object, limit: int = 64) -> str:
     """``repr`` of a client-supplied value, cut to ``limit`` characters: error bodies and

@@ -19,7 +19,7 @@ from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 
 from app import __version__
-from app.api import auth, deepstack, detect, health
+from app.api import auth, deepstack, detect, health, status
 from app.api import metrics as metrics_route
 from app.api.docs import install_docs
 from app.api.errors import install_error_handlers
@@ -130,12 +130,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(deepstack.router)
     app.include_router(health.router)
     app.include_router(auth.router)
+    app.include_router(status.router)
     app.include_router(metrics_route.router)
     if settings.site_config is not None:
-        from app.api import events, frames
+        from app.api import events, frames, site
 
         app.include_router(events.router)
         app.include_router(frames.router)
+        app.include_router(site.router)
     if settings.console:
         from app.console import mount_console
 

@@ -15,6 +15,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.registry import Collector
 
 from app.devices import MemoryStats
+from app.recent import RecentWindow
 from app.pipeline import Counters
 
 NAMESPACE = "campusguard"
@@ -48,6 +49,7 @@ class Metrics:
 
     def __init__(self, max_cameras: int = 100) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
+        self.recent = RecentWindow()  # detection traffic of the last 15 min (GET /status), fed with request_latency
         r, ns = self.registry, NAMESPACE
         ProcessCollector(namespace=ns, registry=r)
         self.requests = Counter("requests", "HTTP requests by route and status", ["route", "status"], namespace=ns, registry=r)

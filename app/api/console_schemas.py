@@ -6,7 +6,12 @@ Kept apart from app/api/schemas.py (detection and events) so each file stays one
 from __future__ import annotations
 
 
+import datetime as dt
+from typing import Any
+
 from pydantic import BaseModel, Field
+
+from app.api.schemas import Health
 
 
 
@@ -17,3 +22,53 @@ class AuthInfo(BaseModel):
     role: str = Field(examples=["viewer"], description="viewer, operator, camera or admin")
     permissions: list[str] = Field(examples=[["read"]], description="Subset of read, review, detect, admin")
     key_id: str | None = Field(None, examples=["key:1a2b3c4d"], description="First 8 hex of the key's SHA-256")
+
+
+class SiteDocument(BaseModel):
+    """The running site config and the version of the file it was loaded from."""
+
+    version: str = Field(examples=["3f2a9c0d1e4b5a67"], description="First 16 hex of the SHA-256 of the file; send as If-Match")
+    path: str
+    writable: bool = Field(description="False: zone edits answer 409 site_read_only (e.g. a ConfigMap mount)")
+    loaded_at: dt.datetime
+    config: dict[str, Any] = Field(description="The SiteConfig as JSON (cameras, zones, rules; see GET /site/schema)")
+
+
+class ZoneSaved(BaseModel):
+    version: str = Field(description="The new version of the site file")
+    loaded_at: dt.datetime
+    zone: dict[str, Any] | None = Field(None, description="The zone as validated (defaults filled in); absent on delete")
+
+
+class RecentBucket(BaseModel):
+    t: dt.datetime = Field(description="Bucket start (10 s buckets)")
+    requests: int = Field(description="Detection requests (/detect, /detect/batch, DeepStack) that ended in it")
+    images: int = Field(description="Images detected by them")
+    errors: int = Field(description="Of the requests, answered 5xx (including 503 refusals under load)")
+    p50_ms: float | None = Field(None, description="Median end-to-end latency; null without requests")
+    p95_ms: float | None = None
+
+
+class DeliveryTarget(BaseModel):
+    target: str = Field(examples=["https://alerts.example.org"], description="Scheme, host and port only")
+    pending: int | None = Field(description="Rows waiting in the outbox; null while the event store is unreachable")
+    delivered: int = Field(description="Delivered by this replica since it started")
+    failed: int = Field(description="Failed attempts by this replica since it started (each is retried)")
+    last_error: str | None = None
+    last_error_at: dt.datetime | None = None
+    last_success_at: dt.datetime | None = None
+
+
+class MqttTarget(DeliveryTarget):
+    connected: bool
+
+
+class StatusDocument(BaseModel):
+    """Everything the console's status page shows, from the app's own data."""
+
+    health: Health
+    recent: list[RecentBucket] = Field(description="The last 15 minutes of detection traffic, oldest first")
+    queue_depth: int = Field(description="Images waiting for the inference worker now")
+    event_store: str | None = Field(None, description="`ok` or why the event store is unavailable; null: rules off")
+    webhooks: list[DeliveryTarget] = []
+    mqtt: MqttTarget | None = None

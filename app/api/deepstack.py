@@ -100,7 +100,7 @@ async def deepstack_detection(request: Request, header: Annotated[str | None, De
     counts = Counter(p.label for p in predictions)
     message = ("Found " + ", ".join(f"{label}" + (f" x{n}" if n > 1 else "") for label, n in counts.items())
                if predictions else "No objects found")
-    request.scope["state"].update(detections=len(predictions))
+    request.scope["state"].update(detections=len(predictions), images=1)
     total_ms = (time.perf_counter() - started) * 1e3
     return DeepStackResponse(
         success=True, predictions=predictions, duration=0, code=200, count=len(predictions), message=message,

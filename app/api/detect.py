@@ -194,7 +194,7 @@ async def detect(request: Request, engine: EngineDep, params: ParamsDep, frame: 
     result = await engine.detect(upload.data, params, keep_image=jpeg or rules_on)
     events = await run_rules(engine, rules, frame, when, result)
     metrics.count_detections([d.class_name for d in result.detections], frame.camera_id)
-    request.scope["state"].update(camera_id=frame.camera_id, detections=len(result.detections))
+    request.scope["state"].update(camera_id=frame.camera_id, detections=len(result.detections), images=1)
     if jpeg:
         return Response(await annotated_jpeg(engine, rules, frame, result, events), media_type="image/jpeg")
     return shape_result(engine, settings, result, frame.camera_id, events)
@@ -248,6 +248,6 @@ async def detect_batch(request: Request, engine: EngineDep, params: ParamsDep, f
         metrics.count_detections([d.class_name for d in outcome.detections], frame.camera_id)
         items.append(BatchItem(index=index, filename=upload.filename, ok=True,
                                result=shape_result(engine, settings, outcome, frame.camera_id, events)))
-    request.scope["state"].update(camera_id=frame.camera_id,
+    request.scope["state"].update(camera_id=frame.camera_id, images=sum(1 for i in items if i.ok),
                                   detections=sum(len(i.result.detections) for i in items if i.result))
     return BatchResponse(results=items)

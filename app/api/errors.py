@@ -40,7 +40,7 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ServiceError)
     async def _service_error(request: Request, exc: ServiceError) -> JSONResponse:
         return error_response(exc.status, exc.code, exc.message, request, retry_after=exc.retry_after,
-                              detail=getattr(exc, "errors", None))
+                              detail=exc.detail)
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:

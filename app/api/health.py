@@ -14,7 +14,10 @@ from fastapi import APIRouter
 from app import __version__
 from app.api.deps import Read, MaybeDetectorDep, MaybeEngineDep, MaybeRulesDep, PhaseDep, StartedAtDep
 from app.api.schemas import Health, Status, error_responses
+from app.backends.base import Detector
+from app.engine import InferenceEngine
 from app.errors import NotReady
+from app.rules.service import RulesService
 
 router = APIRouter(tags=["health"], dependencies=[Read], responses=error_responses(401, 403))
 
@@ -45,6 +48,12 @@ async def ready(engine: MaybeEngineDep, phase: PhaseDep, rules: MaybeRulesDep) -
 async def health(engine: MaybeEngineDep, detector: MaybeDetectorDep, phase: PhaseDep,
                  started_at: StartedAtDep, rules: MaybeRulesDep) -> Health:
     """Backend, provider, device and its memory, model and classes, uptime and counters."""
+    return health_document(engine, detector, phase, started_at, rules)
+
+
+def health_document(engine: InferenceEngine | None, detector: Detector | None, phase: str, started_at: float,
+                    rules: RulesService | None) -> Health:
+    """The /health document (GET /status embeds it)."""
     out = Health(status="ready" if engine is not None and engine.ready else phase,
                  ready=bool(engine is not None and engine.ready), version=__version__,
                  uptime_s=round(time.time() - started_at, 3),

@@ -32,6 +32,14 @@ def route_label(scope: Scope) -> str:
     return getattr(scope.get("route"), "path", None) or "other"
 
 
+DETECTION_TAGS = frozenset({"detection", "deepstack"})
+
+
+def is_detection(scope: Scope) -> bool:
+    """A request to a route that sends frames (its router's tags say so), for the recent-traffic window."""
+    return bool(DETECTION_TAGS.intersection(getattr(scope.get("route"), "tags", None) or ()))
+
+
 class RequestGuard:
     def __init__(self, app: ASGIApp, max_body_bytes: int, metrics: Metrics, body_read_timeout_s: float) -> None:
         self.app = app
@@ -93,6 +101,8 @@ class RequestGuard:
         route = route_label(scope)
         self.metrics.requests.labels(route, str(state["status"])).inc()
         self.metrics.request_latency.labels(route).observe(elapsed)
+        if is_detection(scope):
+            self.metrics.recent.observe(elapsed, scope["state"].get("images", 0), state["status"] >= 500)
         extra = scope["state"]
         access_log.info(
             "%s %s %s %.1fms", scope["method"], scope["path"], state["status"], elapsed * 1e3,

@@ -13,6 +13,7 @@ definition is valid for any resolution the camera sends.
 from __future__ import annotations
 
 import datetime as dt
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -27,16 +28,35 @@ WEEKDAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 VEHICLES = ("car", "truck", "bus", "motorcycle")
 
 
+Loc = tuple[str | int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Issue:
+    """One problem: where (pydantic's loc into the raw data; None for the file as a whole) and what."""
+
+    loc: Loc | None
+    message: str
+
+    def __str__(self) -> str:
+        return self.message if self.loc is None else f"{_loc(self.loc)}: {self.message}"
+
+
 class SiteConfigError(ConfigError):
-    """The site file is invalid; ``errors`` lists every problem found."""
+    """The site file is invalid; ``errors`` lists every problem found (``issues``: the same, structured)."""
 
     status, code = 422, "invalid_site_config"  # as an HTTP reply (POST /admin/reload)
 
-    def __init__(self, path: Path | str, errors: list[str]) -> None:
+    def __init__(self, path: Path | str, errors: list[str | Issue]) -> None:
         self.path = str(path)
-        self.errors = list(errors)
+        self.issues = [e if isinstance(e, Issue) else Issue(None, e) for e in errors]
+        self.errors = [str(i) for i in self.issues]
         lines = "\n".join(f"  - {e}" for e in self.errors)
         super().__init__(f"site config {self.path} is invalid ({len(self.errors)} error(s)):\n{lines}")
+
+    @property
+    def detail(self) -> list:
+        return self.errors
 
 
 def _check_timezone(value: str | None) -> str | None:
@@ -278,24 +298,24 @@ class SiteConfig(_Strict):
 
 # --- loading -----------------------------------------------------------------------------
 
-def _loc(loc: tuple) -> str:
+def _loc(loc: Loc) -> str:
     out = ""
-    for part in loc:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        elif part in RULE_TYPES and out.endswith("]"):
-            continue  # the discriminator tag adds nothing to the path
-        else:
-            out += f".{part}" if out else str(part)
+    for part in path_of(loc):
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
     return out or "(top level)"
 
 
-def _duplicates(raw: Any) -> list[str]:
+def path_of(loc: Loc) -> Loc:
+    """pydantic's loc without the discriminator tags it inserts after a rule's index."""
+    return tuple(p for i, p in enumerate(loc) if not (p in RULE_TYPES and i and isinstance(loc[i - 1], int)))
+
+
+def _duplicates(raw: Any) -> list[Issue]:
     """Cross-checks on the raw data, so they run even where pydantic found other errors."""
-    errors: list[str] = []
+    errors: list[Issue] = []
     cams = raw.get("cameras") if isinstance(raw, dict) else None
     if isinstance(cams, list) and not cams:
-        errors.append("cameras: at least one camera is needed")
+        errors.append(Issue(("cameras",), "at least one camera is needed"))
     if not isinstance(cams, list):
         return errors
     seen: dict[str, int] = {}
@@ -305,7 +325,7 @@ def _duplicates(raw: Any) -> list[str]:
         cid = cam.get("id")
         if isinstance(cid, str):
             if cid in seen:
-                errors.append(f"cameras[{ci}].id: duplicate camera id {cid!r} (also cameras[{seen[cid]}])")
+                errors.append(Issue(("cameras", ci, "id"), f"duplicate camera id {cid!r} (also cameras[{seen[cid]}])"))
             else:
                 seen[cid] = ci
         zones = cam.get("zones")
@@ -318,8 +338,8 @@ def _duplicates(raw: Any) -> list[str]:
             zname = zone.get("name")
             if isinstance(zname, str):
                 if zname in zseen:
-                    errors.append(f"cameras[{ci}].zones[{zi}].name: duplicate zone name {zname!r} "
-                                  f"in camera {cid!r} (also zones[{zseen[zname]}])")
+                    errors.append(Issue(("cameras", ci, "zones", zi, "name"), f"duplicate zone name {zname!r} "
+                                        f"in camera {cid!r} (also zones[{zseen[zname]}])"))
                 else:
                     zseen[zname] = zi
             rules = zone.get("rules")
@@ -332,8 +352,9 @@ def _duplicates(raw: Any) -> list[str]:
                 rname = rule.get("name") or rule.get("type")
                 if isinstance(rname, str):
                     if rname in rseen:
-                        errors.append(f"cameras[{ci}].zones[{zi}].rules[{ri}].name: duplicate rule name {rname!r} "
-                                      f"in zone {zname!r} (give each rule of the same type a 'name')")
+                        errors.append(Issue(("cameras", ci, "zones", zi, "rules", ri, "name"),
+                                            f"duplicate rule name {rname!r} in zone {zname!r} "
+                                            "(give each rule of the same type a 'name')"))
                     else:
                         rseen[rname] = ri
     return errors
@@ -341,29 +362,38 @@ def _duplicates(raw: Any) -> list[str]:
 
 def parse_site_config(raw: Any, source: str = "<site config>") -> SiteConfig:
     """Validate already-parsed YAML/JSON data; raise SiteConfigError listing every error."""
-    errors: list[str] = []
+    errors: list[Issue] = []
     config: SiteConfig | None = None
     if not isinstance(raw, dict):
-        raise SiteConfigError(source, [f"(top level): expected a mapping with 'cameras', got {type(raw).__name__}"])
+        raise SiteConfigError(source, [Issue((), f"expected a mapping with 'cameras', got {type(raw).__name__}")])
     try:
         config = SiteConfig.model_validate(raw)
     except ValidationError as exc:
         for err in exc.errors(include_url=False):
-            msg = err["msg"].removeprefix("Value error, ")
-            errors.append(f"{_loc(tuple(err['loc']))}: {msg}")
+            errors.append(Issue(path_of(tuple(err["loc"])), err["msg"].removeprefix("Value error, ")))
     errors.extend(_duplicates(raw))
     if errors or config is None:
         raise SiteConfigError(source, errors or ["invalid site config"])
     return config
 
 
-def load_site_config(path: Path | str) -> SiteConfig:
-    """Read and validate the site YAML; raise SiteConfigError (a ConfigError) listing every error."""
-    path = Path(path)
+def read_site_bytes(path: Path | str) -> bytes:
     try:
-        text = path.read_text(encoding="utf-8")
+        return Path(path).read_bytes()
     except OSError as exc:
         raise SiteConfigError(path, [f"cannot read the file: {exc.strerror or exc}"]) from exc
+
+
+def load_site_config(path: Path | str) -> SiteConfig:
+    """Read and validate the site YAML; raise SiteConfigError (a ConfigError) listing every error."""
+    return parse_site_bytes(read_site_bytes(path), path)
+
+
+def parse_site_bytes(data: bytes, path: Path | str) -> SiteConfig:
+    """The site file's bytes as a validated SiteConfig (UTF-8 YAML): what loading and the zone
+    editor both use, so an edit is checked exactly as the next load will read it."""
+    try:
+        text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise SiteConfigError(path, [f"the file is not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset "
                                      f"{exc.start}); save it as UTF-8"]) from exc

@@ -329,6 +329,10 @@ class MqttBridge:
     def url(self) -> str:
         return self.publisher.target.outbox_url
 
+    def state(self) -> dict[str, Any]:
+        """The outbox worker's state of the broker target, and whether it is connected now."""
+        return {**self.worker.state()[0], "connected": self.publisher.connected}
+
     def start(self, snapshot: Callable[[], Iterable[Message]]) -> None:
         self.publisher.snapshot = snapshot
         self.publisher.start()

@@ -7,6 +7,7 @@ Lifecycle (driven by the app's lifespan)::
     when = rules.accept_capture_time(camera_id, ts)        # 422 invalid_timestamp, before inference
     events = rules.evaluate(camera_id, when, (w, h), detections, frame_rgb)   # per frame (kept for clips, console)
     rules.reload()                                         # SIGHUP / POST /admin/reload
+    rules.put_zone(camera_id, zone_name, zone_or_None)     # the console's zone editor (writes, then reloads)
     rules.reset_camera(camera_id)                          # POST /admin/cameras/{id}/reset
     rules.stop()
 
@@ -35,13 +36,14 @@ from app.rules.background import Periodic
 from app.rules.cameras import CameraMonitor, camera_event, sweep_interval
 from app.rules.capture_time import CaptureTimePolicy
 from app.rules.clips import ClipRecorder
-from app.rules.config import SiteConfig, load_site_config
+from app.rules.config import SiteConfig
 from app.rules.counts import CrossingCounts
 from app.rules.evaluator import CameraRules, EventRecord, Transition
 from app.rules.latest import LatestFrames
 from app.rules.migrate import StoreUnavailable, describe
 from app.rules.mqtt import Message, MqttBridge
 from app.rules.retention import RetentionSweeper
+from app.rules.sitefile import SiteFile, version_of
 from app.rules.store import EventStore, dumps
 from app.rules.webhooks import OutboxWorker
 from app.rules.writer import EventWriter, is_outage
@@ -85,8 +87,10 @@ class RulesService:
                  webhook_timeout_s: float = 5.0, webhook_max_backoff_s: float = 60.0,
                  snapshot_dir: Path | None = None, event_buffer_size: int = 10_000,
                  retention: RetentionSweeper | None = None, clips: ClipRecorder | None = None,
-                 mqtt: MqttBridge | None = None) -> None:
+                 mqtt: MqttBridge | None = None, version: str | None = None) -> None:
         self.path = Path(path)
+        self.site = SiteFile(self.path)
+        self._edit_lock = threading.Lock()
         self.capture_policy = capture_policy
         self.store = store
         self.metrics = metrics
@@ -106,6 +110,7 @@ class RulesService:
         self._reload_lock = threading.Lock()
         self._config = config
         self._cameras: dict[str, CameraRules] = {c.id: CameraRules(c, config) for c in config.cameras}
+        self.version = version if version is not None else self._disk_version()
         self.loaded_at = utcnow()
         self.offline_sweeper = Periodic("camera-offline-sweep", self.check_offline, sweep_interval(self._thresholds()))
         self._init_series()
@@ -143,7 +148,7 @@ class RulesService:
         """Build from ``Settings``; None when ``site_config`` is unset. Raises SiteConfigError (a ConfigError)."""
         if settings.site_config is None:
             return None
-        config = load_site_config(settings.site_config)
+        config, version = SiteFile(settings.site_config).load()
         check_tracker()
         store = EventStore(settings.events_db_url, migrate=False)
         service = cls(settings.site_config, config, store, metrics,
@@ -155,7 +160,7 @@ class RulesService:
                    retention=RetentionSweeper.from_settings(store, settings, metrics),
                    mqtt=MqttBridge.from_settings(settings, store, metrics),
                    clips=ClipRecorder.from_settings(settings),
-                   capture_policy=CaptureTimePolicy.from_settings(settings))
+                   capture_policy=CaptureTimePolicy.from_settings(settings), version=version)
         # Apply pending migrations now (a MigrationError stops startup); an unreachable
         # database does not: events are buffered until it answers.
         service.writer.connect()
@@ -188,6 +193,10 @@ class RulesService:
     def store_status(self) -> str:
         """``ok`` or why the event store is unavailable (readiness, /health)."""
         return self.writer.status()
+
+    def delivery_state(self) -> dict[str, Any]:
+        """Webhook targets' and the MQTT broker's delivery state (GET /status)."""
+        return {"webhooks": self.outbox.state(), "mqtt": self.mqtt.state() if self.mqtt is not None else None}
 
     @property
     def config(self) -> SiteConfig:
@@ -385,7 +394,7 @@ class RulesService:
         open events of changed or removed cameras are ended at that camera's last frame time.
         """
         with self._reload_lock:
-            config = load_site_config(self.path)  # raises before anything changes
+            config, version = self.site.load()  # raises before anything changes
             old = self._cameras
             same_globals = (config.timezone == self._config.timezone and config.tracker == self._config.tracker)
             new: dict[str, CameraRules] = {}
@@ -395,7 +404,7 @@ class RulesService:
             retired = [c for cid, c in old.items() if new.get(cid) is not c]
             self._config = config
             self._cameras = new  # atomic swap: evaluate() reads the dict once per frame
-            self.loaded_at = utcnow()
+            self.version, self.loaded_at = version, utcnow()
             for cam in retired:
                 self._retire(cam)
             self.monitor.forget(set(new))
@@ -409,6 +418,31 @@ class RulesService:
             kept = sum(1 for cid, c in new.items() if old.get(cid) is c)
             log.info("site config %s reloaded: %d camera(s), %d unchanged (state kept), %d replaced or removed",
                      self.path, len(new), kept, len(retired))
+
+    def _disk_version(self) -> str:
+        try:
+            return version_of(self.path.read_bytes())
+        except OSError:
+            return ""
+
+    def site_document(self) -> dict[str, Any]:
+        """The running site config and the version of the file it was loaded from (GET /site)."""
+        return {"version": self.version, "path": str(self.path), "writable": self.site.writable(),
+                "loaded_at": self.loaded_at, "config": self._config.model_dump(mode="json")}
+
+    def put_zone(self, camera_id: str, zone_name: str, zone: dict[str, Any] | None,
+                 if_match: str | None = None) -> dict[str, Any]:
+        """Create / replace / rename (``zone``) or delete (None) one zone in the site file, then
+        reload: the next frame of that camera is evaluated with it, other cameras keep their
+        state. Errors (app/rules/sitefile.py) leave the file and the running config unchanged."""
+        with self._edit_lock:
+            self.site.put_zone(camera_id, zone_name, zone, if_match)
+            self.reload()
+            out: dict[str, Any] = {"version": self.version, "loaded_at": self.loaded_at}
+            if zone is not None:
+                cam = next(c for c in self._config.cameras if c.id == camera_id)
+                out["zone"] = next(z for z in cam.zones if z.name == zone["name"]).model_dump(mode="json")
+            return out
 
     def reload_or_log(self) -> bool:
         """``reload`` for signal handlers (SIGHUP): log the error list instead of raising."""

@@ -22,6 +22,9 @@ import hashlib
 import hmac
 import logging
 import random
+import threading
+from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 import httpx
 from sqlalchemy.exc import DBAPIError
@@ -55,6 +58,28 @@ def backoff_s(attempts: int, max_backoff_s: float, base_s: float = BASE_BACKOFF_
     return max(0.05, delay * random.uniform(0.9, 1.1))
 
 
+def target_name(url: str) -> str:
+    """A delivery target as shown to operators: scheme, host and port only (never the
+    credentials, path or query, which may carry a token)."""
+    parts = urlsplit(url)
+    try:
+        port = f":{parts.port}" if parts.port else ""
+    except ValueError:
+        port = ""
+    return f"{parts.scheme}://{parts.hostname or '?'}{port}"
+
+
+@dataclass(slots=True)
+class TargetStats:
+    """What this replica saw of one target since it started (the console's status page)."""
+
+    delivered: int = 0
+    failed: int = 0
+    last_error: str | None = None
+    last_error_at: dt.datetime | None = None
+    last_success_at: dt.datetime | None = None
+
+
 class OutboxWorker:
     """A daemon thread that drains the outbox to the configured webhook URLs.
 
@@ -83,6 +108,8 @@ class OutboxWorker:
         # Delivered, but the database went away before the row could be marked: marked
         # first thing once it answers, so this replica does not POST the row again.
         self._unmarked: list[int] = []
+        self._stats = {url: TargetStats() for url in self.urls}
+        self._stats_lock = threading.Lock()
 
     def start(self) -> None:
         if not self.urls:
@@ -96,6 +123,31 @@ class OutboxWorker:
     def notify(self) -> None:
         """New rows were enqueued: deliver now instead of at the next poll."""
         self._loop.wake()
+
+    def state(self) -> list[dict]:
+        """Per target: rows waiting (None while the event store is unreachable), deliveries and
+        failed attempts by this replica since it started, the last error and success."""
+        out = []
+        for url in self.urls:
+            try:
+                pending: int | None = self.store.outbox_depth([url])
+            except Exception:  # the store is down: the page says so elsewhere (event_store)
+                pending = None
+            with self._stats_lock:
+                st = self._stats[url]
+                out.append({"target": target_name(url), "pending": pending, "delivered": st.delivered,
+                            "failed": st.failed, "last_error": st.last_error, "last_error_at": st.last_error_at,
+                            "last_success_at": st.last_success_at})
+        return out
+
+    def _record(self, url: str, error: str | None) -> None:
+        with self._stats_lock:
+            st = self._stats.setdefault(url, TargetStats())
+            if error is None:
+                st.delivered, st.last_success_at = st.delivered + 1, utcnow()
+            else:
+                error = error.replace(url, target_name(url))[:300]  # an exception may quote the URL (and its token)
+                st.failed, st.last_error, st.last_error_at = st.failed + 1, error, utcnow()
 
     # --- loop -----------------------------------------------------------------------------
     def _run(self, loop: BackgroundLoop) -> None:
@@ -149,6 +201,7 @@ class OutboxWorker:
 
     def _delivered(self, item: OutboxItem) -> bool:
         self._count("delivered")
+        self._record(item.url, None)
         try:
             self.store.outbox_delivered(item.id)
         except DBAPIError:
@@ -158,6 +211,7 @@ class OutboxWorker:
 
     def _failed(self, item: OutboxItem, outcome: str, error: str) -> bool:
         delay = backoff_s(item.attempts + 1, self.max_backoff_s)
+        self._record(item.url, error)
         self.store.outbox_failed(item.id, utcnow() + dt.timedelta(seconds=delay), error)
         self._count(outcome)
         log.warning("%s %s for %s failed (%s); retry in %.1fs", self.kind, item.url, item.idempotency_key, error, delay)

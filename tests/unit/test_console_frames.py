@@ -3,18 +3,13 @@
 from __future__ import annotations
 
 import datetime as dt
-import shutil
 
 import cv2
 import numpy as np
 import pytest
 
-from app.config import Settings
-from app.metrics import Metrics
 from app.rules.latest import LatestFrames
-from app.rules.service import RulesService
-from tests.inprocess import IMGSZ, inprocess_app
-from tests.unit.rules_util import EXAMPLE_SITE
+from tests.unit.console_util import site_app
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -27,14 +22,8 @@ def png(width: int, height: int, value: int) -> bytes:
 
 @pytest.fixture
 def app(tmp_path):
-    site = tmp_path / "site.yaml"
-    shutil.copy(EXAMPLE_SITE, site)
-    s = Settings(imgsz=IMGSZ, threads=1, preprocess_workers=1, warmup_iters=0, site_config=site,
-                 events_db_url=f"sqlite:///{tmp_path}/e.db", snapshot_dir=tmp_path / "snaps", clips=False)
-    rules = RulesService.from_settings(s, Metrics())
-    with inprocess_app(s, rules=rules) as ip:
+    with site_app(tmp_path) as ip:
         yield ip
-    rules.stop()
 
 
 def post(client, camera: str, body: bytes, when: dt.datetime):
