@@ -79,4 +79,5 @@ def open_page(browser):
 def screenshot(page, name: str) -> None:
     """docs/console/<name>.png, shown in the README (rewritten by every run)."""
     SHOTS.mkdir(parents=True, exist_ok=True)
+    page.evaluate("window.scrollTo(0, 0)")
     page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=False)

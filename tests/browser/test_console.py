@@ -75,7 +75,7 @@ def no_horizontal_overflow(page) -> None:
     assert width <= inner, f"page is {width} px wide in a {inner} px window"
 
 
-def test_camera_tile_shows_latest_frame_status_and_zones(server, api, open_page, bus):
+def test_camera_tile_shows_latest_frame_status_and_zones(server, api, open_page, bus, zidane_jpg):
     post_frame(api, "plaza-cam", bus)
     page = open_page(server.url, KEYS["viewer"])
     goto(page, "cameras")
@@ -93,9 +93,11 @@ def test_camera_tile_shows_latest_frame_status_and_zones(server, api, open_page,
     assert page.locator("#role").inner_text() == "Role: viewer"
     assert page.locator("#open-notice").is_hidden()
     post_frame(api, "lot-cam", bus)
-    tile = page.locator("article.tile[data-camera=lot-cam] .frame img")
-    tile.wait_for(state="visible")  # refreshes by itself: no reload
-    page.wait_for_function("img => img.complete && img.naturalWidth > 0", arg=tile.element_handle())
+    post_frame(api, "entrance-cam", zidane_jpg)
+    for camera in ("lot-cam", "entrance-cam"):
+        img = page.locator(f"article.tile[data-camera={camera}] .frame img")
+        img.wait_for(state="visible")  # refreshes by itself: no reload
+        page.wait_for_function("img => img.complete && img.naturalWidth > 0", arg=img.element_handle())
     screenshot(page, "cameras")
 
 
@@ -131,6 +133,7 @@ def test_event_appears_without_reload_and_is_acknowledged(server, api, open_page
 
 
 def test_zone_drawn_by_clicks_is_saved_and_evaluated(server, api, open_page, bus):
+    post_frame(api, "lot-cam", bus)  # the editor's background
     before = api.get("/site").json()
     page = open_page(server.url, KEYS["admin"])
     goto(page, "zones?camera=lot-cam")
@@ -138,6 +141,7 @@ def test_zone_drawn_by_clicks_is_saved_and_evaluated(server, api, open_page, bus
     page.get_by_label("Zone", exact=True).select_option("")  # New zone…
     canvas = page.locator("canvas.editor-canvas")
     page.wait_for_function("c => c.style.aspectRatio !== ''", arg=canvas.element_handle())  # the frame is drawn
+    canvas.scroll_into_view_if_needed()
     box = canvas.bounding_box()
     corners = [(0.03, 0.05), (0.97, 0.05), (0.97, 0.97), (0.03, 0.97)]
     for x, y in corners:
@@ -156,7 +160,9 @@ def test_zone_drawn_by_clicks_is_saved_and_evaluated(server, api, open_page, bus
     rule.get_by_label("Cooldown S").fill("5")
     screenshot(page, "zone-editor")
     page.get_by_role("button", name="Save zone").click()
-    page.wait_for_selector(".zone-form .result.ok")
+    page.wait_for_selector(".zone-form .result.ok, .zone-form .result.error")
+    assert "Saved" in page.locator(".zone-form .result").inner_text(), page.locator(
+        ".field-error:not(:empty), ul.errors li").all_inner_texts()
     site = api.get("/site").json()
     assert site["version"] != before["version"]
     zone = next(z for c in site["config"]["cameras"] if c["id"] == "lot-cam" for z in c["zones"] if z["name"] == NEW_ZONE)
@@ -176,7 +182,9 @@ def test_invalid_zone_shows_the_error_and_changes_nothing(server, api, open_page
     goto(page, "zones?camera=plaza-cam")
     page.wait_for_selector("form.zone-form[data-ready=true]")
     page.get_by_label("Zone", exact=True).select_option("")
-    box = page.locator("canvas.editor-canvas").bounding_box()
+    canvas = page.locator("canvas.editor-canvas")
+    canvas.scroll_into_view_if_needed()
+    box = canvas.bounding_box()
     for x, y in ((0.2, 0.2), (0.8, 0.8)):
         page.mouse.click(box["x"] + x * box["width"], box["y"] + y * box["height"])
     page.get_by_label("Zone name").fill("two-points")

@@ -1,4 +1,4 @@
-// Building DOM from data without innerHTML: every server string becomes a text node.
+// Building DOM from data: every server string becomes a text node, never parsed as markup.
 
 const SVG_NS = "http://www.w3.org/2000/svg";
 

@@ -167,7 +167,10 @@ export function mount(main, ctx) {
     loadClip(e, clip).catch((err) => replace(clip, h("p", { class: "error" }, `Clip: ${err.message}`)));
     const noteId = uid("note");
     const opId = uid("operator");
-    const note = h("textarea", { id: noteId, rows: 2, maxlength: 2000 }, e.note || "");
+    const typing = detail.querySelector("textarea");
+    const kept = !detail.hidden && detail.dataset.event === e.id && typing ? typing.value : null;
+    detail.dataset.event = e.id;
+    const note = h("textarea", { id: noteId, rows: 2, maxlength: 2000 }, kept ?? (e.note || ""));
     const operator = h("input", { id: opId, type: "text", autocomplete: "name",
       value: sessionStorage.getItem("campusguard.operator") || "" });
     const result = h("p", { class: "result", role: "status" });
@@ -178,9 +181,10 @@ export function mount(main, ctx) {
       const body = { ...change, note: note.value.trim() || undefined, operator: operator.value.trim() || undefined };
       try {
         const updated = await api(`/events/${encodeURIComponent(e.id)}`, { method: "PATCH", body });
-        result.textContent = done;
-        result.className = "result ok";
-        selected = updated;
+        show(updated, false);
+        const shown = detail.querySelector(".result");
+        shown.textContent = done;
+        shown.className = "result ok";
         restart();
       } catch (err) {
         result.textContent = err.status === 403 ? `Refused: ${err.message}` : `Failed: ${err.message}`;

@@ -34,6 +34,8 @@ export function ruleVariants(zoneSchema) {
 }
 
 const same = (a, b) => JSON.stringify(a) === JSON.stringify(b);
+/** Docstrings are written for Sphinx/Markdown: ``classes`` reads as classes on a form. */
+const plain = (text) => (text ? text.replace(/``?/g, "") : text);
 
 /** One input for one property; read() gives the value to send, or undefined to leave it out. */
 function field(name, prop, value, path, defs, required) {
@@ -41,7 +43,7 @@ function field(name, prop, value, path, defs, required) {
   const id = uid(`f-${name}`);
   const errId = `${id}-err`;
   const title = schema.title || prop.title || name;
-  const description = prop.description || schema.description;
+  const description = plain(prop.description || schema.description);
   const def = prop.default !== undefined ? prop.default : schema.default;
   const current = value !== undefined ? value : def;
   const common = { id, name, "aria-describedby": errId, dataset: { field: path } };
@@ -128,7 +130,7 @@ export function ruleForm(variants, defs, rule, index, onRemove, onType) {
     .map(([name, prop]) => [name, field(name, prop, rule[name], `${path}.${name}`, defs, required.has(name))]);
   const el = h("fieldset", { class: "rule", dataset: { for: path } },
     h("legend", {}, `Rule ${index + 1}: ${type}`),
-    schema.description ? h("p", { class: "hint" }, schema.description) : null,
+    schema.description ? h("p", { class: "hint" }, plain(schema.description)) : null,
     h("div", { class: "field" }, h("label", { for: typeId }, "Rule type"), typeSelect),
     h("p", { class: "field-error", "aria-live": "polite" }),
     h("div", { class: "rule-fields" }, fields.map(([, f]) => f.el)),

@@ -49,7 +49,7 @@ function render(st) {
   const mqtt = st.mqtt;
   return [
     h("div", { class: "cards" },
-      facts("Model", [["Status", `${hl.status || "?"}${hl.ready ? " (ready)" : ""}`], ["Model", hl.model],
+      facts("Model", [["Status", hl.ready ? "ready" : `${hl.status || "starting"} (not ready)`], ["Model", hl.model],
         ["Backend", hl.backend], ["Provider", hl.provider], ["Precision", hl.precision], ["Version", hl.version]]),
       facts("Device", [["Device", hl.device], ["Name", hl.device_name], ["Memory", vram],
         ["Up for", hl.uptime_s !== undefined ? age(hl.uptime_s).replace(" ago", "") : null]]),
@@ -57,8 +57,10 @@ function render(st) {
         ["Images (total)", String(hl.images ?? 0)], ["Inferences (total)", String(hl.inferences ?? 0)],
         ["Last 10 s", last.t ? `${last.images} images, ${last.errors} errors` : "no traffic"]]),
       facts("Event store", [["State", st.event_store ?? hl.event_store ?? "rules off"]]),
-      facts("MQTT", mqtt ? Object.entries(mqtt).map(([k, v]) => [k, typeof v === "object" && v !== null ? JSON.stringify(v) : String(v)])
-        : [["State", "off"]])),
+      facts("MQTT", mqtt ? [["Broker", mqtt.target], ["Connected", mqtt.connected ? "yes" : "no"],
+        ["Pending", mqtt.pending === null ? "unknown (store down)" : String(mqtt.pending)],
+        ["Delivered", String(mqtt.delivered)], ["Failed", String(mqtt.failed)],
+        ["Last error", mqtt.last_error || "none"]] : [["State", "off"]])),
     h("div", { class: "charts" },
       chart("Throughput, last 15 minutes", buckets, [
         { label: "images/s", cls: "a", value: (b) => b.images / span },
@@ -72,7 +74,7 @@ function render(st) {
           h("thead", {}, h("tr", {}, ["Target", "Pending", "Delivered", "Failed", "Last success", "Last error"].map(
             (t) => h("th", { scope: "col" }, t)))),
           h("tbody", {}, st.webhooks.map((w) => h("tr", {},
-            h("td", {}, w.target), h("td", {}, String(w.pending)), h("td", {}, String(w.delivered)),
+            h("td", {}, w.target), h("td", {}, w.pending === null ? "unknown" : String(w.pending)), h("td", {}, String(w.delivered)),
             h("td", {}, String(w.failed)), h("td", {}, w.last_success_at ? new Date(w.last_success_at).toLocaleString() : "never"),
             h("td", {}, w.last_error || "none"))))))
         : h("p", { class: "muted" }, "No webhooks configured.")),

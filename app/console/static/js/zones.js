@@ -35,7 +35,7 @@ export function mount(main, ctx) {
   const result = h("div", { class: "result", role: "status" });
   const general = h("ul", { class: "errors", "aria-live": "polite" });
   const fieldError = (id, path) => h("p", { class: "field-error", id, "aria-live": "polite", dataset: { errorFor: path } });
-  const form = h("form", { class: "zone-form", novalidate: true, "aria-label": "Zone" },
+  const form = h("form", { class: "zone-form", novalidate: true, "aria-label": "Zone settings" },
     h("div", { class: "field", dataset: { for: "name" } }, h("label", { for: nameInput.id }, "Zone name"), nameInput,
       h("p", { class: "hint" }, "Letters, digits and _ . : - (appears in events)"), fieldError("name-err", "name")),
     h("div", { class: "field", dataset: { for: "kind" } }, h("label", { for: kindInput.id }, "Kind"), kindInput, kindList,
@@ -230,6 +230,8 @@ export function mount(main, ctx) {
       img.onload = () => {
         image = img;
         canvas.style.aspectRatio = `${img.naturalWidth} / ${img.naturalHeight}`;
+        // a portrait camera must still fit on the screen, undistorted
+        canvas.style.maxWidth = `calc(75vh * ${img.naturalWidth / img.naturalHeight})`;
         draw();
       };
       img.src = href;
