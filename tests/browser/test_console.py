@@ -174,6 +174,33 @@ def test_zone_drawn_by_clicks_is_saved_and_evaluated(server, api, open_page, bus
     # the next frame of the camera is evaluated with the new zone
     events = post_frame(api, "lot-cam", bus)["events"]
     assert any(e["zone"] == NEW_ZONE and e["rule"] == "intrusion" and e["state"] == "started" for e in events), events
+    # and deleted again from the page (it asks twice)
+    assert page.get_by_label("Zone", exact=True).input_value() == NEW_ZONE
+    page.get_by_role("button", name="Delete zone").click()
+    page.get_by_role("button", name=f"Really delete {NEW_ZONE}?").click()
+    page.wait_for_function("() => document.querySelector('.zone-form .result').textContent.includes('Deleted')")
+    cams = api.get("/site").json()["config"]["cameras"]
+    assert [z["name"] for c in cams if c["id"] == "lot-cam" for z in c["zones"]] == ["fire-lane"]
+
+
+def test_existing_zone_saved_unchanged_keeps_every_rule_parameter(server, api, open_page):
+    """The generated form reads and writes back every kind of field (lists, time windows as
+    JSON, optional numbers) without changing the zone."""
+    def zone() -> dict:
+        cams = api.get("/site").json()["config"]["cameras"]
+        return next(z for c in cams if c["id"] == "gate-cam" for z in c["zones"])
+
+    before = zone()
+    page = open_page(server.url, KEYS["admin"])
+    goto(page, "zones?camera=gate-cam")
+    page.wait_for_selector("form.zone-form[data-ready=true]")
+    assert page.get_by_label("Zone name").input_value() == "sports-ground"
+    assert page.locator("fieldset.rule").get_by_label("Classes").input_value() == "person"
+    page.get_by_role("button", name="Save zone").click()
+    page.wait_for_selector(".zone-form .result.ok, .zone-form .result.error")
+    assert "Saved" in page.locator(".zone-form .result").inner_text(), page.locator(
+        ".field-error:not(:empty), ul.errors li").all_inner_texts()
+    assert zone() == before
 
 
 def test_invalid_zone_shows_the_error_and_changes_nothing(server, api, open_page):

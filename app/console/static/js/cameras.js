@@ -78,6 +78,7 @@ export function mount(main, ctx) {
 
   async function refresh() {
     try {
+      if (document.hidden) return; // a background tab does not poll the server
       const [cams, site] = await Promise.all([api("/cameras"), loadSite()]);
       if (stopped) return;
       if (!cams.length) replace(grid, h("p", {}, "No cameras are configured (site file)."));

@@ -128,7 +128,7 @@ export function mount(main, ctx) {
 
   async function poll() {
     try {
-      await load();
+      if (!document.hidden) await load(); // a background tab does not poll the server
       ctx.alert("");
     } catch (err) {
       ctx.alert(`Events: ${err.message}`);

@@ -33,6 +33,8 @@ export function ruleVariants(zoneSchema) {
   return variants;
 }
 
+const COMMON = new Set(["classes", "min_confidence", "min_count", "min_duration_s", "cooldown_s", "active_hours",
+  "line", "direction"]);
 const same = (a, b) => JSON.stringify(a) === JSON.stringify(b);
 /** Docstrings are written for Sphinx/Markdown: ``classes`` reads as classes on a form. */
 const plain = (text) => (text ? text.replace(/``?/g, "") : text);
@@ -128,12 +130,17 @@ export function ruleForm(variants, defs, rule, index, onRemove, onType) {
   const required = new Set(schema.required || []);
   const fields = Object.entries(schema.properties || {}).filter(([name]) => name !== "type")
     .map(([name, prop]) => [name, field(name, prop, rule[name], `${path}.${name}`, defs, required.has(name))]);
+  // what most rules need first; filters left at their defaults wait behind "More parameters"
+  const shown = ([name, f]) => COMMON.has(name) || required.has(name) || f.value() !== undefined;
+  const more = fields.filter((nf) => !shown(nf));
   const el = h("fieldset", { class: "rule", dataset: { for: path } },
     h("legend", {}, `Rule ${index + 1}: ${type}`),
     schema.description ? h("p", { class: "hint" }, plain(schema.description)) : null,
     h("div", { class: "field" }, h("label", { for: typeId }, "Rule type"), typeSelect),
     h("p", { class: "field-error", "aria-live": "polite" }),
-    h("div", { class: "rule-fields" }, fields.map(([, f]) => f.el)),
+    h("div", { class: "rule-fields" }, fields.filter(shown).map(([, f]) => f.el)),
+    more.length ? h("details", { class: "more" }, h("summary", {}, `More parameters (${more.length})`),
+      h("div", { class: "rule-fields" }, more.map(([, f]) => f.el))) : null,
     h("button", { type: "button", class: "danger small", onclick: onRemove }, "Remove rule"));
   return {
     el,

@@ -88,6 +88,7 @@ export function mount(main, ctx) {
   let stopped = false;
   async function refresh() {
     try {
+      if (document.hidden) return; // a background tab does not poll the server
       const st = await api("/status");
       if (!stopped) replace(body, render(st));
       ctx.alert("");

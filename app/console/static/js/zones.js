@@ -88,7 +88,7 @@ export function mount(main, ctx) {
     else {
       g.fillStyle = "#c9ced6";
       g.font = "16px system-ui, sans-serif";
-      g.fillText("No frame from this camera yet: draw on the empty frame", 16, 28);
+      g.fillText("No frame yet", 16, 28);
     }
     const others = ((cameraOf(site, cameraSelect.value) || {}).zones || []).filter((z) => z.name !== original);
     g.lineWidth = 1.5;
@@ -301,6 +301,8 @@ export function mount(main, ctx) {
         holder = main.querySelector(`[data-for="${CSS.escape(path)}"]`);
         if (!holder) path = path.includes(".") ? path.slice(0, path.lastIndexOf(".")) : "";
       }
+      const fold = holder && holder.closest("details");
+      if (fold) fold.open = true; // an error in a folded parameter must be seen
       const target = holder && holder.querySelector(":scope > .field-error");
       if (target) {
         target.textContent = target.textContent ? `${target.textContent}; ${item.message}` : item.message;
