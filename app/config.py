@@ -138,7 +138,8 @@ class Settings(BaseSettings):
     max_batch_images: int = Field(16, ge=1)
 
     # --- security / exposure -----------------------------------------------------------
-    api_keys: Annotated[list[SecretStr], NoDecode] = Field(default_factory=list)
+    api_keys: Annotated[list[SecretStr], NoDecode] = Field(
+        default_factory=list, description="Comma list of [role:]key (viewer, operator, camera, admin; bare = admin)")
     public_routes: Annotated[list[str], NoDecode] = Field(
         default_factory=lambda: ["/health/live", "/health/ready"],
         description="Routes answering without a key when keys are set (comma list of route paths)")

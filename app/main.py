@@ -143,8 +143,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
         mount_console(app)
     if settings.cors_origins:
-        app.add_middleware(CORSMiddleware, allow_origins=settings.cors_origins, allow_methods=["GET", "POST", "PATCH"],
-                           allow_headers=["X-API-Key", "Content-Type"])
+        app.add_middleware(CORSMiddleware, allow_origins=settings.cors_origins,
+                           allow_methods=["GET", "POST", "PATCH", "PUT", "DELETE"],  # PUT/DELETE: the zone editor
+                           allow_headers=["X-API-Key", "Content-Type", "If-Match"],
+                           expose_headers=["ETag", "X-Frame-Time"])
     app.add_middleware(RequestGuard, max_body_bytes=settings.max_body_bytes, metrics=metrics,
                        body_read_timeout_s=settings.body_read_timeout_s)
     return app

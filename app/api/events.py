@@ -1,7 +1,7 @@
 """Events API: list and fetch rule events, their snapshots and clips, and reload the site file.
 
-Reading needs the ``read`` permission, reviewing ``review``, ``/admin/*`` ``admin`` (app/roles.py). When rules are disabled (no
-``site_config``) every route answers 404 with code ``rules_disabled``.
+Reading needs the ``read`` permission, reviewing ``review``, ``/admin/*`` ``admin`` (app/roles.py).
+When rules are disabled (no ``site_config``) every route answers 404 with code ``rules_disabled``.
 """
 
 from __future__ import annotations

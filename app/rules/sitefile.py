@@ -72,6 +72,22 @@ def _yaml() -> YAML:
     return y
 
 
+MAX_DEPTH = 8  # zone > rules > rule > exclude > polygon > point > number is 6
+
+
+def too_deep(value: Any, limit: int = MAX_DEPTH) -> bool:
+    """Whether JSON data nests deeper than ``limit`` (checked without recursion: a hostile
+    body must not exhaust the stack of the writer)."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, (dict, list)):
+            if depth > limit:
+                return True
+            stack.extend((v, depth + 1) for v in (item.values() if isinstance(item, dict) else item))
+    return False
+
+
 def to_node(value: Any) -> Any:
     """JSON data as YAML nodes written the way the example site file is: lists of scalars
     or of lists (polygons, classes) in flow style, and strings that a YAML 1.1 reader would
@@ -143,6 +159,8 @@ class SiteFile:
 
         Raises NotFound (``unknown_camera`` / ``unknown_zone``), SiteChanged (412),
         SiteReadOnly (409) or InvalidZone (422); on any of them nothing is written."""
+        if zone is not None and too_deep(zone):
+            raise InvalidZone(self.path, [Issue(None, f"the zone nests deeper than {MAX_DEPTH} levels")], None)
         with self._lock:
             data = self.path.read_bytes()
             if if_match is not None and if_match.strip().removeprefix("W/").strip('"') != version_of(data):
@@ -158,7 +176,9 @@ class SiteFile:
                 raise InvalidZone(self.path, [Issue(None, f"the site file on disk cannot be read: {exc}")], None) from exc
             ci, cam = self._camera(doc, camera_id)
             zones = cam.get("zones")
-            if not isinstance(zones, list):
+            cam_tail = None
+            if not isinstance(zones, list):  # the comment after the camera stays after it
+                cam_tail = take_tail_comment(cam)
                 zones = cam["zones"] = CommentedSeq()
             zi = next((i for i, z in enumerate(zones) if isinstance(z, dict) and z.get("name") == zone_name), None)
             if zone is None:
@@ -168,8 +188,13 @@ class SiteFile:
                 del zones[zi]
                 if zi > 0:
                     put_tail_comment(zones[zi - 1], tail)
+                elif not zones:  # the last zone: drop the key (ruamel cannot put a comment after "zones: []")
+                    del cam["zones"]
+                    put_tail_comment(cam, tail)
+                # else: comment lines between the first and the second zone go with the first
             else:
                 zi = self._place(zones, zi, zone)
+            put_tail_comment(cam, cam_tail)
             out = io.StringIO()
             y.dump(doc, out)
             new = out.getvalue().encode("utf-8")

@@ -89,6 +89,15 @@ def test_create_replace_rename_delete_keep_comments_and_backup(env):
     assert c.delete(ZONE.format("gate-cam", "bike-rack")).json()["error"] == "unknown_zone"
 
 
+def test_deleting_a_cameras_only_zone_keeps_the_next_header(env):
+    original = env.site.read_text()
+    assert env.client.delete(ZONE.format("plaza-cam", "plaza")).status_code == 200, env.site.read_text()
+    assert comments(env.site.read_text()) == comments(original)
+    assert env.rules.config.cameras[1].zones == ()
+    assert env.client.put(ZONE.format("plaza-cam", "bike-rack"), json=BIKES).status_code == 200  # and back
+    assert comments(env.site.read_text()) == comments(original)
+
+
 def test_state_of_other_cameras_is_kept(env):
     kept = env.rules._cameras["plaza-cam"]
     assert env.client.put(ZONE.format("gate-cam", "bike-rack"), json=BIKES).status_code == 200
@@ -149,6 +158,11 @@ def test_hostile_input(env):
     assert c.put(url, json=[1, 2, 3]).status_code == 422
     huge = c.put(url, json={**BIKES, "polygon": [[0.5, 0.5]] * 40_000})
     assert huge.status_code == 413 and huge.json()["error"] == "payload_too_large"
+    deep = '{"name": "x", "polygon": ' + "[" * 900 + "]" * 900 + "}"
+    r = c.put(url, content=deep, headers={"content-type": "application/json"})
+    assert r.status_code == 422 and r.json()["detail"] == [{"field": "", "message": "the zone nests deeper than 8 levels"}]
+    deeper = '{"name": ' + "[" * 50_000 + "]" * 50_000 + "}"
+    assert c.put(url, content=deeper, headers={"content-type": "application/json"}).status_code == 400
     assert c.put(ZONE.format("no-such-cam", "x"), json=BIKES).json()["error"] == "unknown_camera"
     assert c.put("/admin/site/cameras/..%2F..%2Fetc/zones/x", json=BIKES).status_code == 404
     assert c.delete(ZONE.format("gate-cam", "..")).status_code == 404
@@ -171,3 +185,20 @@ def test_next_frame_is_evaluated_with_the_saved_zone(env):
     assert env.client.put(ZONE.format("gate-cam", "bike-rack"), json=BIKES).status_code == 200
     events = env.rules.evaluate("gate-cam", at(1), (W, H), frame_people)
     assert [(e["zone"], e["rule"], e["state"]) for e in events] == [("bike-rack", "intrusion", "started")]
+
+
+def test_concurrent_saves_are_serialized_and_if_match_catches_the_loser(env):
+    from concurrent.futures import ThreadPoolExecutor
+
+    names = [f"zone-{i}" for i in range(6)]
+    with ThreadPoolExecutor(6) as pool:
+        replies = list(pool.map(lambda n: env.client.put(ZONE.format("door-cam", n), json={**BIKES, "name": n}), names))
+    assert [r.status_code for r in replies] == [200] * 6
+    saved = yaml.safe_load(env.site.read_text())["cameras"][3]["zones"]
+    assert sorted(z["name"] for z in saved) == sorted(["side-door", *names])
+
+    v0 = env.client.get("/site").json()["version"]
+    first = env.client.put(ZONE.format("door-cam", "a"), json={**BIKES, "name": "a"}, headers={"If-Match": v0})
+    second = env.client.put(ZONE.format("door-cam", "b"), json={**BIKES, "name": "b"}, headers={"If-Match": v0})
+    assert first.status_code == 200 and second.status_code == 412 and second.json()["error"] == "site_changed"
+    assert "b" not in [z.name for z in env.rules.config.cameras[3].zones]

@@ -152,3 +152,13 @@ def test_key_syntax():
         Settings(api_keys="viewer:")
     ring = Keyring.parse(["viewer:same", "same"])  # the first entry of a key wins, in the listed order
     assert ring.role_of("same") == "viewer" and Keyring().role_of(None) == "admin"
+
+
+def test_cors_lets_a_console_on_another_origin_edit_zones():
+    s = Settings(imgsz=IMGSZ, threads=1, preprocess_workers=1, warmup_iters=0, cors_origins="https://console.example")
+    with inprocess_app(s) as ip:
+        r = ip.client.options("/admin/site/cameras/a/zones/b", headers={
+            "origin": "https://console.example", "access-control-request-method": "PUT",
+            "access-control-request-headers": "x-api-key, if-match, content-type"})
+    assert r.status_code == 200 and "PUT" in r.headers["access-control-allow-methods"]
+    assert "if-match" in r.headers["access-control-allow-headers"].lower()
