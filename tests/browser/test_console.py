@@ -114,8 +114,19 @@ def test_event_appears_without_reload_and_is_acknowledged(server, api, open_page
     page.wait_for_function("() => document.getElementById('announce').textContent.includes('New event')")
     assert "intrusion in sports-ground on gate-cam" in page.locator("#announce").inner_text()
     page.wait_for_function("el => el.naturalWidth > 0", arg=row.locator("img.thumb").element_handle())
+    # frames up to clip_post_s (5 s) after the start: the evidence clip gets written
+    for sec in (2, 4, 6):
+        post_frame(api, "gate-cam", bus, last_night() + dt.timedelta(seconds=sec))
+    deadline = time.monotonic() + 20
+    while api.get(f"/events/{event_id}/clip.mp4").status_code != 200:
+        assert time.monotonic() < deadline, "the clip was not written"
+        time.sleep(0.2)
     row.get_by_role("button", name="Open").click()
     detail = page.locator("section.detail")
+    video = detail.locator("video")
+    video.wait_for()
+    assert video.get_attribute("src").startswith("blob:")
+    page.wait_for_function("v => v.readyState >= 1 && v.duration > 0", arg=video.element_handle())  # H.264 plays
     detail.get_by_label("Note").fill("Checked on camera: <b>night guard</b> sent")
     detail.get_by_label("Your name (optional)").fill("Guard A")
     screenshot(page, "events")
@@ -223,6 +234,22 @@ def test_invalid_zone_shows_the_error_and_changes_nothing(server, api, open_page
     assert "Not saved" in page.locator(".zone-form .result").inner_text()
     assert server.site.read_bytes() == file_bytes
     assert api.get("/site").json() == before
+
+
+def test_site_changed_meanwhile_is_refused_with_412(server, api, open_page):
+    page = open_page(server.url, KEYS["admin"])
+    goto(page, "zones?camera=door-cam")
+    page.wait_for_selector("form.zone-form[data-ready=true]")
+    zone = next(c for c in api.get("/site").json()["config"]["cameras"] if c["id"] == "door-cam")["zones"][0]
+    r = api.put("/admin/site/cameras/door-cam/zones/side-door", json={**zone, "kind": "door"})  # someone else
+    assert r.status_code == 200, r.text
+    changed = server.site.read_bytes()
+    page.get_by_label("Kind").fill("entrance")
+    page.get_by_role("button", name="Save zone").click()
+    result = page.locator(".zone-form .result.error")
+    result.wait_for()
+    assert "site changed since you loaded it" in result.inner_text()
+    assert server.site.read_bytes() == changed
 
 
 def test_viewer_may_not_save_zones(server, api, open_page):
