@@ -141,6 +141,13 @@ def test_event_appears_without_reload_and_is_acknowledged(server, api, open_page
     assert detail.get_by_role("button", name="Acknowledge").is_disabled()
     # the note is text on the page, never markup
     assert page.locator("section.detail b").count() == 0
+    # filters: only unacknowledged events of that zone -> it is gone from the list
+    assert page.locator("#zone-names option[value=sports-ground]").count() == 1  # suggested from GET /site
+    page.get_by_label("Zone", exact=True).fill("sports-ground")
+    page.get_by_label("Acknowledged").select_option("false")
+    page.wait_for_function("() => document.querySelector('.summary').textContent === '0 events'")
+    page.get_by_label("Acknowledged").select_option("true")
+    row.wait_for()
 
 
 def test_zone_drawn_by_clicks_is_saved_and_evaluated(server, api, open_page, bus):

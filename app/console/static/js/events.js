@@ -2,6 +2,7 @@
 
 import { api, blobUrl } from "./api.js";
 import { h, replace, uid, when } from "./dom.js";
+import { loadSite } from "./site.js";
 
 const POLL_MS = 2500;
 const PAGE = 20;
@@ -32,8 +33,9 @@ export function mount(main, ctx) {
   const initial = new URLSearchParams(location.hash.split("?")[1] || "");
   const form = h("form", { class: "filters", "aria-label": "Filter events" },
     select("Camera", "camera_id", [["", "All cameras"]]),
-    input("Zone", "zone", "text", { placeholder: "any" }),
-    input("Rule", "rule", "text", { placeholder: "any" }),
+    input("Zone", "zone", "text", { placeholder: "any", list: "zone-names", autocomplete: "off" }),
+    input("Rule", "rule", "text", { placeholder: "any", list: "rule-names", autocomplete: "off" }),
+    h("datalist", { id: "zone-names" }), h("datalist", { id: "rule-names" }),
     input("From", "since", "datetime-local"),
     input("Until", "until", "datetime-local"),
     select("Acknowledged", "acknowledged", [["", "Any"], ["false", "No"], ["true", "Yes"]]),
@@ -226,6 +228,13 @@ export function mount(main, ctx) {
     for (const c of cams) sel.append(h("option", { value: c.id }, c.name ? `${c.name} (${c.id})` : c.id));
     sel.value = want;
   }).catch(() => { /* the list still works without the camera names */ });
+  loadSite().then((site) => { // suggestions for the zone and rule filters
+    const cams = (site && site.config.cameras) || [];
+    const zones = new Set(cams.flatMap((c) => (c.zones || []).map((z) => z.name)));
+    const rules = new Set(cams.flatMap((c) => (c.zones || []).flatMap((z) => (z.rules || []).map((r) => r.name || r.type))));
+    replace(form.querySelector("#zone-names"), [...zones].sort().map((v) => h("option", { value: v })));
+    replace(form.querySelector("#rule-names"), [...rules].sort().map((v) => h("option", { value: v })));
+  }).catch(() => { /* free text still filters */ });
   poll();
 
   return () => {
