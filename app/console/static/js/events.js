@@ -121,10 +121,12 @@ export function mount(main, ctx) {
       summary.textContent = page.total ? `${offset + 1}–${last} of ${page.total} events` : "0 events";
       prev.disabled = offset === 0;
       next.disabled = offset + PAGE >= page.total;
-      if (selected) {
-        const fresh = page.items.find((e) => e.id === selected.id);
-        if (fresh && JSON.stringify(fresh) !== JSON.stringify(selected)) show(fresh, false);
-      }
+    }
+    if (selected && !detail.hidden) {
+      const fresh = page.items.find((e) => e.id === selected.id);
+      const typing = detail.contains(document.activeElement) && document.activeElement.matches("input, textarea");
+      // the event changed (ended, reviewed elsewhere): redraw it, but not under the user's fingers
+      if (fresh && !typing && JSON.stringify(fresh) !== JSON.stringify(selected)) show(fresh, false);
     }
   }
 

@@ -15,7 +15,8 @@ export function mount(main, ctx) {
   const cameraSelect = h("select", { id: camId });
   const zoneSelect = h("select", { id: zoneId });
   const canvas = h("canvas", { class: "editor-canvas", tabindex: "0",
-    "aria-label": "Zone polygon editor: click to add a point, drag a point to move it, right-click a point to delete it" });
+    "aria-label": "Zone polygon editor: click to add a point, drag a point to move it, right-click a point to delete it; " +
+      "keys: [ and ] select a point, arrows move it (Shift: faster), Delete removes it" });
   const polygonText = h("textarea", { id: uid("polygon"), rows: 3, class: "json", spellcheck: "false",
     "aria-describedby": "polygon-err", dataset: { field: "polygon" } });
   const pointInfo = h("p", { class: "muted", "aria-live": "polite" });
@@ -175,10 +176,22 @@ export function mount(main, ctx) {
     selectedPoint = -1;
     pointsChanged();
   });
-  canvas.addEventListener("keydown", (ev) => {
+  const STEP = { ArrowLeft: [-1, 0], ArrowRight: [1, 0], ArrowUp: [0, -1], ArrowDown: [0, 1] };
+  canvas.addEventListener("keydown", (ev) => { // the keyboard way: [ ] pick a point, arrows move it
     if ((ev.key === "Delete" || ev.key === "Backspace") && selectedPoint >= 0) {
       ev.preventDefault();
       removeSelected();
+    } else if ((ev.key === "[" || ev.key === "]") && points.length) {
+      ev.preventDefault();
+      const n = points.length;
+      selectedPoint = selectedPoint < 0 ? 0 : (selectedPoint + (ev.key === "]" ? 1 : n - 1)) % n;
+      pointsChanged();
+    } else if (STEP[ev.key] && selectedPoint >= 0) {
+      ev.preventDefault();
+      const d = ev.shiftKey ? 0.02 : 0.005;
+      const [x, y] = points[selectedPoint];
+      points[selectedPoint] = [round(x + STEP[ev.key][0] * d), round(y + STEP[ev.key][1] * d)];
+      pointsChanged();
     }
   });
   function removeSelected() {
