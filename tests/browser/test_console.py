@@ -58,11 +58,13 @@ def post_frame(api, camera: str, image: bytes, when: dt.datetime | None = None) 
 
 
 def last_night() -> dt.datetime:
-    """The latest 23:30 on the site's clock (Europe/Berlin) in the past: inside gate-cam's
-    22:00-06:00 intrusion window, and less than a day old (the capture-time policy)."""
+    """The latest 23:30 or 04:00 on the site's clock (Europe/Berlin) in the past: inside
+    gate-cam's 22:00-06:00 intrusion window, and at most ~20 h old whatever the time of day
+    (the capture-time policy refuses frames older than a day)."""
     now = dt.datetime.now(ZoneInfo("Europe/Berlin"))
-    t = now.replace(hour=23, minute=30, second=0, microsecond=0)
-    return t if t < now else t - dt.timedelta(days=1)
+    times = [now.replace(hour=h, minute=m, second=0, microsecond=0) - dt.timedelta(days=d)
+             for h, m in ((23, 30), (4, 0)) for d in (0, 1)]
+    return max(t for t in times if t < now)
 
 
 def goto(page, hash_: str) -> None:
@@ -105,7 +107,8 @@ def test_event_appears_without_reload_and_is_acknowledged(server, api, open_page
     page = open_page(server.url, KEYS["operator"])
     goto(page, "events")
     page.wait_for_selector(".summary:not(:empty)")
-    body = post_frame(api, "gate-cam", bus, last_night())  # a person on the sports ground at night
+    night = last_night()
+    body = post_frame(api, "gate-cam", bus, night)  # a person on the sports ground at night
     started = [e for e in body["events"] if e["state"] == "started"]
     assert started, body
     event_id = started[0]["id"]
@@ -116,7 +119,7 @@ def test_event_appears_without_reload_and_is_acknowledged(server, api, open_page
     page.wait_for_function("el => el.naturalWidth > 0", arg=row.locator("img.thumb").element_handle())
     # frames up to clip_post_s (5 s) after the start: the evidence clip gets written
     for sec in (2, 4, 6):
-        post_frame(api, "gate-cam", bus, last_night() + dt.timedelta(seconds=sec))
+        post_frame(api, "gate-cam", bus, night + dt.timedelta(seconds=sec))
     deadline = time.monotonic() + 20
     while api.get(f"/events/{event_id}/clip.mp4").status_code != 200:
         assert time.monotonic() < deadline, "the clip was not written"
