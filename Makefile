@@ -16,11 +16,13 @@ $(VENV)/.installed: pyproject.toml requirements/cpu.txt
 
 # Debian packages the tests use: promtool and the Prometheus server, nginx (deploy tests),
 # the PostgreSQL server (a throw-away cluster for the event-store tests, tests/pg.py), the
-# Mosquitto MQTT broker (a throw-away broker for the MQTT tests, tests/mqtt_broker.py).
+# Mosquitto MQTT broker (a throw-away broker for the MQTT tests, tests/mqtt_broker.py), and
+# Chromium (the console's real-browser tests, tests/browser: Playwright drives Debian's build).
 system-deps:
 	@command -v prometheus >/dev/null && command -v promtool >/dev/null && command -v nginx >/dev/null && \
-	  ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 && ls /usr/sbin/mosquitto >/dev/null 2>&1 || \
-	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus nginx-light postgresql mosquitto >/dev/null; }
+	  ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 && ls /usr/sbin/mosquitto >/dev/null 2>&1 && \
+	  command -v chromium >/dev/null && command -v chromedriver >/dev/null || \
+	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus nginx-light postgresql mosquitto chromium chromium-driver >/dev/null; }
 
 run: setup
 	$(VENV)/bin/campusguard serve

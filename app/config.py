@@ -145,6 +145,7 @@ class Settings(BaseSettings):
         description="Routes answering without a key when keys are set (comma list of route paths)")
     body_read_timeout_s: float = Field(30.0, gt=0, description="Longest a client may take to send its request body")
     cors_origins: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    console: bool = Field(True, description="Serve the operator console (static page) at /ui; its data routes need keys as usual")
 
     # --- observability -----------------------------------------------------------------
     log_format: Literal["text", "json"] = "text"

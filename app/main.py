@@ -138,6 +138,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.include_router(events.router)
         app.include_router(frames.router)
         app.include_router(site.router)
+    if settings.console:
+        from app.console import mount_console
+
+        mount_console(app)
     if settings.cors_origins:
         app.add_middleware(CORSMiddleware, allow_origins=settings.cors_origins,
                            allow_methods=["GET", "POST", "PATCH", "PUT", "DELETE"],  # PUT/DELETE: the zone editor

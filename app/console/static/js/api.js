@@ -1,0 +1,59 @@
+// The JSON routes, called with the key the user typed (X-API-Key); the server decides.
+
+const KEY = "campusguard.apiKey";
+// The page lives at <root>/ui/; the API is at <root>/ (works behind a path prefix too).
+const ROOT = new URL("..", document.baseURI);
+
+export class ApiError extends Error {
+  constructor(status, body) {
+    const message = (body && (body.message || body.error)) || `HTTP ${status}`;
+    super(message);
+    this.status = status;
+    this.code = body && body.error;
+    this.detail = (body && Array.isArray(body.detail)) ? body.detail : [];
+  }
+}
+
+export const getKey = () => sessionStorage.getItem(KEY) || "";
+export const setKey = (key) => sessionStorage.setItem(KEY, key);
+export const clearKey = () => sessionStorage.removeItem(KEY);
+
+export function url(path, params) {
+  const u = new URL(path.replace(/^\//, ""), ROOT);
+  for (const [k, v] of Object.entries(params || {})) {
+    if (v !== undefined && v !== null && v !== "") u.searchParams.set(k, v);
+  }
+  return u;
+}
+
+const listeners = new Set();
+/** Called with an ApiError on every 401 (no or wrong key): the app asks for a key. */
+export function onUnauthorized(fn) { listeners.add(fn); }
+
+/** fetch a route; JSON back (or the Response with raw); ApiError on any non-2xx. */
+export async function api(path, { method = "GET", params, body, headers = {}, raw = false } = {}) {
+  const h = new Headers(headers);
+  const key = getKey();
+  if (key) h.set("X-API-Key", key);
+  let payload;
+  if (body !== undefined) {
+    h.set("Content-Type", "application/json");
+    payload = JSON.stringify(body);
+  }
+  const r = await fetch(url(path, params), { method, headers: h, body: payload, cache: "no-store" });
+  if (!r.ok) {
+    let data = null;
+    try { data = await r.json(); } catch { /* not JSON (a proxy's page) */ }
+    const err = new ApiError(r.status, data);
+    if (r.status === 401) listeners.forEach((fn) => fn(err));
+    throw err;
+  }
+  if (raw) return r;
+  return r.status === 204 ? null : r.json();
+}
+
+/** An image or video fetched with the key, as an object URL (the caller revokes it). */
+export async function blobUrl(path) {
+  const r = await api(path, { raw: true });
+  return { href: URL.createObjectURL(await r.blob()), headers: r.headers };
+}

@@ -1,0 +1,113 @@
+// Cameras: one tile per camera with its newest frame, zones, status and open events.
+
+import { api, blobUrl } from "./api.js";
+import { age, h, replace, when } from "./dom.js";
+import { cameraOf, loadSite, zoneOverlay } from "./site.js";
+
+const REFRESH_MS = 3000;
+const STATUS_TEXT = { online: "Online", offline: "Offline", never_seen: "Never seen" };
+
+export function mount(main, ctx) {
+  const grid = h("div", { class: "tiles", "aria-live": "off" });
+  const note = h("p", { class: "muted" }, "Refreshes every 3 s.");
+  main.append(h("h1", {}, "Cameras"), note, grid);
+  const tiles = new Map(); // camera id -> {el, parts, frameAt, href}
+  let timer = null;
+  let stopped = false;
+
+  function tile(cam) {
+    const img = h("img", { alt: `Latest frame of ${cam.name || cam.id}`, hidden: true });
+    const empty = h("p", { class: "no-frame" }, "No frame yet");
+    const frame = h("div", { class: "frame" }, img, empty);
+    const parts = {
+      img, empty, frame,
+      status: h("span", { class: "badge" }),
+      age: h("span", { class: "age" }),
+      open: h("span", { class: "open-events" }),
+      zones: h("p", { class: "zones muted" }),
+      overlay: null,
+    };
+    const el = h("article", { class: "tile", dataset: { camera: cam.id }, "aria-label": cam.name || cam.id },
+      frame,
+      h("div", { class: "tile-body" },
+        h("h2", {}, cam.name || cam.id),
+        h("p", { class: "cam-id muted" }, cam.id),
+        h("p", { class: "facts" }, parts.status, " ", parts.age, " ", parts.open),
+        parts.zones,
+        h("p", {}, h("a", { href: `#/events?camera_id=${encodeURIComponent(cam.id)}` }, "Events of this camera"))));
+    return { el, parts, frameAt: null, href: null };
+  }
+
+  async function refreshFrame(cam, t) {
+    if (!cam.last_frame_at || cam.last_frame_at === t.frameAt) return;
+    t.frameAt = cam.last_frame_at;
+    try {
+      const { href, headers } = await blobUrl(`/cameras/${encodeURIComponent(cam.id)}/frame.jpg`);
+      if (stopped) { URL.revokeObjectURL(href); return; }
+      const old = t.href;
+      t.href = href;
+      t.parts.img.onload = () => { if (old) URL.revokeObjectURL(old); };
+      t.parts.img.src = href;
+      t.parts.img.hidden = false;
+      t.parts.empty.hidden = true;
+      t.parts.img.title = `Captured ${when(headers.get("X-Frame-Time"))}`;
+    } catch (err) {
+      if (err.status !== 404) throw err; // no frame kept (another replica got it)
+      t.frameAt = null;
+    }
+  }
+
+  function update(cam, site, t) {
+    const { parts } = t;
+    parts.status.textContent = STATUS_TEXT[cam.status] || cam.status;
+    parts.status.className = `badge status-${cam.status}`;
+    parts.age.textContent = cam.last_frame_at ? `last frame ${age(cam.seconds_since_last_frame)}` : "";
+    const n = (cam.open_events || []).length;
+    parts.open.textContent = `${n} open event${n === 1 ? "" : "s"}`;
+    parts.open.className = n ? "open-events alert-count" : "open-events";
+    const zones = (cameraOf(site, cam.id) || {}).zones || [];
+    const key = JSON.stringify(zones.map((z) => [z.name, z.kind, z.polygon]));
+    if (key !== parts.zonesKey) {
+      parts.zonesKey = key;
+      if (parts.overlay) parts.overlay.remove();
+      parts.overlay = zoneOverlay(zones);
+      parts.frame.append(parts.overlay);
+      parts.zones.textContent = zones.length ? `Zones: ${zones.map((z) => z.name).join(", ")}` : "No zones";
+    }
+  }
+
+  async function refresh() {
+    try {
+      if (document.hidden) return; // a background tab does not poll the server
+      const [cams, site] = await Promise.all([api("/cameras"), loadSite()]);
+      if (stopped) return;
+      if (!cams.length) replace(grid, h("p", {}, "No cameras are configured (site file)."));
+      for (const cam of cams) {
+        let t = tiles.get(cam.id);
+        if (!t) {
+          t = tile(cam);
+          tiles.set(cam.id, t);
+          grid.append(t.el);
+        }
+        update(cam, site, t);
+        await refreshFrame(cam, t);
+      }
+      ctx.alert("");
+    } catch (err) {
+      if (err.status === 404) { // rules_disabled, or a server without the events routes
+        replace(grid, h("p", {}, "Rules are off on this server (no site file): there are no cameras to show."));
+        return;
+      }
+      ctx.alert(`Cameras: ${err.message}`);
+    } finally {
+      if (!stopped) timer = setTimeout(refresh, REFRESH_MS);
+    }
+  }
+
+  refresh();
+  return () => {
+    stopped = true;
+    clearTimeout(timer);
+    for (const t of tiles.values()) if (t.href) URL.revokeObjectURL(t.href);
+  };
+}

@@ -1,0 +1,106 @@
+// Status: model, device and memory, throughput and latency of the last minutes, queue,
+// webhooks, event store and MQTT, from GET /status (the app's own data).
+
+import { api } from "./api.js";
+import { age, bytes, h, replace, s } from "./dom.js";
+
+const REFRESH_MS = 3000;
+
+/** A small line chart (SVG) of one or more series over the buckets; no library needed. */
+function chart(title, buckets, series, unit) {
+  const W = 600;
+  const H = 160;
+  const pad = { l: 44, r: 8, t: 10, b: 22 };
+  const values = series.flatMap((sr) => buckets.map(sr.value)).filter((v) => Number.isFinite(v));
+  const max = Math.max(1e-9, ...values) * 1.1;
+  const x = (i) => pad.l + (buckets.length < 2 ? 0 : (i * (W - pad.l - pad.r)) / (buckets.length - 1));
+  const y = (v) => H - pad.b - (v / max) * (H - pad.t - pad.b);
+  const svg = s("svg", { viewBox: `0 0 ${W} ${H}`, class: "chart", role: "img", "aria-label": title });
+  svg.append(s("title", { text: title }));
+  for (const f of [0, 0.5, 1]) {
+    const v = (max / 1.1) * f;
+    svg.append(s("line", { x1: pad.l, x2: W - pad.r, y1: y(v), y2: y(v), class: "grid" }),
+      s("text", { x: pad.l - 6, y: y(v) + 4, class: "tick", "text-anchor": "end" }, `${v.toFixed(v < 10 ? 1 : 0)}`));
+  }
+  if (buckets.length) {
+    svg.append(s("text", { x: pad.l, y: H - 4, class: "tick" }, new Date(buckets[0].t).toLocaleTimeString()),
+      s("text", { x: W - pad.r, y: H - 4, class: "tick", "text-anchor": "end" },
+        new Date(buckets[buckets.length - 1].t).toLocaleTimeString()));
+  }
+  for (const sr of series) {
+    const pts = buckets.map((b, i) => [x(i), sr.value(b)]).filter(([, v]) => Number.isFinite(v));
+    if (pts.length) svg.append(s("polyline", { points: pts.map(([px, v]) => `${px},${y(v)}`).join(" "), class: `line ${sr.cls}` }));
+  }
+  const legend = h("p", { class: "legend" }, series.map((sr) => h("span", { class: `key ${sr.cls}` }, sr.label)), ` (${unit})`);
+  return h("figure", { class: "card chart-card" }, h("figcaption", {}, title), svg, legend);
+}
+
+function facts(title, rows) {
+  return h("section", { class: "card" }, h("h2", {}, title),
+    h("dl", { class: "facts-list" }, rows.filter(Boolean).map(([k, v]) => [h("dt", {}, k), h("dd", {}, v ?? "n/a")])));
+}
+
+function render(st) {
+  const hl = st.health || {};
+  const buckets = st.recent || [];
+  const span = buckets.length ? 10 : 1; // 10 s buckets
+  const last = buckets[buckets.length - 1] || {};
+  const vram = hl.vram_total_bytes ? `${bytes(hl.vram_used_bytes)} of ${bytes(hl.vram_total_bytes)}` : "n/a (CPU)";
+  const mqtt = st.mqtt;
+  return [
+    h("div", { class: "cards" },
+      facts("Model", [["Status", hl.ready ? "ready" : `${hl.status || "starting"} (not ready)`], ["Model", hl.model],
+        ["Backend", hl.backend], ["Provider", hl.provider], ["Precision", hl.precision], ["Version", hl.version]]),
+      facts("Device", [["Device", hl.device], ["Name", hl.device_name], ["Memory", vram],
+        ["Up for", hl.uptime_s !== undefined ? age(hl.uptime_s).replace(" ago", "") : null]]),
+      facts("Work", [["Queue depth", String(st.queue_depth ?? hl.queue_depth ?? 0)],
+        ["Images (total)", String(hl.images ?? 0)], ["Inferences (total)", String(hl.inferences ?? 0)],
+        ["Last 10 s", last.t ? `${last.images} images, ${last.errors} errors` : "no traffic"]]),
+      facts("Event store", [["State", st.event_store ?? hl.event_store ?? "rules off"]]),
+      facts("MQTT", mqtt ? [["Broker", mqtt.target], ["Connected", mqtt.connected ? "yes" : "no"],
+        ["Pending", mqtt.pending === null ? "unknown (store down)" : String(mqtt.pending)],
+        ["Delivered", String(mqtt.delivered)], ["Failed", String(mqtt.failed)],
+        ["Last error", mqtt.last_error || "none"]] : [["State", "off"]])),
+    h("div", { class: "charts" },
+      chart("Throughput, last 15 minutes", buckets, [
+        { label: "images/s", cls: "a", value: (b) => b.images / span },
+        { label: "errors/s", cls: "b", value: (b) => b.errors / span }], "per second, 10 s buckets"),
+      chart("Latency, last 15 minutes", buckets, [
+        { label: "p50", cls: "a", value: (b) => (b.p50_ms === null ? NaN : b.p50_ms) },
+        { label: "p95", cls: "b", value: (b) => (b.p95_ms === null ? NaN : b.p95_ms) }], "ms")),
+    h("section", { class: "card" }, h("h2", {}, "Webhooks"),
+      (st.webhooks || []).length
+        ? h("div", { class: "scroll" }, h("table", { class: "plain" },
+          h("thead", {}, h("tr", {}, ["Target", "Pending", "Delivered", "Failed", "Last success", "Last error"].map(
+            (t) => h("th", { scope: "col" }, t)))),
+          h("tbody", {}, st.webhooks.map((w) => h("tr", {},
+            h("td", {}, w.target), h("td", {}, w.pending === null ? "unknown" : String(w.pending)), h("td", {}, String(w.delivered)),
+            h("td", {}, String(w.failed)), h("td", {}, w.last_success_at ? new Date(w.last_success_at).toLocaleString() : "never"),
+            h("td", {}, w.last_error || "none"))))))
+        : h("p", { class: "muted" }, "No webhooks configured.")),
+  ];
+}
+
+export function mount(main, ctx) {
+  const body = h("div", { class: "status" }, h("p", { class: "muted" }, "Loading…"));
+  main.append(h("h1", {}, "Status"), h("p", { class: "muted" }, "Refreshes every 3 s."), body);
+  let timer = null;
+  let stopped = false;
+  async function refresh() {
+    try {
+      if (document.hidden) return; // a background tab does not poll the server
+      const st = await api("/status");
+      if (!stopped) replace(body, render(st));
+      ctx.alert("");
+    } catch (err) {
+      if (err.status === 404) { // an older server: its health document at least
+        const hl = await api("/health").catch(() => null);
+        if (!stopped && hl) replace(body, render({ health: hl, recent: [], webhooks: [] }));
+      } else ctx.alert(`Status: ${err.message}`);
+    } finally {
+      if (!stopped) timer = setTimeout(refresh, REFRESH_MS);
+    }
+  }
+  refresh();
+  return () => { stopped = true; clearTimeout(timer); };
+}

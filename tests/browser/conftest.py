@@ -1,0 +1,83 @@
+"""Real-browser fixtures: Debian's Chromium driven by Playwright (no browser download).
+
+One Chromium for the module; each test gets a fresh context (its own sessionStorage, so its
+own key) and fails at teardown if the page logged a JavaScript error. HTTP answers the page
+handles itself (a 404 "no clip yet", the 403 it shows to a viewer) are logged by Chromium as
+"Failed to load resource: ... status of 4xx"; those are not JavaScript errors and are not
+counted, a 5xx is.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO, require_system_package
+
+CHROMIUM = os.environ.get("CAMPUSGUARD_TEST_CHROMIUM", "/usr/bin/chromium")
+SHOTS = REPO / "docs" / "console"
+DESKTOP = {"width": 1280, "height": 800}
+PHONE = {"width": 390, "height": 844}
+HANDLED_HTTP = "Failed to load resource: the server responded with a status of 4"
+
+
+@pytest.fixture(scope="module")
+def browser():
+    sync_api = pytest.importorskip("playwright.sync_api", reason="pip install playwright (the dev extra)")
+    path = CHROMIUM if Path(CHROMIUM).is_file() else shutil.which("chromium")
+    require_system_package(path, "Chromium", "chromium chromium-driver")
+    with sync_api.sync_playwright() as p:
+        chromium = p.chromium.launch(executable_path=path,
+                                     args=["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"])
+        yield chromium
+        chromium.close()
+
+
+class Console:
+    """What a page printed: JavaScript errors (uncaught exceptions and console.error)."""
+
+    def __init__(self) -> None:
+        self.errors: list[str] = []
+
+    def on_console(self, msg) -> None:
+        if msg.type == "error" and not msg.text.startswith(HANDLED_HTTP):
+            self.errors.append(f"console.error: {msg.text} ({msg.location.get('url')})")
+
+    def on_pageerror(self, exc) -> None:
+        self.errors.append(f"uncaught: {exc}")
+
+
+@pytest.fixture
+def open_page(browser):
+    """open_page(base_url, key=None, viewport=DESKTOP) -> a Page with the key already in its
+    session (None: the page will ask). Asserts no JavaScript error at teardown."""
+    contexts, consoles = [], []
+
+    def factory(base_url: str, key: str | None = None, viewport: dict = DESKTOP):
+        context = browser.new_context(viewport=viewport, base_url=base_url)
+        if key is not None:
+            context.add_init_script(f"sessionStorage.setItem('campusguard.apiKey', {key!r});")
+        page = context.new_page()
+        page.set_default_timeout(20_000)
+        console = Console()
+        page.on("console", console.on_console)
+        page.on("pageerror", console.on_pageerror)
+        contexts.append(context)
+        consoles.append(console)
+        return page
+
+    yield factory
+    errors = [e for c in consoles for e in c.errors]
+    for context in contexts:
+        context.close()
+    assert errors == [], "JavaScript errors in the console:\n" + "\n".join(errors)
+
+
+def screenshot(page, name: str) -> None:
+    """docs/console/<name>.png, shown in the README (rewritten by every run)."""
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page.evaluate("window.scrollTo(0, 0)")
+    page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=False)

@@ -1,0 +1,44 @@
+"""The console's files: served at /ui by the app (or not, with CAMPUSGUARD_CONSOLE=false),
+self-contained (no CDN, every module it imports is shipped) and building DOM from server data
+only as text. Their behaviour in a browser is tested in tests/browser."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from app.config import Settings
+from app.console import STATIC_DIR
+from tests.inprocess import IMGSZ, inprocess_app
+
+JS = sorted((STATIC_DIR / "js").glob("*.js"))
+IMPORT = re.compile(r"""from\s+["'](\.[^"']+)["']""")
+
+
+def test_console_is_served_and_every_module_it_imports_exists():
+    with inprocess_app() as ip:
+        page = ip.client.get("/ui/")
+        assert page.status_code == 200 and 'src="js/app.js"' in page.text
+        assert ip.client.get("/ui", follow_redirects=False).status_code in (307, 308)  # relative URLs need the slash
+        for path in JS + [STATIC_DIR / "console.css"]:
+            r = ip.client.get(f"/ui/{path.relative_to(STATIC_DIR)}")
+            assert r.status_code == 200, path
+    for path in JS:
+        for target in IMPORT.findall(path.read_text()):
+            assert (path.parent / target).resolve().is_file(), f"{path.name} imports {target}, which is not shipped"
+
+
+def test_console_off():
+    with inprocess_app(Settings(imgsz=IMGSZ, threads=1, preprocess_workers=1, warmup_iters=0, console=False)) as ip:
+        assert ip.client.get("/ui/").status_code == 404
+        assert ip.client.get("/", follow_redirects=False).status_code == 404
+
+
+@pytest.mark.parametrize("path", [STATIC_DIR / "index.html", STATIC_DIR / "console.css", *JS], ids=lambda p: p.name)
+def test_no_markup_from_strings_and_nothing_from_the_internet(path):
+    text = path.read_text()
+    for sink in ("innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval("):
+        assert sink not in text, f"{path.name} uses {sink}: server data must become text nodes (dom.js)"
+    assert not re.search(r"""(src|href)=["']?(https?:)?//""", text), f"{path.name} loads something from the network"
+    assert "@import url(http" not in text
