@@ -8,9 +8,14 @@ driven like a guard does, and the server's state is checked through the JSON rou
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
+import json
 import shutil
+import threading
 import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from zoneinfo import ZoneInfo
 
 import httpx
@@ -24,13 +29,41 @@ KEYS = {"viewer": "view-key-1", "operator": "op-key-1", "admin": "admin-key-1"}
 NEW_ZONE = "console-zone"
 
 
+class Receiver(ThreadingHTTPServer):
+    """A webhook receiver on a free port: the status page shows its delivery state."""
+
+    def __init__(self) -> None:
+        self.posts: list[bytes] = []
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                outer.posts.append(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+                self.send_response(204)
+                self.end_headers()
+
+            def log_message(self, *args) -> None:
+                pass
+
+        super().__init__(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server_address[1]}"
+        threading.Thread(target=self.serve_forever, daemon=True).start()
+
+
 @pytest.fixture(scope="module")
-def server(tmp_path_factory, weights):
+def receiver():
+    rcv = Receiver()
+    yield rcv
+    rcv.shutdown()
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory, weights, receiver):
     tmp = tmp_path_factory.mktemp("console")
     site = tmp / "site.yaml"
     shutil.copy(EXAMPLE_SITE, site)
     srv = start_server(tmp, site_config=site, events_db_url=f"sqlite:///{tmp}/events.db", snapshot_dir=tmp / "snaps",
-                       imgsz=320, warmup_iters=1,
+                       imgsz=320, warmup_iters=1, webhook_urls=f"{receiver.url}/hooks/campusguard",
                        api_keys=",".join(f"{role}:{key}" for role, key in KEYS.items()))
     srv.site = site
     yield srv
@@ -65,6 +98,26 @@ def last_night() -> dt.datetime:
     times = [now.replace(hour=h, minute=m, second=0, microsecond=0) - dt.timedelta(days=d)
              for h, m in ((23, 30), (4, 0)) for d in (0, 1)]
     return max(t for t in times if t < now)
+
+
+@contextlib.contextmanager
+def whole_frame_zone(api, camera: str, name: str) -> Iterator[None]:
+    """A temporary zone over the whole frame with an intrusion rule without cooldown."""
+    zone = {"name": name, "kind": "restricted", "polygon": [[0, 0], [1, 0], [1, 1], [0, 1]],
+            "rules": [{"type": "intrusion", "classes": ["person"], "cooldown_s": 0}]}
+    r = api.put(f"/admin/site/cameras/{camera}/zones/{name}", json=zone)
+    assert r.status_code == 200, r.text
+    try:
+        yield
+    finally:
+        assert api.delete(f"/admin/site/cameras/{camera}/zones/{name}").status_code == 200
+
+
+def new_event(api, camera: str, zone: str, image: bytes) -> None:
+    """One event in a whole_frame_zone: the frame starts it, the camera reset ends it."""
+    events = post_frame(api, camera, image)["events"]
+    assert any(e["zone"] == zone and e["state"] == "started" for e in events), events
+    assert api.post(f"/admin/cameras/{camera}/reset").status_code == 200
 
 
 def goto(page, hash_: str) -> None:
@@ -236,8 +289,21 @@ def test_invalid_zone_shows_the_error_and_changes_nothing(server, api, open_page
     canvas = page.locator("canvas.editor-canvas")
     canvas.scroll_into_view_if_needed()
     box = canvas.bounding_box()
-    for x, y in ((0.2, 0.2), (0.8, 0.8)):
-        page.mouse.click(box["x"] + x * box["width"], box["y"] + y * box["height"])
+    def xy(x: float, y: float) -> tuple[float, float]:
+        return box["x"] + x * box["width"], box["y"] + y * box["height"]
+
+    for x, y in ((0.2, 0.2), (0.8, 0.8), (0.5, 0.9), (0.2, 0.8)):
+        page.mouse.click(*xy(x, y))
+    points = page.locator("textarea[data-field=polygon]")
+    assert len(json.loads(points.input_value())) == 4
+    # delete points: right-click one, and the Delete key on the selected (last placed) one
+    page.mouse.click(*xy(0.5, 0.9), button="right")
+    assert len(json.loads(points.input_value())) == 3
+    page.mouse.click(*xy(0.2, 0.8))  # selects the existing point (no new one)
+    canvas.focus()
+    page.keyboard.press("Delete")
+    left = json.loads(points.input_value())
+    assert len(left) == 2 and left[0] == pytest.approx([0.2, 0.2], abs=0.01) and left[1] == pytest.approx([0.8, 0.8], abs=0.01)
     page.get_by_label("Zone name").fill("two-points")
     page.get_by_role("button", name="Save zone").click()
     error = page.locator("[data-error-for=polygon]")
@@ -316,6 +382,36 @@ def test_every_page_fits_desktop_and_phone(server, open_page, viewport):
             screenshot(page, "phone-events")
 
 
+def test_status_page_shows_the_apps_own_data(server, api, open_page, bus, receiver):
+    """Backend, provider, device, throughput and the webhook's delivery state, as /status says."""
+    with whole_frame_zone(api, "plaza-cam", "status-zone"):
+        new_event(api, "plaza-cam", "status-zone", bus)  # one more webhook delivery
+    page = open_page(server.url, KEYS["viewer"])
+    goto(page, "status")
+    page.wait_for_selector("svg.chart")
+
+    def fact(name: str) -> str:
+        return page.locator(f"dl.facts-list dt:text-is('{name}') + dd").inner_text()
+
+    health = api.get("/health").json()
+    assert (fact("Backend"), fact("Provider"), fact("Device")) == (health["backend"], health["provider"], "cpu")
+    assert fact("Memory") == "n/a (CPU)" and fact("Queue depth").isdigit()
+    assert int(fact("Images (total)")) >= 1
+    assert "images" in fact("Last 10 s")  # the frame above is in the last bucket
+    row = page.locator("section.card table.plain tbody tr")
+    row.wait_for()
+    assert row.locator("td").first.inner_text() == receiver.url  # scheme, host and port only
+    deadline = time.monotonic() + 20
+    while True:  # the page refreshes every 3 s; it catches up with the server's own count
+        want = api.get("/status").json()["webhooks"][0]
+        cells = row.locator("td").all_inner_texts()
+        if cells[2] == str(want["delivered"]) and cells[1] == str(want["pending"]):
+            break
+        assert time.monotonic() < deadline, (cells, want)
+        page.wait_for_timeout(500)
+    assert 1 <= want["delivered"] <= len(receiver.posts)  # the receiver counts before it answers
+
+
 def test_open_access_notice_without_keys(tmp_path, weights, browser, open_page):
     """A server without keys: the page says so. The page needs no model, so the test does not
     wait for it to load (only for the app to answer)."""
@@ -339,3 +435,54 @@ def test_open_access_notice_without_keys(tmp_path, weights, browser, open_page):
         page.close()  # before the server goes: a refused poll is logged as a console error
     finally:
         srv.stop()
+
+
+def test_events_paging_time_filter_and_false_positive(server, api, open_page, bus):
+    """21 events of one zone (one more than a page): Next / Previous page through them, the
+    time-range filter is sent to the server, and an event is marked false positive with a note."""
+    with whole_frame_zone(api, "plaza-cam", "paging-zone"):
+        for _ in range(21):
+            new_event(api, "plaza-cam", "paging-zone", bus)
+        listed = api.get("/events", params={"zone": "paging-zone", "limit": 100}).json()
+        assert listed["total"] == 21
+        newest, oldest = listed["items"][0]["id"], listed["items"][-1]["id"]
+
+        page = open_page(server.url, KEYS["operator"])
+        goto(page, "events?zone=paging-zone")
+        page.wait_for_function("() => document.querySelector('.summary').textContent === '1–20 of 21 events'")
+        assert page.locator("tbody tr").count() == 20
+        assert page.locator("tbody tr").first.get_attribute("data-event") == newest  # newest first
+        prev, nxt = page.get_by_role("button", name="Previous"), page.get_by_role("button", name="Next")
+        assert prev.is_disabled()
+        nxt.click()
+        page.wait_for_function("() => document.querySelector('.summary').textContent === '21–21 of 21 events'")
+        assert [r.get_attribute("data-event") for r in page.locator("tbody tr").all()] == [oldest]
+        assert nxt.is_disabled()
+        prev.click()
+        page.wait_for_function("() => document.querySelector('.summary').textContent === '1–20 of 21 events'")
+
+        # From: a minute ahead on the browser's clock -> nothing; a day back -> all of them again
+        local = "d => { const t = new Date(Date.now() + d * 60000); t.setMinutes(t.getMinutes() - t.getTimezoneOffset());" \
+                " return t.toISOString().slice(0, 16); }"
+        page.get_by_label("From").fill(page.evaluate(local, 1))
+        page.get_by_label("From").dispatch_event("change")
+        page.wait_for_function("() => document.querySelector('.summary').textContent === '0 events'")
+        page.get_by_label("From").fill(page.evaluate(local, -24 * 60))
+        page.get_by_label("From").dispatch_event("change")
+        page.wait_for_function("() => document.querySelector('.summary').textContent === '1–20 of 21 events'")
+
+        row = page.locator(f"tr[data-event='{newest}']")
+        row.get_by_role("button", name="Open").click()
+        detail = page.locator("section.detail")
+        detail.get_by_label("Note").fill("Reflection in the library window")
+        detail.get_by_role("button", name="False positive").click()
+        page.wait_for_function("() => document.querySelector('section.detail .result.ok')?.textContent"
+                               " === 'Marked as false positive'")
+        got = api.get(f"/events/{newest}").json()
+        assert got["false_positive"] is True and got["acknowledged"] is False
+        assert got["note"] == "Reflection in the library window"
+        assert detail.get_by_role("button", name="False positive").is_disabled()
+        page.get_by_label("False positive").select_option("true")
+        page.wait_for_function("() => document.querySelector('.summary').textContent === '1–1 of 1 events'")
+        assert [r.get_attribute("data-event") for r in page.locator("tbody tr").all()] == [newest]
+        assert "False positive" in page.locator(f"tr[data-event='{newest}']").inner_text()
