@@ -158,6 +158,8 @@ class Settings(BaseSettings):
 
     # --- rules (issue: campus-security rules) -------------------------------------------
     site_config: Path | None = Field(None, description="Site YAML (cameras, zones, rules); none = rules off")
+    site_watch_s: float = Field(5.0, ge=0, description="Seconds between checks of the site file; a changed file "
+                                "is reloaded (a zone edit on another replica, a ConfigMap update); 0 = off")
     events_db_url: str = Field("sqlite:///.cache/campusguard/events.db", description="SQLAlchemy URL of the event store")
     snapshot_dir: Path = Field(Path(".cache/campusguard/snapshots"), description="Annotated JPEG per event")
     webhook_urls: Annotated[list[str], NoDecode] = Field(default_factory=list, description="Event webhooks (comma list)")

@@ -89,6 +89,11 @@ class Metrics:
         self.line_crossings = Counter("line_crossings", "Objects crossing a counting line (line_crossing rules), "
                                       "by camera (capped), line (zone/rule), direction and class",
                                       ["camera_id", "line", "direction", "class_name"], namespace=ns, registry=r)
+        self.site_reloads = Counter("site_reloads", "Site file reloads by trigger (request, signal, zone_edit, "
+                                    "file_changed) and outcome (ok, refused: the running config stayed)",
+                                    ["trigger", "outcome"], namespace=ns, registry=r)
+        self.site_file_changed = Gauge("site_file_changed", "1 while the site file on disk is not the running "
+                                       "config: a change refused as invalid, or one not loaded yet", namespace=ns, registry=r)
         self.zone_objects = Gauge("zone_objects", "Objects currently inside each zone", ["camera_id", "zone"],
                                   namespace=ns, registry=r)
         self.rule_latency = Histogram("rule_evaluation_seconds", "Rule evaluation time per frame",

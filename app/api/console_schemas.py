@@ -31,6 +31,10 @@ class SiteDocument(BaseModel):
     path: str
     writable: bool = Field(description="False: zone edits answer 409 site_read_only (e.g. a ConfigMap mount)")
     loaded_at: dt.datetime
+    file_version: str = Field(description="Version of the file on disk now; differs from `version` while a change is "
+                              "not loaded yet (checked every SITE_WATCH_S) or was refused; empty if unreadable")
+    reload_error: str | None = Field(None, description="Why the file on disk is not running: the errors of the "
+                                     "refused reload (the running config stayed in force)")
     config: dict[str, Any] = Field(description="The SiteConfig as JSON (cameras, zones, rules; see GET /site/schema)")
 
 

@@ -95,7 +95,7 @@ async def reload_site(
     logged frames of the window, next to the recorded events; nothing is applied."""
     if dry_run:
         return await dry_run_reload(rules, request, since, until, window_h)
-    await asyncio.to_thread(rules.reload)
+    await asyncio.to_thread(rules.reload, "request")
     return ReloadResult(cameras=rules.camera_ids, loaded_at=rules.loaded_at)
 
 
@@ -130,6 +130,15 @@ def review_event(event_id: str, review: EventReview, rules: RulesDep, key: KeyId
 def list_cameras(rules: RulesDep) -> list[CameraOut]:
     """Every camera of the site file: online / offline / never_seen, last frame, open events."""
     return [CameraOut(**c) for c in rules.cameras()]
+
+
+@router.get("/cameras/{camera_id}", response_model=CameraOut, summary="One camera's health",
+            responses={404: {"model": ErrorBody, "description": "`unknown_camera`: not in the site file; `rules_disabled`"}})
+def get_camera(camera_id: str, rules: RulesDep) -> CameraOut:
+    """Like one item of GET /cameras. Frame times are kept by the replica that evaluates the
+    camera; the shipped nginx routes `/cameras/{id}...` there (docs/deploy.md), so behind it
+    this is the camera's true state, while GET /cameras is that of whichever replica answers."""
+    return CameraOut(**rules.camera(camera_id))
 
 
 @router.get("/cameras/{camera_id}/counts", response_model=CountsOut, summary="Line-crossing counts of a camera",

@@ -7,6 +7,7 @@ Lifecycle (driven by the app's lifespan)::
     when = rules.accept_capture_time(camera_id, ts)        # 422 invalid_timestamp, before inference
     events = rules.evaluate(camera_id, when, (w, h), detections, frame_rgb)   # per frame (kept for clips, console)
     rules.reload()                                         # SIGHUP / POST /admin/reload
+    rules.check_site_file()                                # every SITE_WATCH_S: the file changed on disk
     rules.put_zone(camera_id, zone_name, zone_or_None)     # the console's zone editor (writes, then reloads)
     rules.reset_camera(camera_id)                          # POST /admin/cameras/{id}/reset
     rules.replay(site, since, until)                       # POST /admin/reload?dry_run=true (nothing applied)
@@ -37,7 +38,7 @@ from app.rules.background import Periodic
 from app.rules.cameras import CameraMonitor, camera_event, sweep_interval
 from app.rules.capture_time import CaptureTimePolicy
 from app.rules.clips import ClipRecorder
-from app.rules.config import SiteConfig
+from app.rules.config import Camera, SiteConfig
 from app.rules.counts import CrossingCounts
 from app.rules.evaluator import CameraRules, EventRecord, Transition
 from app.rules.framelog import FrameLog, LoggedFrame
@@ -92,7 +93,7 @@ class RulesService:
                  snapshot_dir: Path | None = None, event_buffer_size: int = 10_000,
                  retention: RetentionSweeper | None = None, clips: ClipRecorder | None = None,
                  mqtt: MqttBridge | None = None, frame_log: FrameLog | None = None,
-                 version: str | None = None) -> None:
+                 version: str | None = None, watch_s: float = 0.0) -> None:
         self.path = Path(path)
         self.site = SiteFile(self.path)
         self._edit_lock = threading.Lock()
@@ -120,6 +121,9 @@ class RulesService:
         self._cameras: dict[str, CameraRules] = {c.id: CameraRules(c, config) for c in config.cameras}
         self.version = version if version is not None else self._disk_version()
         self.loaded_at = utcnow()
+        self.reload_error: str | None = None  # why the file on disk is not the running version
+        self._refused_version = ""
+        self.site_watcher = Periodic("site-file-watch", self.check_site_file, watch_s) if watch_s > 0 else None
         self.offline_sweeper = Periodic("camera-offline-sweep", self.check_offline, sweep_interval(self._thresholds()))
         self._init_series()
 
@@ -131,6 +135,7 @@ class RulesService:
         and alerts work before the first event and dashboards are never empty."""
         if self.metrics is None:
             return
+        self.metrics.site_file_changed.set_function(lambda: float(self._disk_version() != self.version))
         for outcome in ("delivered", "http_error", "network_error"):
             self.metrics.webhook_deliveries.labels(outcome)
         for outcome in ("delivered", "broker_error", "not_connected"):  # at 0 with MQTT off too, like webhooks
@@ -169,7 +174,8 @@ class RulesService:
                    mqtt=MqttBridge.from_settings(settings, store, metrics),
                    clips=ClipRecorder.from_settings(settings),
                    frame_log=FrameLog.from_settings(store, settings, metrics=metrics),
-                   capture_policy=CaptureTimePolicy.from_settings(settings), version=version)
+                   capture_policy=CaptureTimePolicy.from_settings(settings), version=version,
+                   watch_s=settings.site_watch_s)
         # Apply pending migrations now (a MigrationError stops startup); an unreachable
         # database does not: events are buffered until it answers.
         service.writer.connect()
@@ -182,6 +188,8 @@ class RulesService:
         if self.mqtt is not None:
             self.mqtt.start(self._mqtt_snapshot)
         self.offline_sweeper.start()
+        if self.site_watcher is not None:
+            self.site_watcher.start()
         if self.retention is not None:
             self.retention.start()
         if self.clips is not None:
@@ -191,6 +199,8 @@ class RulesService:
 
     def stop(self) -> None:
         self.offline_sweeper.stop()
+        if self.site_watcher is not None:
+            self.site_watcher.stop()
         if self.clips is not None:
             self.clips.stop()  # writes the pending clips while the store is still there
         if self.retention is not None:
@@ -394,23 +404,45 @@ class RulesService:
 
     def cameras(self) -> list[dict[str, Any]]:
         """Every configured camera: status (online / offline / never_seen), last frame, open events."""
-        out = []
-        for camera in self._config.cameras:
-            last = self.monitor.last_capture(camera.id)
-            age = self.monitor.age_s(camera.id)
-            out.append({"id": camera.id, "name": camera.name, "status": self.monitor.status(camera.id),
-                        "last_frame_at": last, "seconds_since_last_frame": None if age is None else round(age, 3),
-                        "offline_after_s": self._config.offline_after(camera),
-                        "open_events": self.open_events(camera.id)})
-        return out
+        return [self._camera_health(camera) for camera in self._config.cameras]
+
+    def camera(self, camera_id: str) -> dict[str, Any]:
+        """One camera's health (GET /cameras/{id}); NotFound if it is not in the site file. Behind
+        the shipped nginx this reaches the replica that receives the camera's frames."""
+        camera = next((c for c in self._config.cameras if c.id == camera_id), None)
+        if camera is None:
+            raise NotFound(f"camera {shorten(camera_id)} is not in the site file", code="unknown_camera")
+        return self._camera_health(camera)
+
+    def _camera_health(self, camera: Camera) -> dict[str, Any]:
+        last = self.monitor.last_capture(camera.id)
+        age = self.monitor.age_s(camera.id)
+        return {"id": camera.id, "name": camera.name, "status": self.monitor.status(camera.id),
+                "last_frame_at": last, "seconds_since_last_frame": None if age is None else round(age, 3),
+                "offline_after_s": self._config.offline_after(camera),
+                "open_events": self.open_events(camera.id)}
 
     # --- configuration --------------------------------------------------------------------
-    def reload(self) -> None:
+    def reload(self, trigger: str = "request") -> None:
         """Re-read the site file. On error raise SiteConfigError and keep the running config.
 
         Cameras whose configuration is unchanged keep their state (tracks, open events);
         open events of changed or removed cameras are ended at that camera's last frame time.
+        ``trigger`` (request, signal, zone_edit, file_changed) labels the reload metric.
         """
+        try:
+            self._reload()
+        except Exception as exc:
+            # remembered for GET /site, and so that the watcher does not retry this version
+            self._refused_version, self.reload_error = self._disk_version(), str(exc)
+            if self.metrics is not None:
+                self.metrics.site_reloads.labels(trigger, "refused").inc()
+            raise
+        self.reload_error = None
+        if self.metrics is not None:
+            self.metrics.site_reloads.labels(trigger, "ok").inc()
+
+    def _reload(self) -> None:
         with self._reload_lock:
             config, version = self.site.load()  # raises before anything changes
             old = self._cameras
@@ -443,10 +475,36 @@ class RulesService:
         except OSError:
             return ""
 
+    def check_site_file(self) -> bool:
+        """Reload when the file on disk is no longer the running version. Each replica runs
+        this every ``site_watch_s``: a zone edit written by another replica (or a ConfigMap
+        update) reaches every replica without a restart. A refused version is not retried
+        (nor logged again) until the file changes once more. Returns whether it reloaded."""
+        disk = self._disk_version()
+        if not disk or disk in (self.version, self._refused_version):
+            return False
+        if not self._edit_lock.acquire(blocking=False):
+            return False  # a zone edit is writing the file; it reloads itself
+        try:
+            try:
+                self.reload("file_changed")
+            except Exception as exc:  # SiteConfigError: the message lists every error
+                log.error("site file %s changed on disk (version %s) but was refused; the running config "
+                          "(version %s) stays in force: %s", self.path, disk, self.version, exc)
+                return False
+            log.info("site file %s changed on disk: reloaded version %s", self.path, disk)
+            return True
+        finally:
+            self._edit_lock.release()
+
     def site_document(self) -> dict[str, Any]:
-        """The running site config and the version of the file it was loaded from (GET /site)."""
+        """The running site config and the version of the file it was loaded from (GET /site),
+        with the file's version now and why it was not loaded, when the two differ."""
+        disk = self._disk_version()
         return {"version": self.version, "path": str(self.path), "writable": self.site.writable(),
-                "loaded_at": self.loaded_at, "config": self._config.model_dump(mode="json")}
+                "loaded_at": self.loaded_at, "file_version": disk,
+                "reload_error": self.reload_error if disk != self.version else None,
+                "config": self._config.model_dump(mode="json")}
 
     def put_zone(self, camera_id: str, zone_name: str, zone: dict[str, Any] | None,
                  if_match: str | None = None) -> dict[str, Any]:
@@ -455,7 +513,7 @@ class RulesService:
         state. Errors (app/rules/sitefile.py) leave the file and the running config unchanged."""
         with self._edit_lock:
             self.site.put_zone(camera_id, zone_name, zone, if_match)
-            self.reload()
+            self.reload("zone_edit")
             out: dict[str, Any] = {"version": self.version, "loaded_at": self.loaded_at}
             if zone is not None:
                 cam = next(c for c in self._config.cameras if c.id == camera_id)
@@ -465,7 +523,7 @@ class RulesService:
     def reload_or_log(self) -> bool:
         """``reload`` for signal handlers (SIGHUP): log the error list instead of raising."""
         try:
-            self.reload()
+            self.reload("signal")
         except Exception as exc:  # SiteConfigError: the message lists every error
             log.error("site config reload refused; the running config stays in force: %s", exc)
             return False

@@ -12,10 +12,8 @@ import contextlib
 import datetime as dt
 import json
 import shutil
-import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from zoneinfo import ZoneInfo
 
 import httpx
@@ -23,38 +21,17 @@ import pytest
 
 from tests.browser.conftest import DESKTOP, PHONE, screenshot
 from tests.conftest import start_server, ultralytics_asset
-from tests.unit.rules_util import EXAMPLE_SITE
+from tests.unit.rules_util import EXAMPLE_SITE, Receiver
 
 KEYS = {"viewer": "view-key-1", "operator": "op-key-1", "admin": "admin-key-1"}
 NEW_ZONE = "console-zone"
-
-
-class Receiver(ThreadingHTTPServer):
-    """A webhook receiver on a free port: the status page shows its delivery state."""
-
-    def __init__(self) -> None:
-        self.posts: list[bytes] = []
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                outer.posts.append(self.rfile.read(int(self.headers.get("Content-Length", 0))))
-                self.send_response(204)
-                self.end_headers()
-
-            def log_message(self, *args) -> None:
-                pass
-
-        super().__init__(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server_address[1]}"
-        threading.Thread(target=self.serve_forever, daemon=True).start()
 
 
 @pytest.fixture(scope="module")
 def receiver():
     rcv = Receiver()
     yield rcv
-    rcv.shutdown()
+    rcv.close()
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +40,7 @@ def server(tmp_path_factory, weights, receiver):
     site = tmp / "site.yaml"
     shutil.copy(EXAMPLE_SITE, site)
     srv = start_server(tmp, site_config=site, events_db_url=f"sqlite:///{tmp}/events.db", snapshot_dir=tmp / "snaps",
-                       imgsz=320, warmup_iters=1, webhook_urls=f"{receiver.url}/hooks/campusguard",
+                       imgsz=320, warmup_iters=1, webhook_urls=receiver.url, site_watch_s=0.5,
                        api_keys=",".join(f"{role}:{key}" for role, key in KEYS.items()))
     srv.site = site
     yield srv
@@ -331,6 +308,28 @@ def test_site_changed_meanwhile_is_refused_with_412(server, api, open_page):
     assert server.site.read_bytes() == changed
 
 
+def test_zone_editor_says_when_the_file_on_disk_was_refused(server, api, open_page):
+    """A hand edit that breaks the site file: the server keeps running the old zones, and the
+    editor says the file on disk is not what runs, with the server's errors."""
+    good = server.site.read_bytes()
+    server.site.write_bytes(good.replace(b"min_count: 3", b"min_count: -3"))
+    try:
+        deadline = time.monotonic() + 15
+        while not api.get("/site").json()["reload_error"]:
+            assert time.monotonic() < deadline, "the changed file was not noticed"
+            time.sleep(0.1)
+        page = open_page(server.url, KEYS["admin"])
+        goto(page, "zones?camera=plaza-cam")
+        page.wait_for_selector("form.zone-form[data-ready=true]")
+        notice = page.locator("p.file-state")
+        assert notice.is_visible()
+        assert "changed but not loaded" in notice.inner_text() and "min_count" in notice.inner_text()
+    finally:
+        server.site.write_bytes(good)
+    doc = api.get("/site").json()
+    assert doc["file_version"] == doc["version"] and doc["reload_error"] is None
+
+
 def test_viewer_may_not_save_zones(server, api, open_page):
     before, file_bytes = api.get("/site").json(), server.site.read_bytes()
     page = open_page(server.url, KEYS["viewer"])
@@ -400,7 +399,7 @@ def test_status_page_shows_the_apps_own_data(server, api, open_page, bus, receiv
     assert "images" in fact("Last 10 s")  # the frame above is in the last bucket
     row = page.locator("section.card table.plain tbody tr")
     row.wait_for()
-    assert row.locator("td").first.inner_text() == receiver.url  # scheme, host and port only
+    assert row.locator("td").first.inner_text() == f"http://127.0.0.1:{receiver.port}"  # no path: scheme, host, port
     deadline = time.monotonic() + 20
     while True:  # the page refreshes every 3 s; it catches up with the server's own count
         want = api.get("/status").json()["webhooks"][0]
@@ -409,7 +408,7 @@ def test_status_page_shows_the_apps_own_data(server, api, open_page, bus, receiv
             break
         assert time.monotonic() < deadline, (cells, want)
         page.wait_for_timeout(500)
-    assert 1 <= want["delivered"] <= len(receiver.posts)  # the receiver counts before it answers
+    assert 1 <= want["delivered"] <= len(receiver.requests)  # the receiver counts before it answers
 
 
 def test_open_access_notice_without_keys(tmp_path, weights, browser, open_page):

@@ -131,6 +131,25 @@ def test_camera_sticks_to_one_replica_and_cameras_spread(lb):
     assert len(set(owner.values())) >= 5, f"32 cameras on only {sorted(set(owner.values()))}"
 
 
+def test_a_cameras_own_routes_reach_the_replica_of_its_frames(lb):
+    """Latest frame, health, line counts, reset and zone edits of a camera are answered by the
+    replica whose memory holds that camera's state: the one its frames are hashed to."""
+    url, replicas = lb
+    reset(replicas)
+    with httpx.Client(base_url=url, timeout=10) as client:
+        for cam in (f"cam-{i}" for i in range(12)):
+            owner = post(client, cam).json()["replica"]
+            for method, path in (("GET", f"/cameras/{cam}"), ("GET", f"/cameras/{cam}/frame.jpg"),
+                                 ("GET", f"/cameras/{cam}/counts?since=2026-12-01T00:00:00Z"),
+                                 ("POST", f"/admin/cameras/{cam}/reset"),
+                                 ("POST", f"/admin/site/cameras/{cam}/zones/door")):
+                for _ in range(3):
+                    assert client.request(method, path).json()["replica"] == owner, (cam, method, path)
+        # the camera list and other routes without a camera still spread
+        seen = Counter(client.get("/cameras").json()["replica"] for _ in range(48))
+        assert len(seen) >= 4, seen
+
+
 def test_requests_without_camera_spread(lb):
     url, replicas = lb
     reset(replicas)

@@ -51,6 +51,12 @@ def test_silent_camera_goes_offline_and_comes_back(tmp_path):
         assert cams["plaza-cam"]["status"] == "online" and cams["gate-cam"]["status"] == "never_seen"
         assert [e["id"] for e in cams["plaza-cam"]["open_events"]] == [started[0]["id"]]
         assert cams["plaza-cam"]["last_frame_at"] == "2026-03-02T12:00:10Z" and cams["plaza-cam"]["offline_after_s"] == 60
+        for cam_id, cam in cams.items():  # one camera alone: the same document
+            assert client.get(f"/cameras/{cam_id}").json() == cam
+        unknown = client.get("/cameras/no-such-cam")
+        assert unknown.status_code == 404 and unknown.json()["error"] == "unknown_camera"
+        assert client.get("/cameras/" + "x" * 5000).json()["error"] == "unknown_camera"  # message shortened
+        assert len(client.get("/cameras/" + "x" * 5000).json()["message"]) < 300
 
         clock.t += 59
         svc.check_offline()

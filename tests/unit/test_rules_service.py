@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 import threading
+import time
 
 import cv2
 import numpy as np
@@ -165,6 +166,79 @@ def test_reload_bad_file_keeps_old_config_and_state(make, tmp_path):
     assert svc.camera_ids == ["cam-a", "cam-b"]
     assert svc.evaluate("cam-a", at(6), (W, H), people(3)) == []  # same event still open
     assert len(svc.open_events("cam-a")) == 1
+
+
+def reloads(svc: RulesService, trigger: str, outcome: str) -> float:
+    return svc.test_metrics.registry.get_sample_value(
+        "campusguard_site_reloads_total", {"trigger": trigger, "outcome": outcome}) or 0.0
+
+
+def test_site_file_watch_reloads_a_changed_file_and_remembers_a_refused_one(make, tmp_path, caplog):
+    """What another replica's zone edit (or a ConfigMap update) looks like to this one: the
+    file changes under it. A valid change is loaded; an invalid one is refused once (logged
+    once, shown in GET /site) and the running config stays; fixing the file loads it."""
+    svc = make(TWIN_SITE)
+    path = tmp_path / "site.yaml"
+    assert svc.check_site_file() is False  # unchanged
+    doc = svc.site_document()
+    assert doc["file_version"] == doc["version"] and doc["reload_error"] is None
+
+    site = yaml.safe_load(yaml.safe_dump(TWIN_SITE))
+    site["cameras"].append({"id": "cam-c"})
+    write(path, site)
+    assert svc.check_site_file() is True
+    assert svc.camera_ids == ["cam-a", "cam-b", "cam-c"]
+    assert reloads(svc, "file_changed", "ok") == 1
+    assert svc.check_site_file() is False  # loaded: nothing to do
+
+    running = svc.version
+    path.write_text("cameras: [{id: x, zones: [{name: q, polygon: [[0, 0], [1, 1]]}]}]\n")
+    caplog.set_level("ERROR", logger="campusguard.rules")
+    assert svc.check_site_file() is False
+    assert svc.check_site_file() is False  # the same refused version: not retried, not logged again
+    assert len([r for r in caplog.records if "refused" in r.getMessage()]) == 1
+    assert "at least 3 points" in caplog.records[0].getMessage()
+    assert reloads(svc, "file_changed", "refused") == 1
+    assert svc.camera_ids == ["cam-a", "cam-b", "cam-c"] and svc.version == running
+    doc = svc.site_document()
+    assert doc["file_version"] != running and "at least 3 points" in doc["reload_error"]
+    assert svc.test_metrics.registry.get_sample_value("campusguard_site_file_changed") == 1
+
+    write(path, TWIN_SITE)  # fixed
+    assert svc.check_site_file() is True
+    assert svc.camera_ids == ["cam-a", "cam-b"]
+    doc = svc.site_document()
+    assert doc["file_version"] == doc["version"] and doc["reload_error"] is None
+    assert reloads(svc, "file_changed", "ok") == 2
+    assert svc.test_metrics.registry.get_sample_value("campusguard_site_file_changed") == 0
+
+
+def test_site_file_watch_runs_in_the_background_and_can_be_off(make, tmp_path):
+    svc = make(TWIN_SITE, site_watch_s=0.05)
+    off = make(TWIN_SITE, site_watch_s=0)
+    assert off.site_watcher is None
+    svc.start()
+    site = yaml.safe_load(yaml.safe_dump(TWIN_SITE))
+    site["cameras"].append({"id": "cam-c"})
+    write(tmp_path / "site.yaml", site)
+    deadline = time.monotonic() + 5
+    while "cam-c" not in svc.camera_ids:
+        assert time.monotonic() < deadline, "the watcher did not reload the changed file"
+        time.sleep(0.02)
+    assert reloads(svc, "file_changed", "ok") == 1
+    assert "cam-c" not in off.camera_ids  # off: only a request, a signal or a restart reloads
+
+
+def test_reload_triggers_are_counted(make, tmp_path):
+    svc = make(TWIN_SITE)
+    svc.reload("request")
+    assert svc.reload_or_log() is True
+    (tmp_path / "site.yaml").write_text("cameras: 7\n")
+    assert svc.reload_or_log() is False
+    with pytest.raises(SiteConfigError):
+        svc.reload("request")
+    assert [reloads(svc, t, o) for t in ("request", "signal") for o in ("ok", "refused")] == [1, 1, 1, 1]
+    assert svc.site_document()["reload_error"]
 
 
 def test_reload_keeps_unchanged_cameras_and_ends_changed_ones(make, tmp_path):

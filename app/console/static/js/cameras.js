@@ -79,7 +79,11 @@ export function mount(main, ctx) {
   async function refresh() {
     try {
       if (document.hidden) return; // a background tab does not poll the server
-      const [cams, site] = await Promise.all([api("/cameras"), loadSite()]);
+      const [listed, site] = await Promise.all([api("/cameras"), loadSite()]);
+      // Frame times live on the replica that gets the camera's frames; behind the shipped nginx
+      // GET /cameras/{id} is routed there (GET /cameras is whichever replica answers).
+      const cams = await Promise.all(listed.map((cam) =>
+        api(`/cameras/${encodeURIComponent(cam.id)}`).catch(() => cam)));
       if (stopped) return;
       if (!cams.length) replace(grid, h("p", {}, "No cameras are configured (site file)."));
       for (const cam of cams) {

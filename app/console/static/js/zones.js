@@ -46,7 +46,8 @@ export function mount(main, ctx) {
     h("div", { class: "buttons" }, save, del),
     result);
   const stage = h("div", { class: "stage" }, canvas);
-  main.append(h("h1", {}, "Zone editor"),
+  const fileState = h("p", { class: "notice file-state", role: "status", hidden: true });
+  main.append(h("h1", {}, "Zone editor"), fileState,
     h("div", { class: "picker" },
       h("div", { class: "field" }, h("label", { for: camId }, "Camera"), cameraSelect),
       h("div", { class: "field" }, h("label", { for: zoneId }, "Zone"), zoneSelect)),
@@ -285,6 +286,11 @@ export function mount(main, ctx) {
       return;
     }
     if (!site.writable) result.textContent = "The site file is read-only on this server: changes cannot be saved.";
+    // the file on disk is not what runs: a hand edit was refused, or another change is on its way in
+    fileState.hidden = !site.file_version || site.file_version === site.version;
+    fileState.textContent = site.reload_error
+      ? `The site file on disk was changed but not loaded; the running zones stay in force. ${site.reload_error}`
+      : "The site file on disk changed; this server loads it within seconds. Reload the page before editing.";
     const cams = site.config.cameras || [];
     if (!cameraSelect.options.length) {
       replace(cameraSelect, cams.map((c) => h("option", { value: c.id }, c.name ? `${c.name} (${c.id})` : c.id)));
