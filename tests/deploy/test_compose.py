@@ -151,8 +151,12 @@ def test_load_balancer_config(base):
     assert sorted(f"{h}:{p}" for h, p in servers) == sorted(f"{n}:8000" for n in detectors)
     # consistent hashing on camera_id, random spread without one
     key = re.search(r"hash\s+\$(\w+)\s+consistent;", upstream.group(2)).group(1)
-    mapping = re.search(r"map\s+\$arg_camera_id\s+\$" + key + r"\s*\{(.*?)\}", conf, re.S).group(1)
-    assert re.search(r'""\s+\$request_id;', mapping) and re.search(r"default\s+\$arg_camera_id;", mapping)
+    # the key is the camera of the path (/cameras/{id}...) or of ?camera_id=, else $request_id
+    mapping = re.search(r"map\s+\"([^\"]*)\"\s+\$" + key + r"\s*\{(.*?)\n\s*\}", conf, re.S)
+    assert "$arg_camera_id" in mapping.group(1)
+    assert re.search(r"default\s+\$request_id;", mapping.group(2))
+    path_var = re.search(r"\$(\w+)/\$arg_camera_id", mapping.group(1)).group(1)
+    assert re.search(r"map\s+\$uri\s+\$" + path_var + r"\s*\{[^}]*cameras", conf, re.S)
     # retry a replica answering 503 (POST too) on the next one
     nxt = re.search(r"proxy_next_upstream\s+([^;]+);", conf).group(1).split()
     assert {"error", "timeout", "http_503", "non_idempotent"} <= set(nxt)
