@@ -28,6 +28,7 @@ from typing import Any
 import yaml
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
+from ruamel.yaml.tokens import CommentToken
 from ruamel.yaml.scalarstring import DoubleQuotedScalarString
 
 from app.errors import NotFound, SiteChanged, SiteReadOnly, shorten
@@ -136,6 +137,23 @@ def put_tail_comment(node: Any, token: Any) -> None:
     parent.ca.items.setdefault(key, [None, None, None, None])[slot] = token
 
 
+def drop_head_comment(parent: CommentedMap, key: str, successor: Any) -> None:
+    """Replace the comment lines above the first item of ``parent[key]`` that are indented like
+    the items (the deleted first zone's header) by ``successor``, the lines that followed that
+    zone (the next one's header). Lines indented like the key speak of the whole list and
+    stay. ruamel keeps the head lines in two places (the key's and the list's); both change."""
+    seq = parent[key]
+    col = seq.lc.col if seq.lc.col is not None else 0
+    entry = parent.ca.items.setdefault(key, [None, None, None, None])
+    if seq.ca.comment is None:
+        seq.ca.comment = [None, None]
+    for holder, slot in ((entry, 3), (seq.ca.comment, 1)):
+        kept = [t for t in holder[slot] or () if t.column < col]
+        if successor is not None:  # it began by ending the deleted zone's last line
+            kept.append(CommentToken(successor.value.lstrip("\n").lstrip(" "), successor.start_mark, column=successor.column))
+        holder[slot] = kept or None
+
+
 class SiteFile:
     def __init__(self, path: Path | str) -> None:
         self.path = Path(path)
@@ -191,7 +209,8 @@ class SiteFile:
                 elif not zones:  # the last zone: drop the key (ruamel cannot put a comment after "zones: []")
                     del cam["zones"]
                     put_tail_comment(cam, tail)
-                # else: comment lines between the first and the second zone go with the first
+                else:  # the first of several: its header goes with it, the second's moves up
+                    drop_head_comment(cam, "zones", tail)
             else:
                 zi = self._place(zones, zi, zone)
             put_tail_comment(cam, cam_tail)

@@ -9,8 +9,9 @@ import pytest
 import yaml
 
 from app.rules.config import RULE_TYPES
+from app.rules.sitefile import SiteFile
 from tests.unit.console_util import site_app
-from tests.unit.rules_util import H, W, at, people
+from tests.unit.rules_util import EXAMPLE_SITE, H, W, at, people
 
 pytestmark = pytest.mark.timeout(60)
 ZONE = "/admin/site/cameras/{}/zones/{}"
@@ -96,6 +97,29 @@ def test_deleting_a_cameras_only_zone_keeps_the_next_header(env):
     assert env.rules.config.cameras[1].zones == ()
     assert env.client.put(ZONE.format("plaza-cam", "bike-rack"), json=BIKES).status_code == 200  # and back
     assert comments(env.site.read_text()) == comments(original)
+
+
+def test_deleting_the_first_zone_takes_its_own_header_only(tmp_path):
+    """The comment lines above a zone belong to it: deleting the first of a camera's zones removes
+    its header, keeps the second zone's header and a comment about the whole zones list."""
+    text = EXAMPLE_SITE.read_text().replace(
+        "    zones:\n      - name: sports-ground\n",
+        "    zones:\n    # surveyed 2026-11 (all zones of this camera)\n"
+        "      # SPORTS header: the pitch\n      - name: sports-ground\n", 1)
+    text = text.replace("            cooldown_s: 120\n",
+                        "            cooldown_s: 120\n      # BIKES header: the rack\n"
+                        "      - name: bike-rack\n        polygon: [[0.3, 0.6], [0.7, 0.6], [0.7, 0.95]]\n", 1)
+    site = tmp_path / "site.yaml"
+    site.write_text(text)
+    SiteFile(site).put_zone("gate-cam", "sports-ground", None)
+    after = site.read_text()
+    assert "SPORTS header" not in after and "surveyed 2026-11" in after
+    lines = after.splitlines()
+    i = lines.index("      # BIKES header: the rack")
+    assert lines[i + 1] == "      - name: bike-rack"
+    gone = ("SPORTS header", "crosses midnight")  # the zone's header and its own line comment
+    assert comments(after) == [c for c in comments(text) if not any(g in c for g in gone)]
+    assert [z["name"] for z in yaml.safe_load(after)["cameras"][0]["zones"]] == ["bike-rack"]
 
 
 def test_state_of_other_cameras_is_kept(env):
