@@ -137,21 +137,19 @@ def put_tail_comment(node: Any, token: Any) -> None:
     parent.ca.items.setdefault(key, [None, None, None, None])[slot] = token
 
 
-def drop_head_comment(parent: CommentedMap, key: str, successor: Any) -> None:
+def replace_head_comment(parent: CommentedMap, key: str, successor: Any) -> None:
     """Replace the comment lines above the first item of ``parent[key]`` that are indented like
     the items (the deleted first zone's header) by ``successor``, the lines that followed that
     zone (the next one's header). Lines indented like the key speak of the whole list and
     stay. ruamel keeps the head lines in two places (the key's and the list's); both change."""
     seq = parent[key]
     col = seq.lc.col if seq.lc.col is not None else 0
-    entry = parent.ca.items.setdefault(key, [None, None, None, None])
+    moved = [] if successor is None else [  # it began by ending the deleted zone's last line
+        CommentToken(successor.value.lstrip("\n").lstrip(" "), successor.start_mark, column=successor.column)]
     if seq.ca.comment is None:
         seq.ca.comment = [None, None]
-    for holder, slot in ((entry, 3), (seq.ca.comment, 1)):
-        kept = [t for t in holder[slot] or () if t.column < col]
-        if successor is not None:  # it began by ending the deleted zone's last line
-            kept.append(CommentToken(successor.value.lstrip("\n").lstrip(" "), successor.start_mark, column=successor.column))
-        holder[slot] = kept or None
+    for holder, slot in ((parent.ca.items.setdefault(key, [None, None, None, None]), 3), (seq.ca.comment, 1)):
+        holder[slot] = [t for t in holder[slot] or () if t.column < col] + moved or None
 
 
 class SiteFile:
@@ -210,7 +208,7 @@ class SiteFile:
                     del cam["zones"]
                     put_tail_comment(cam, tail)
                 else:  # the first of several: its header goes with it, the second's moves up
-                    drop_head_comment(cam, "zones", tail)
+                    replace_head_comment(cam, "zones", tail)
             else:
                 zi = self._place(zones, zi, zone)
             put_tail_comment(cam, cam_tail)

@@ -75,9 +75,6 @@ def test_dashboard_identity_and_layout(dashboard):
                 cells.add((x, y))
 
 
-CROSSINGS = "Line crossings per hour by camera / line / direction"
-
-
 def test_required_panels(dashboard):
     req = panel(dashboard, "Requests/s by route and status")
     assert "rate(campusguard_requests_total" in exprs(req)[0] and "by (route, status)" in exprs(req)[0]
@@ -100,7 +97,7 @@ def test_required_panels(dashboard):
     errors = exprs(panel(dashboard, "Inference errors by code"))[0]
     assert "campusguard_inference_errors_total" in errors and "by (code)" in errors
     assert 'status=~"4..|5.."' in exprs(panel(dashboard, "HTTP errors by status"))[0]
-    crossings = " ".join(exprs(panel(dashboard, CROSSINGS)))  # issue #12: the dashboard shows crossings
+    crossings = " ".join(exprs(panel(dashboard, "Line crossings per hour by camera / line / direction")))  # issue #12: the dashboard shows crossings
     assert "campusguard_line_crossings_total" in crossings and "direction" in crossings.split("by (")[1]
 
 
