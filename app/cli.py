@@ -11,7 +11,7 @@ import importlib
 import sys
 
 from app import __version__
-from app.errors import ServiceError
+from app.core.errors import ServiceError
 
 COMMANDS: dict[str, tuple[str, str]] = {
     "serve": ("app.commands.serve", "run the HTTP service (uvicorn) with settings from the environment"),

@@ -19,7 +19,7 @@ from pydantic import Field, SecretStr, ValidationError, field_validator, model_v
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from typing_extensions import Annotated
 
-from app.errors import ConfigError
+from app.core.errors import ConfigError
 
 DEFAULT_WEIGHTS = Path("../shared/models/yolov8n.pt")
 ONNX_PROVIDER_ALIASES = {
@@ -215,7 +215,7 @@ class Settings(BaseSettings):
     @classmethod
     def _mqtt_url(cls, value: str | None) -> str | None:
         if value:
-            from app.rules.mqtt import BrokerTarget
+            from app.rules.delivery.mqtt import BrokerTarget
 
             try:
                 BrokerTarget.parse(value)  # the same parse the client uses: a bad URL stops startup
@@ -240,7 +240,7 @@ class Settings(BaseSettings):
         if isinstance(value, str) and value and not keys:
             raise ValueError("api_keys holds no key (only blanks or commas); leave it empty to turn auth off")
         if isinstance(keys, list):
-            from app.roles import parse_key
+            from app.core.roles import parse_key
 
             for key in keys:  # "viewer:" (a role and no key) stops startup
                 parse_key(key.get_secret_value() if isinstance(key, SecretStr) else str(key))

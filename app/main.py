@@ -24,11 +24,11 @@ from app.api import metrics as metrics_route
 from app.api.docs import install_docs
 from app.api.errors import install_error_handlers
 from app.api.middleware import RequestGuard
-from app.backends.models import require_weights
+from app.inference.backends.models import require_weights
 from app.config import Settings, format_imgsz
-from app.devices import GpuInventory, parse_device, torch_inventory, validate_device
-from app.metrics import Metrics
-from app.roles import Keyring
+from app.inference.devices import GpuInventory, parse_device, torch_inventory, validate_device
+from app.core.metrics import Metrics
+from app.core.roles import Keyring
 
 log = logging.getLogger("campusguard")
 LOAD_FAILURE_EXIT_CODE = 3
@@ -45,9 +45,9 @@ def preflight(settings: Settings) -> None:
 
 def load_engine(app: FastAPI, settings: Settings, metrics: Metrics) -> None:
     """Load the backend, start the worker, warm up, then flip readiness (background thread)."""
-    from app.backends import load_backend
-    from app.engine import InferenceEngine
-    from app.pipeline import Pipeline
+    from app.inference.backends import load_backend
+    from app.inference.engine import InferenceEngine
+    from app.inference.pipeline import Pipeline
 
     try:
         app.state.phase = "loading"
@@ -93,7 +93,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         log_auth(settings)
         rules = None
         if settings.site_config is not None:
-            from app.rules.service import RulesService
+            from app.rules.service.facade import RulesService
 
             rules = RulesService.from_settings(settings, metrics)
             rules.start()

@@ -19,9 +19,9 @@ from fastapi.testclient import TestClient
 
 from app.api.deps import get_engine, get_rules
 from app.config import Settings
-from app.engine import InferenceEngine
+from app.inference.engine import InferenceEngine
 from app.main import create_app
-from app.pipeline import Pipeline
+from app.inference.pipeline import Pipeline
 from tests.unit.test_engine import FakeDetector as EngineFakeDetector
 
 IMGSZ = 64

@@ -7,7 +7,7 @@ from fastapi import APIRouter
 from app.api.console_schemas import AuthInfo
 from app.api.deps import KeyIdDep, KeyringDep, RoleDep
 from app.api.schemas import error_responses
-from app.roles import PERMISSIONS, ROLE_PERMISSIONS
+from app.core.roles import PERMISSIONS, ROLE_PERMISSIONS
 
 router = APIRouter(tags=["auth"], responses=error_responses(401, 403))
 

@@ -25,8 +25,8 @@ from fastapi import APIRouter, Depends, Request, Security
 from app.api.deps import EngineDep, KeyringDep, MetricsDep, SettingsDep, api_key_header
 from app.api.images import MAX_FORM_FIELDS, read_upload, require_images
 from app.api.schemas import DeepStackPrediction, DeepStackResponse
-from app.errors import InvalidParameter, shorten
-from app.pipeline import DetectParams
+from app.core.errors import InvalidParameter, shorten
+from app.inference.pipeline import DetectParams
 
 PREFIX = "/v1/vision/"
 router = APIRouter(tags=["deepstack"])

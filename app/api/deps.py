@@ -5,7 +5,7 @@ Routes state what they need (``engine: EngineDep``) instead of reaching into
 with ``app.dependency_overrides[get_engine] = ...`` and runs the real routes in-process.
 
 Auth: every router or route declares the permission it needs (``dependencies=[Read]``,
-``[Review]``, ``[Detect]``, ``[Admin]``); which roles hold which permission is app/roles.py.
+``[Review]``, ``[Detect]``, ``[Admin]``); which roles hold which permission is app/core/roles.py.
 """
 
 from __future__ import annotations
@@ -16,13 +16,13 @@ from typing import Annotated, Any
 from fastapi import Depends, Request, Security
 from fastapi.security import APIKeyHeader
 
-from app.backends.base import Detector
+from app.inference.backends.base import Detector
 from app.config import Settings
-from app.engine import InferenceEngine
-from app.errors import NotFound, NotReady
-from app.metrics import Metrics
-from app.roles import Keyring, Permission
-from app.rules.service import RulesService
+from app.inference.engine import InferenceEngine
+from app.core.errors import NotFound, NotReady
+from app.core.metrics import Metrics
+from app.core.roles import Keyring, Permission
+from app.rules.service.facade import RulesService
 
 # Declared once: OpenAPI lists it as the `ApiKey` security scheme, so Swagger UI's
 # "Authorize" button sends X-API-Key with "Try it out".
@@ -116,7 +116,7 @@ def caller_role(keyring: KeyringDep, supplied: SuppliedKey = None) -> str:
 
 def require(permission: Permission) -> Any:
     """A dependency that lets the request through only for a role holding ``permission``
-    (app/roles.py maps roles to permissions); routes in ``public_routes`` need no key."""
+    (app/core/roles.py maps roles to permissions); routes in ``public_routes`` need no key."""
 
     async def permitted(request: Request, keyring: KeyringDep, settings: SettingsDep,
                         supplied: SuppliedKey = None) -> None:

@@ -15,12 +15,12 @@ from app.api.images import parse_upload
 from app.api.schemas import (BatchItem, BatchResponse, Box, DetectionOut, DetectResponse, ErrorBody,
                              Timings, error_responses)
 from app.config import Settings
-from app.engine import DetectResult, InferenceEngine
-from app.timeutil import IsoDatetime
-from app.errors import InvalidParameter, ServiceError, shorten
-from app.pipeline import DetectParams
-from app.rules.config import IDENT as CAMERA_RE
-from app.rules.service import RulesService
+from app.inference.engine import DetectResult, InferenceEngine
+from app.core.timeutil import IsoDatetime
+from app.core.errors import InvalidParameter, ServiceError, shorten
+from app.inference.pipeline import DetectParams
+from app.rules.site.schema import IDENT as CAMERA_RE
+from app.rules.service.facade import RulesService
 
 log = logging.getLogger("campusguard.api")
 router = APIRouter(tags=["detection"], dependencies=[Detect])
@@ -202,7 +202,7 @@ async def detect(request: Request, engine: EngineDep, params: ParamsDep, frame: 
 
 async def annotated_jpeg(engine: InferenceEngine, rules: RulesService | None, frame: Frame, result: DetectResult,
                          events: list[dict]) -> bytes:
-    from app.vision.annotate import annotate_jpeg
+    from app.inference.vision.annotate import annotate_jpeg
 
     zones = rules.zones_for(frame.camera_id) if rules is not None and frame.camera_id else ()
     loop = asyncio.get_running_loop()

@@ -15,10 +15,10 @@ import datetime as dt
 from fastapi import Request
 
 from app.api.schemas import DryRunResult
-from app.errors import PayloadTooLarge, UnsupportedMediaType
-from app.rules.config import SiteConfig, SiteConfigError, parse_site_text
-from app.rules.service import RulesService
-from app.timeutil import shift_clamped, utcnow
+from app.core.errors import PayloadTooLarge, UnsupportedMediaType
+from app.rules.site.schema import SiteConfig, SiteConfigError, parse_site_text
+from app.rules.service.facade import RulesService
+from app.core.timeutil import shift_clamped, utcnow
 
 MAX_SITE_BYTES = 1024 * 1024
 YAML_TYPES = ("application/yaml", "application/x-yaml", "text/yaml", "text/x-yaml", "text/plain")

@@ -10,7 +10,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.api.deepstack import deepstack_error, is_deepstack
-from app.errors import ServiceError
+from app.core.errors import ServiceError
 
 log = logging.getLogger("campusguard.api")
 MAX_MESSAGE = 1000  # error messages built from client input stay readable and small

@@ -1,6 +1,6 @@
 """Events API: list and fetch rule events, their snapshots and clips, and reload the site file.
 
-Reading needs the ``read`` permission, reviewing ``review``, ``/admin/*`` ``admin`` (app/roles.py).
+Reading needs the ``read`` permission, reviewing ``review``, ``/admin/*`` ``admin`` (app/core/roles.py).
 When rules are disabled (no ``site_config``) every route answers 404 with code ``rules_disabled``.
 """
 
@@ -16,8 +16,8 @@ from app.api.deps import Admin, KeyIdDep, Read, Review, RulesDep
 from app.api.dryrun import OPENAPI_BODY, dry_run as dry_run_reload
 from app.api.schemas import (CameraOut, CountsOut, DryRunResult, ErrorBody, EventOut, EventPage, EventReview, ReloadResult,
                              ResetResult, error_responses)
-from app.timeutil import IsoDatetime
-from app.errors import NotFound, shorten
+from app.core.timeutil import IsoDatetime
+from app.core.errors import NotFound, shorten
 
 router = APIRouter(tags=["events"], dependencies=[Read], responses=error_responses(401, 403, 404))
 MAX_OFFSET = 1_000_000_000  # far beyond any real store; bigger values overflow the database's integer

@@ -14,10 +14,10 @@ from fastapi import APIRouter
 from app import __version__
 from app.api.deps import Read, MaybeDetectorDep, MaybeEngineDep, MaybeRulesDep, PhaseDep, StartedAtDep
 from app.api.schemas import Health, Status, error_responses
-from app.backends.base import Detector
-from app.engine import InferenceEngine
-from app.errors import NotReady
-from app.rules.service import RulesService
+from app.inference.backends.base import Detector
+from app.inference.engine import InferenceEngine
+from app.core.errors import NotReady
+from app.rules.service.facade import RulesService
 
 router = APIRouter(tags=["health"], dependencies=[Read], responses=error_responses(401, 403))
 

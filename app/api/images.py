@@ -15,7 +15,7 @@ from starlette.datastructures import UploadFile
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.formparsers import MultiPartException
 
-from app.errors import InvalidImage, InvalidParameter, PayloadTooLarge, ServiceError, UnsupportedMediaType, shorten
+from app.core.errors import InvalidImage, InvalidParameter, PayloadTooLarge, ServiceError, UnsupportedMediaType, shorten
 
 RAW_TYPES = ("image/", "application/octet-stream")
 MAX_FORM_FIELDS = 32

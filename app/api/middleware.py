@@ -18,7 +18,7 @@ import time
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.api.errors import error_body
-from app.metrics import Metrics
+from app.core.metrics import Metrics
 
 access_log = logging.getLogger("campusguard.access")
 DISCONNECT: Message = {"type": "http.disconnect"}

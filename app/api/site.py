@@ -1,7 +1,7 @@
 """The site file for the console: read it, its schema, and edit one zone at a time.
 
 Edits are validated by the same validator as the site file, written atomically with a backup
-and reloaded (app/rules/sitefile.py, RulesService.put_zone); the running config stays in
+and reloaded (app/rules/site/writer.py, RulesService.put_zone); the running config stays in
 force when anything is wrong.
 """
 
@@ -16,8 +16,8 @@ from fastapi.responses import JSONResponse
 from app.api.console_schemas import SiteDocument, ZoneSaved
 from app.api.deps import Admin, Read, RulesDep
 from app.api.schemas import ErrorBody, error_responses
-from app.errors import PayloadTooLarge
-from app.rules.config import Zone
+from app.core.errors import PayloadTooLarge
+from app.rules.site.schema import Zone
 
 router = APIRouter(tags=["console"], responses=error_responses(401, 403))
 MAX_ZONE_BYTES = 256 * 1024  # a zone with thousands of points fits; the site file stays readable

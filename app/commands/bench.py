@@ -30,10 +30,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from app.bench import report
-from app.bench.args import DEFAULT_WEIGHTS, csv_list, size_override, weights_override
-from app.bench.runner import Bench, load_images, make_plan, total_steps
-from app.bench.table import add_ratios, merge, write_outputs
+from app.tooling.bench import report
+from app.tooling.bench.args import DEFAULT_WEIGHTS, csv_list, size_override, weights_override
+from app.tooling.bench.runner import Bench, load_images, make_plan, total_steps
+from app.tooling.bench.table import add_ratios, merge, write_outputs
 from app.commands.common import imgsz_arg
 
 DEFAULT_IMAGES = Path("../shared/datasets/coco-val128/images")
@@ -76,7 +76,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def validate(args: argparse.Namespace) -> None:
     from app.config import normalize_device
-    from app.errors import ConfigError
+    from app.core.errors import ConfigError
 
     try:
         args.device = normalize_device(args.device)

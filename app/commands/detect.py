@@ -7,10 +7,10 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
-from app.backends import load_backend
+from app.inference.backends import load_backend
 from app.commands.common import add_backend_options, settings_from_args
-from app.errors import ConfigError
-from app.pipeline import DetectParams, Pipeline
+from app.core.errors import ConfigError
+from app.inference.pipeline import DetectParams, Pipeline
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

@@ -10,11 +10,11 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from app.backends import load_backend
+from app.inference.backends import load_backend
 from app.commands.common import add_backend_options, settings_from_args
-from app.errors import ConfigError
-from app.evaluate import evaluate, load_dataset
-from app.pipeline import Pipeline
+from app.core.errors import ConfigError
+from app.tooling.evaluate import evaluate, load_dataset
+from app.inference.pipeline import Pipeline
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

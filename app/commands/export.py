@@ -11,9 +11,9 @@ import argparse
 from pathlib import Path
 
 from app.commands.common import imgsz_arg
-from app.errors import ConfigError
-from app.export import export_onnx
-from app.quantize import FP32_PARTS, METHODS, Recipe
+from app.core.errors import ConfigError
+from app.inference.export import export_onnx
+from app.tooling.quantize import FP32_PARTS, METHODS, Recipe
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -62,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
 def _run_int8(args: argparse.Namespace) -> int:
     import sys
 
-    from app.export_int8 import DEFAULT_CALIBRATION, export_int8
+    from app.tooling.export_int8 import DEFAULT_CALIBRATION, export_int8
 
     if args.half or args.device != "cpu":
         raise ConfigError("--int8 makes a CPU model: drop --half and --device")

@@ -1,6 +1,6 @@
 """`campusguard loadtest`: HTTP concurrency sweep against a running server: requests/s, latency, errors, batches.
 
-The measuring lives in ``app.bench.loadtest``; this module is its command line.
+The measuring lives in ``app.tooling.bench.loadtest``; this module is its command line.
 """
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ import os
 import sys
 from pathlib import Path
 
-from app.bench import report
-from app.bench.args import csv_list
-from app.bench.http import load_jpegs
-from app.bench.loadtest import DEFAULT_IMAGES, baseline_fps, sweep, targets, write_outputs
+from app.tooling.bench import report
+from app.tooling.bench.args import csv_list
+from app.tooling.bench.http import load_jpegs
+from app.tooling.bench.loadtest import DEFAULT_IMAGES, baseline_fps, sweep, targets, write_outputs
 
 
 def add_client_options(parser: argparse.ArgumentParser) -> None:
@@ -54,7 +54,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def validate(args: argparse.Namespace) -> None:
-    from app.errors import ConfigError
+    from app.core.errors import ConfigError
 
     if args.duration is None and args.requests is None:
         args.duration = 20.0

@@ -13,11 +13,11 @@ import json
 import os
 from pathlib import Path
 
-from app.bench import report
-from app.bench.args import csv_list
-from app.bench.parity import as_boxes, compare
+from app.tooling.bench import report
+from app.tooling.bench.args import csv_list
+from app.tooling.bench.parity import as_boxes, compare
 from app.commands.common import imgsz_arg
-from app.errors import ConfigError
+from app.core.errors import ConfigError
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -37,10 +37,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def detect_all(args: argparse.Namespace, precision: str) -> dict[str, list[list[float]]]:
-    from app.backends import load_backend
+    from app.inference.backends import load_backend
     from app.config import Settings
-    from app.pipeline import Pipeline
-    from app.vision.decode import image_files
+    from app.inference.pipeline import Pipeline
+    from app.inference.vision.decode import image_files
 
     try:
         settings = Settings(_env_file=None, backend=args.backend, weights=args.weights, device=args.device,

@@ -3,7 +3,7 @@
 `campusguard replay --site NEW.yaml --since 2026-11-01 [--until ...] [--camera ID ...] [--db URL] [--json]`
 reads the detection log (CAMPUSGUARD_DETECTION_LOG) from the event store, re-runs NEW.yaml's
 rules with the service's own evaluator (no model, no images, nothing written or sent) and
-prints a table per camera/zone/rule. The logic is app/rules/replay.py; this module parses
+prints a table per camera/zone/rule. The logic is app/rules/service/replay.py; this module parses
 and prints. Bad input (invalid site file, unknown camera, empty window, bad dates) exits 2.
 """
 
@@ -17,7 +17,7 @@ from pathlib import Path
 
 from pydantic import TypeAdapter, ValidationError
 
-from app.timeutil import IsoDatetime, iso, utcnow
+from app.core.timeutil import IsoDatetime, iso, utcnow
 
 _WHEN = TypeAdapter(IsoDatetime)
 MAX_LISTED = 50  # differing events listed under the table
@@ -48,10 +48,10 @@ def run(args: argparse.Namespace) -> int:
     from sqlalchemy.exc import DBAPIError
 
     from app.config import load_settings
-    from app.rules.config import load_site_config
-    from app.rules.migrate import StoreUnavailable, describe
-    from app.rules.replay import compare
-    from app.rules.store import EventStore
+    from app.rules.site.schema import load_site_config
+    from app.rules.store.migrate import StoreUnavailable, describe
+    from app.rules.service.replay import compare
+    from app.rules.store.events import EventStore
 
     site = load_site_config(args.site)  # SiteConfigError lists every problem (exit 2)
     store = EventStore(args.db or load_settings().events_db_url, migrate=False)

@@ -10,8 +10,8 @@ import threading
 import uvicorn
 
 from app.config import load_settings
-from app.logs import configure_logging
-from app.memory import tune_allocator
+from app.core.logs import configure_logging
+from app.core.memory import tune_allocator
 
 log = logging.getLogger("campusguard")
 

@@ -1,6 +1,6 @@
 """`campusguard soak`: Soak: N requests (default 10,000) of mixed image sizes, tracking the server's memory.
 
-The measuring lives in ``app.bench.soak``; this module is its command line.
+The measuring lives in ``app.tooling.bench.soak``; this module is its command line.
 """
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ import os
 import sys
 from pathlib import Path
 
-from app.bench import report
-from app.bench.http import load_jpegs
+from app.tooling.bench import report
+from app.tooling.bench.http import load_jpegs
 from app.commands.loadtest import add_client_options
-from app.bench.soak import frame_sizes, make_frames, soak, summarize_soak, targets, write_outputs
+from app.tooling.bench.soak import frame_sizes, make_frames, soak, summarize_soak, targets, write_outputs
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -33,7 +33,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def validate(args: argparse.Namespace) -> None:
-    from app.errors import ConfigError
+    from app.core.errors import ConfigError
 
     if args.requests < 1 or args.concurrency < 1 or args.sample_every < 1 or args.variants < 1:
         raise ConfigError("--requests, --concurrency, --sample-every and --variants must be >= 1")

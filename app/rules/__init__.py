@@ -1,8 +1,8 @@
 """Campus-security rules: site config, zones, tracking, rule evaluation, events, webhooks.
 
-The app uses ``app.rules.service.RulesService``; see docs/rules.md.
+The app uses ``app.rules.service.facade.RulesService``; see docs/rules.md.
 """
 
-from app.rules.config import SiteConfig, SiteConfigError, load_site_config
+from app.rules.site.schema import SiteConfig, SiteConfigError, load_site_config
 
 __all__ = ["SiteConfig", "SiteConfigError", "load_site_config"]

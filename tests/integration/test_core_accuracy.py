@@ -19,11 +19,11 @@ import numpy as np
 import pytest
 from scipy.optimize import linear_sum_assignment
 
-from app.backends import load_backend
+from app.inference.backends import load_backend
 from app.config import Settings
-from app.evaluate import load_dataset
-from app.pipeline import DetectParams, Pipeline
-from app.vision.postprocess import pairwise_iou
+from app.tooling.evaluate import load_dataset
+from app.inference.pipeline import DetectParams, Pipeline
+from app.inference.vision.postprocess import pairwise_iou
 from tests.conftest import REPO, ultralytics_asset
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]

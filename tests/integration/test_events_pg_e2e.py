@@ -14,7 +14,7 @@ import time
 import yaml
 
 from app.cli import main as cli_main
-from app.rules.migrate import head_revision
+from app.rules.store.migrate import head_revision
 from tests.conftest import free_port
 from tests.integration.test_rules_e2e import (CAMERA, SECRET, detect, drive_crowd, metric, pick_frames, site_copy,
                                               wait_for)
@@ -114,8 +114,8 @@ def test_camera_goes_offline_and_comes_back(server_factory, tmp_path, dataset, p
 def test_corrupt_migration_state_stops_startup_and_is_left_alone(server_factory, tmp_path, pg_url):
     from sqlalchemy import text
 
-    from app.rules.migrate import upgrade
-    from app.rules.store import make_engine
+    from app.rules.store.migrate import upgrade
+    from app.rules.store.events import make_engine
 
     engine = make_engine(pg_url)
     upgrade(engine)

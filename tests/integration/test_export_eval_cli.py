@@ -87,7 +87,7 @@ def random_batch(n: int) -> np.ndarray:
 
 
 def test_fixed_batch_model_runs_any_batch(fixed_onnx, dynamic_onnx):
-    from app.backends.onnx_backend import OnnxDetector
+    from app.inference.backends.onnx_backend import OnnxDetector
 
     fixed = OnnxDetector(fixed_onnx, imgsz=IMGSZ)
     dynamic = OnnxDetector(dynamic_onnx, imgsz=IMGSZ)
@@ -103,8 +103,8 @@ def test_fixed_batch_model_runs_any_batch(fixed_onnx, dynamic_onnx):
 
 
 def test_onnx_model_for_another_size_is_refused(fixed_onnx):
-    from app.backends.onnx_backend import OnnxDetector
-    from app.errors import ConfigError
+    from app.inference.backends.onnx_backend import OnnxDetector
+    from app.core.errors import ConfigError
 
     with pytest.raises(ConfigError, match="imgsz"):
         OnnxDetector(fixed_onnx, imgsz=640)
@@ -170,8 +170,8 @@ def test_eval_malformed_label_exits_2(weights, dataset, tmp_path):
 
 @pytest.mark.parametrize("content", ["17 x 0.5 0.1 0.1", "person 0.5 0.5 0.1 0.1", "1.5 0.5 0.5 0.1 0.1"])
 def test_read_labels_rejects_malformed_lines(tmp_path, content):
-    from app.errors import ConfigError
-    from app.evaluate import read_labels
+    from app.core.errors import ConfigError
+    from app.tooling.evaluate import read_labels
 
     path = tmp_path / "a.txt"
     path.write_text(f"0 0.5 0.5 0.2 0.2\n\n{content}\n")
@@ -180,7 +180,7 @@ def test_read_labels_rejects_malformed_lines(tmp_path, content):
 
 
 def test_read_labels_converts_to_coco_pixels(tmp_path):
-    from app.evaluate import read_labels
+    from app.tooling.evaluate import read_labels
 
     path = tmp_path / "a.txt"
     path.write_text("3 0.5 0.25 0.2 0.1\n")
@@ -189,8 +189,8 @@ def test_read_labels_converts_to_coco_pixels(tmp_path):
 
 
 def test_load_dataset_errors(dataset, tmp_path):
-    from app.errors import ConfigError
-    from app.evaluate import load_dataset
+    from app.core.errors import ConfigError
+    from app.tooling.evaluate import load_dataset
 
     root = make_dataset(tmp_path / "ds", dataset, n=1)
     (root / "data.yaml").write_text("path: .\nnc: 80\n")
@@ -233,8 +233,8 @@ def test_export_imgsz_off_stride_exits_2(weights, tmp_path, capsys, imgsz):
 
 
 def test_torch_backend_imgsz_off_stride_refused_at_load(weights):
-    from app.backends.torch_backend import TorchDetector
-    from app.errors import ConfigError
+    from app.inference.backends.torch_backend import TorchDetector
+    from app.core.errors import ConfigError
 
     with pytest.raises(ConfigError, match="multiple of the model's stride 32"):
         TorchDetector(weights, imgsz=300)
@@ -252,7 +252,7 @@ def test_eval_image_shape_follows_exif_orientation():
 
     from PIL import Image
 
-    from app.evaluate import pipeline_shape
+    from app.tooling.evaluate import pipeline_shape
 
     for orientation, expected in ((1, (24, 40)), (6, (40, 24)), (8, (40, 24)), (3, (24, 40))):
         exif = Image.Exif()
@@ -275,7 +275,7 @@ def test_export_rectangular_fixed_shape(weights, tmp_path):
     model = onnx.load(str(out))
     assert input_dims(model) == [1, 3, 256, 416]
     assert metadata(model)["campusguard_imgsz"] == "256x416"
-    from app.backends.onnx_backend import OnnxDetector
+    from app.inference.backends.onnx_backend import OnnxDetector
 
     det = OnnxDetector.from_settings(Settings(_env_file=None, backend="onnx", weights=out, imgsz="256x416"))
     assert det.precision == "fp32"

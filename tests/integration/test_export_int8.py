@@ -35,7 +35,7 @@ def calibration(dataset, tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def fp32_onnx(weights, tmp_path_factory) -> Path:
-    from app.export import export_onnx
+    from app.inference.export import export_onnx
 
     return export_onnx(weights, tmp_path_factory.mktemp("fp32") / "yolov8n-320.onnx", imgsz=IMGSZ, threads=2)
 
@@ -132,7 +132,7 @@ def test_fixed_batch_model_is_calibrated_in_its_batch(weights, calibration, tmp_
     """A graph exported for batch 2 takes only batches of 2; 3 frames make 2 runs (one padded)."""
     import numpy as np
 
-    from app.backends import load_backend
+    from app.inference.backends import load_backend
 
     out = tmp_path / "b2-int8.onnx"
     assert main(["export", "--int8", "--weights", str(weights), "--imgsz", str(IMGSZ), "--batch", "2",
@@ -209,8 +209,8 @@ def test_int8_only_flags_without_int8(weights, tmp_path, capsys):
 # --- the pieces the recipe is built from ---------------------------------------------------
 
 def test_fp32_parts_select_the_head_nodes(fp32_onnx):
-    from app.errors import ConfigError
-    from app.quantize import fp32_nodes, inspect_yolo_onnx
+    from app.core.errors import ConfigError
+    from app.tooling.quantize import fp32_nodes, inspect_yolo_onnx
 
     info = inspect_yolo_onnx(fp32_onnx)
     assert info.head_prefix == "/model.22/" and info.imgsz == IMGSZ and info.names[0] == "person"
@@ -230,8 +230,8 @@ def test_fp32_parts_select_the_head_nodes(fp32_onnx):
 
 
 def test_calibration_images_spread_and_limits(calibration):
-    from app.errors import ConfigError
-    from app.quantize import calibration_images, stride_for
+    from app.core.errors import ConfigError
+    from app.tooling.quantize import calibration_images, stride_for
 
     every = calibration_images(calibration)
     assert len(every) == 8 and every == sorted(every)

@@ -23,8 +23,8 @@ import numpy as np
 import pytest
 import yaml
 
-from app.rules.config import load_site_config
-from app.rules.geometry import Polygon
+from app.rules.site.schema import load_site_config
+from app.rules.logic.geometry import Polygon
 from tests.unit.rules_util import EXAMPLE_SITE, Receiver
 
 SECRET = "e2e-secret"

@@ -163,7 +163,7 @@ def test_replay_of_the_logged_frames(walked, capsys):
     """The unchanged site file reproduces the recorded events exactly; a changed one gives the
     difference predicted from the walk (crossings at 8 s in, 24 s out; on the mat 10 s to 22 s)."""
     server, _, t0, tmp, _ = walked
-    from app.rules.store import EventStore
+    from app.rules.store.events import EventStore
 
     store = EventStore(f"sqlite:///{tmp}/events.db", migrate=False)
     try:

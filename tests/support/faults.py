@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from app.errors import OutOfMemory
+from app.core.errors import OutOfMemory
 
 FAULTS = ("", "raise_once", "oom_once", "hang", "crash_worker")
 

@@ -11,7 +11,7 @@ import logging
 import os
 import sys
 
-from app.backends.registry import BACKENDS
+from app.inference.backends.registry import BACKENDS
 from app.cli import main
 from tests.support.faults import FaultInjectingDetector, Faults
 

@@ -8,8 +8,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from app.config import Settings
-from app.metrics import Metrics
-from app.rules.service import RulesService
+from app.core.metrics import Metrics
+from app.rules.service.facade import RulesService
 from tests.inprocess import IMGSZ, InProcess, inprocess_app
 from tests.unit.rules_util import EXAMPLE_SITE
 

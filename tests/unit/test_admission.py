@@ -8,9 +8,9 @@ import time
 
 import pytest
 
-from app.admission import ServiceRate
-from app.errors import QueueFull
-from app.pipeline import DetectParams
+from app.inference.admission import ServiceRate
+from app.core.errors import QueueFull
+from app.inference.pipeline import DetectParams
 from tests.unit.test_engine import IMAGE, FakeDetector, make_engine
 
 

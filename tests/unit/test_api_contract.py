@@ -294,8 +294,8 @@ def test_blank_api_keys_are_a_settings_error():
 
 # --- batch + rules, log injection, slow bodies ---------------------------------------------
 def test_batch_feeds_the_camera_rules_in_order(tmp_path):
-    from app.metrics import Metrics
-    from app.rules.service import RulesService
+    from app.core.metrics import Metrics
+    from app.rules.service.facade import RulesService
     from tests.unit.rules_util import EXAMPLE_SITE
 
     rules = RulesService.from_settings(settings(site_config=EXAMPLE_SITE, events_db_url=f"sqlite:///{tmp_path}/e.db",
@@ -327,7 +327,7 @@ def test_batch_feeds_the_camera_rules_in_order(tmp_path):
 def test_control_characters_in_request_data_are_escaped_in_text_logs():
     import logging
 
-    from app.logs import TextFormatter
+    from app.core.logs import TextFormatter
 
     forged = "/events/x\n2026-12-02 19:00:00,000 INFO campusguard.access: POST /admin/reload 200 1.0ms"
     record = logging.LogRecord("campusguard.access", logging.INFO, __file__, 1, "%s %s %s %.1fms",
@@ -340,7 +340,7 @@ def test_control_characters_in_request_data_are_escaped_in_text_logs():
 
 def test_slow_body_gets_408_and_is_not_read_further():
     from app.api.middleware import RequestGuard
-    from app.metrics import Metrics
+    from app.core.metrics import Metrics
 
     async def app(scope, receive, send):
         while (await receive()).get("more_body"):

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from app.bench import soak
-from app.bench.runner import make_plan, total_steps
+from app.tooling.bench import soak
+from app.tooling.bench.runner import make_plan, total_steps
 from app.commands import bench as command, loadtest
 from app.commands import soak as soak_command
 from app.cli import build_parser
-from app.errors import ConfigError
+from app.core.errors import ConfigError
 
 
 def parse(*argv: str) -> argparse.Namespace:

@@ -6,8 +6,8 @@ import math
 
 from prometheus_client import CollectorRegistry, Gauge, Histogram, Info, generate_latest
 
-from app.bench.prom import parse_metrics
-from app.metrics import BATCH_BUCKETS, Metrics
+from app.tooling.bench.prom import parse_metrics
+from app.core.metrics import BATCH_BUCKETS, Metrics
 
 
 def test_parse_real_service_metrics():

@@ -6,8 +6,8 @@ import csv
 import json
 import math
 
-from app.bench import report
-from app.bench import table as command
+from app.tooling.bench import report
+from app.tooling.bench import table as command
 
 
 def _rows():

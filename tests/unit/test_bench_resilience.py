@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from app.bench.runner import Bench
+from app.tooling.bench.runner import Bench
 from app.cli import main
-from app.errors import ConfigError
+from app.core.errors import ConfigError
 
 
 @pytest.fixture()
@@ -31,7 +31,7 @@ def test_a_failing_row_keeps_the_table_and_reports_the_failure(monkeypatch, tmp_
     seen_on_disk: list[int] = []
 
     def backend_rows(self, plan, backend, describe):
-        from app.bench.table import make_row
+        from app.tooling.bench.table import make_row
 
         if backend == "onnx":
             raise ConfigError("device 'cuda:0' needs a GPU execution provider")

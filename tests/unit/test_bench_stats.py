@@ -7,10 +7,10 @@ import math
 import numpy as np
 import pytest
 
-from app.bench import stats
-from app.bench.table import add_ratios
-from app.bench.loadtest import micro_batch_bound
-from app.bench.loadtest import targets as loadtest_targets
+from app.tooling.bench import stats
+from app.tooling.bench.table import add_ratios
+from app.tooling.bench.loadtest import micro_batch_bound
+from app.tooling.bench.loadtest import targets as loadtest_targets
 
 
 @pytest.mark.parametrize("q", [0, 1, 25, 50, 90, 95, 99, 100])

@@ -8,7 +8,7 @@ import cv2
 import numpy as np
 import pytest
 
-from app.rules.latest import LatestFrames
+from app.rules.evidence.latest import LatestFrames
 from tests.unit.console_util import site_app
 
 pytestmark = pytest.mark.timeout(60)

@@ -8,8 +8,8 @@ import hashlib
 import pytest
 import yaml
 
-from app.rules.config import RULE_TYPES
-from app.rules.sitefile import SiteFile
+from app.rules.site.schema import RULE_TYPES
+from app.rules.site.writer import SiteFile
 from tests.unit.console_util import site_app
 from tests.unit.rules_util import EXAMPLE_SITE, H, W, at, people
 
@@ -158,7 +158,7 @@ def test_if_match_and_read_only(env, monkeypatch):
     r = c.put(ZONE.format("gate-cam", "bike-rack"), json=BIKES, headers={"If-Match": "0123456789abcdef"})
     assert r.status_code == 412 and r.json()["error"] == "site_changed"
     before = env.site.read_bytes()
-    monkeypatch.setattr("app.rules.sitefile.SiteFile.writable", lambda self: False)
+    monkeypatch.setattr("app.rules.site.writer.SiteFile.writable", lambda self: False)
     assert c.get("/site").json()["writable"] is False
     r = c.put(ZONE.format("gate-cam", "bike-rack"), json=BIKES)
     assert r.status_code == 409 and r.json()["error"] == "site_read_only" and "docs/console.md" in r.json()["message"]
@@ -167,7 +167,7 @@ def test_if_match_and_read_only(env, monkeypatch):
     def read_only_fs(*args, **kwargs):
         raise OSError(errno.EROFS, "Read-only file system")
 
-    monkeypatch.setattr("app.rules.sitefile.tempfile.mkstemp", read_only_fs)  # writable() said yes, the write says no
+    monkeypatch.setattr("app.rules.site.writer.tempfile.mkstemp", read_only_fs)  # writable() said yes, the write says no
     r = c.put(ZONE.format("gate-cam", "bike-rack"), json=BIKES)
     assert r.status_code == 409 and r.json()["error"] == "site_read_only"
     assert env.site.read_bytes() == before

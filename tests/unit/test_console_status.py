@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from app.recent import RecentWindow
+from app.core.recent import RecentWindow
 from tests.inprocess import inprocess_app, png
 from tests.unit.console_util import site_app
 from tests.unit.rules_util import H, W, Receiver, at, people

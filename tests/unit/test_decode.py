@@ -13,8 +13,8 @@ import cv2
 import numpy as np
 import pytest
 
-from app.errors import ImageTooLarge, InvalidImage, ServiceError, UnsupportedMediaType
-from app.vision.decode import decode_image, read_header, sniff_format
+from app.core.errors import ImageTooLarge, InvalidImage, ServiceError, UnsupportedMediaType
+from app.inference.vision.decode import decode_image, read_header, sniff_format
 
 pytestmark = pytest.mark.timeout(30)
 

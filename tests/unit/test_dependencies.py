@@ -15,9 +15,9 @@ NAME = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
 
 # Dependencies that work without an `import` of their name in app/, and why.
 USED_WITHOUT_IMPORT = {
-    "onnxslim": "called by Ultralytics' ONNX export (simplify=True) in app/export.py",
+    "onnxslim": "called by Ultralytics' ONNX export (simplify=True) in app/inference/export.py",
     "tzdata": "IANA time zones for zoneinfo on systems without /usr/share/zoneinfo",
-    "lap": "linear assignment for Ultralytics' ByteTrack (app/rules/tracking.py)",
+    "lap": "linear assignment for Ultralytics' ByteTrack (app/rules/logic/tracking.py)",
     "python-multipart": "FastAPI's form parser for multipart uploads (imported as multipart)",
     "psycopg": "PostgreSQL driver SQLAlchemy loads from the URL (postgresql+psycopg://) of the event store",
     "torchvision": "imported by Ultralytics when a model loads; declared so torch and torchvision come as a pair",
@@ -42,7 +42,7 @@ def imported_top_levels() -> set[str]:
 def test_every_runtime_dependency_is_imported():
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     declared = {canonical(NAME.match(req).group(1)) for req in project["dependencies"]}
-    for extra in ("nvidia", "amd"):  # optional GPU telemetry, imported lazily in app/devices.py
+    for extra in ("nvidia", "amd"):  # optional GPU telemetry, imported lazily in app/inference/devices.py
         declared |= {canonical(NAME.match(req).group(1)) for req in project["optional-dependencies"].get(extra, [])}
     provided: dict[str, set[str]] = {}
     for module, dists in packages_distributions().items():

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from app.devices import (VISIBILITY_VARS, DeviceInfo, GpuInventory, MemoryStats, gpu_memory_without_torch, parse_device,
+from app.inference.devices import (VISIBILITY_VARS, DeviceInfo, GpuInventory, MemoryStats, gpu_memory_without_torch, parse_device,
                          process_memory, sysfs_memory, validate_device, visibility_report)
-from app.errors import ConfigError, DeviceError
+from app.core.errors import ConfigError, DeviceError
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -136,7 +136,7 @@ def test_process_memory_is_positive():
 
 
 def test_gpu_memory_without_torch_falls_back(monkeypatch):
-    import app.devices as devices
+    import app.inference.devices as devices
 
     monkeypatch.setattr(devices, "amdsmi_memory", lambda index, bus_id=None: None)
     monkeypatch.setattr(devices, "sysfs_memory", lambda index, bus_id=None: MemoryStats(5, 5, 10, "sysfs"))
@@ -182,7 +182,7 @@ def test_nvml_initialised_once_and_handle_by_bus_id(monkeypatch):
     import sys
     import types
 
-    import app.devices as devices
+    import app.inference.devices as devices
 
     calls = {"init": 0}
     fake = types.SimpleNamespace(
@@ -205,7 +205,7 @@ def test_amdsmi_initialised_once_and_handle_by_bdf(monkeypatch):
     import sys
     import types
 
-    import app.devices as devices
+    import app.inference.devices as devices
 
     calls = {"init": 0}
     bdf = {"h0": "0000:03:00.0", "h1": "0000:43:00.0", "h2": "0000:83:00.0"}

@@ -14,11 +14,11 @@ import numpy as np
 import pytest
 
 from app.config import Settings
-from app.devices import DeviceInfo, MemoryStats
-from app.engine import InferenceEngine
-from app.errors import DeadlineExceeded, InferenceFailed, NotReady, OutOfMemory, QueueFull
-from app.metrics import Metrics
-from app.pipeline import DetectParams, Pipeline
+from app.inference.devices import DeviceInfo, MemoryStats
+from app.inference.engine import InferenceEngine
+from app.core.errors import DeadlineExceeded, InferenceFailed, NotReady, OutOfMemory, QueueFull
+from app.core.metrics import Metrics
+from app.inference.pipeline import DetectParams, Pipeline
 
 
 class FakeDetector:

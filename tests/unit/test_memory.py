@@ -1,4 +1,4 @@
-from app.memory import tune_allocator, trim_heap
+from app.core.memory import tune_allocator, trim_heap
 
 
 def test_allocator_tuning_applies_on_glibc():

@@ -14,7 +14,7 @@ import torchvision
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.vision.postprocess import Detections, nms, pairwise_iou, postprocess, xywh_to_xyxy
+from app.inference.vision.postprocess import Detections, nms, pairwise_iou, postprocess, xywh_to_xyxy
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -148,7 +148,7 @@ def test_sequential_fallback_matches_torchvision(data, thr):
     from unittest import mock
 
     boxes, scores, classes = data
-    with mock.patch("app.vision.postprocess.MAX_FIXED_POINT_STEPS", 0):
+    with mock.patch("app.inference.vision.postprocess.MAX_FIXED_POINT_STEPS", 0):
         ours = nms(boxes, scores, classes, thr)
     np.testing.assert_array_equal(ours, reference(boxes, scores, classes, thr))
 
@@ -160,7 +160,7 @@ def test_worst_case_chain_is_not_cubic():
     the O(n^2) path needs on a busy 2-core runner."""
     import time
 
-    from app.vision.postprocess import MAX_CANDIDATES
+    from app.inference.vision.postprocess import MAX_CANDIDATES
 
     n = MAX_CANDIDATES
     x = np.arange(n, dtype=np.float32)

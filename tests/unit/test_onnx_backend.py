@@ -11,10 +11,10 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
 
-from app.backends import onnx_backend
-from app.backends.onnx_backend import OnnxDetector, arena_spec, migraphx_options
-from app.devices import GpuInventory
-from app.errors import ConfigError
+from app.inference.backends import onnx_backend
+from app.inference.backends.onnx_backend import OnnxDetector, arena_spec, migraphx_options
+from app.inference.devices import GpuInventory
+from app.core.errors import ConfigError
 
 REAL_SESSION = ort.InferenceSession
 

@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 
-from app.bench.parity import compare, match
+from app.tooling.bench.parity import compare, match
 from app.cli import main
 
 REF = {"a.jpg": [[10, 10, 50, 50, 0.9, 0], [60, 60, 100, 100, 0.8, 2]], "b.jpg": [[0, 0, 20, 20, 0.5, 1]]}

@@ -8,10 +8,10 @@ import cv2
 import numpy as np
 import pytest
 
-from app.backends.base import Detector
-from app.devices import DeviceInfo, MemoryStats
-from app.errors import InvalidImage
-from app.pipeline import DetectParams, Pipeline
+from app.inference.backends.base import Detector
+from app.inference.devices import DeviceInfo, MemoryStats
+from app.core.errors import InvalidImage
+from app.inference.pipeline import DetectParams, Pipeline
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -158,7 +158,7 @@ def test_bytes_are_decoded_and_limited():
     assert prepared.decode_ms >= 0 and prepared.preprocess_ms >= 0
     with pytest.raises(InvalidImage):
         pipe.prepare(b"")
-    from app.errors import ImageTooLarge
+    from app.core.errors import ImageTooLarge
 
     with pytest.raises(ImageTooLarge):
         Pipeline(FakeDetector(), max_pixels=1999).prepare(png.tobytes())

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from app.vision.preprocess import PAD_VALUE, Letterbox, letterbox, preprocess, stack, to_tensor
+from app.inference.vision.preprocess import PAD_VALUE, Letterbox, letterbox, preprocess, stack, to_tensor
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -45,7 +45,7 @@ def test_odd_padding_split_like_ultralytics():
 def test_matches_ultralytics_letterbox(bus_jpg):
     from ultralytics.data.augment import LetterBox
 
-    from app.vision.decode import decode_image
+    from app.inference.vision.decode import decode_image
 
     rgb = decode_image(bus_jpg, 40_000_000)
     ours, _ = letterbox(rgb, 640)
@@ -96,7 +96,7 @@ def test_tensor_layout_and_range():
 
 
 def test_to_batch_matches_per_image_conversion_and_reuses_the_buffer():
-    from app.vision.preprocess import to_batch
+    from app.inference.vision.preprocess import to_batch
 
     rng = np.random.default_rng(3)
     images = [rng.integers(0, 256, (32, 48, 3), dtype=np.uint8) for _ in range(3)]

@@ -52,8 +52,8 @@ def test_every_error_code_is_in_the_readme_table():
     """The README's error table lists every code a reply can carry (issue 15 finding 9)."""
     import re
 
-    from app import errors as errors_module
-    from app.rules.config import SiteConfigError
+    from app.core import errors as errors_module
+    from app.rules.site.schema import SiteConfigError
 
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     table = readme[readme.index("| status | `error` | when |"):]

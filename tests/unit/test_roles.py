@@ -9,9 +9,9 @@ import pytest
 from fastapi.routing import APIRoute
 
 from app.config import Settings
-from app.metrics import Metrics
-from app.roles import Keyring, parse_key
-from app.rules.service import RulesService
+from app.core.metrics import Metrics
+from app.core.roles import Keyring, parse_key
+from app.rules.service.facade import RulesService
 from tests.inprocess import IMGSZ, inprocess_app, png
 from tests.unit.rules_util import EXAMPLE_SITE
 

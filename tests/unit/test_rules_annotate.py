@@ -6,9 +6,9 @@ import cv2
 import numpy as np
 import pytest
 
-from app.pipeline import Detection
-from app.rules.service import ZoneView
-from app.vision.annotate import annotate_jpeg
+from app.inference.pipeline import Detection
+from app.rules.service.facade import ZoneView
+from app.inference.vision.annotate import annotate_jpeg
 
 
 def decode(data: bytes) -> np.ndarray:

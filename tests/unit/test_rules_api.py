@@ -12,9 +12,9 @@ from fastapi.testclient import TestClient
 from app.api.errors import install_error_handlers
 from app.api.events import router
 from app.config import Settings
-from app.metrics import Metrics
-from app.roles import Keyring
-from app.rules.service import RulesService
+from app.core.metrics import Metrics
+from app.core.roles import Keyring
+from app.rules.service.facade import RulesService
 from tests.unit.rules_util import EXAMPLE_SITE, H, W, at, people
 
 

@@ -10,9 +10,9 @@ import yaml
 from fastapi.testclient import TestClient
 
 from app.config import Settings
-from app.metrics import Metrics
-from app.rules.config import SiteConfigError
-from app.rules.service import RulesService
+from app.core.metrics import Metrics
+from app.rules.site.schema import SiteConfigError
+from app.rules.service.facade import RulesService
 from tests.unit.rules_util import EXAMPLE_SITE, H, W, at, people
 from tests.unit.test_rules_api import make_app
 from tests.unit.test_rules_webhooks import sample, wait_for

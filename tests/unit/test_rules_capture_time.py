@@ -10,11 +10,11 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from app.config import Settings
-from app.errors import InvalidTimestamp, NotFound
-from app.metrics import Metrics
-from app.rules.capture_time import CaptureTimePolicy
-from app.rules.config import SiteConfigError, load_site_config
-from app.rules.service import RulesService
+from app.core.errors import InvalidTimestamp, NotFound
+from app.core.metrics import Metrics
+from app.rules.logic.capture_time import CaptureTimePolicy
+from app.rules.site.schema import SiteConfigError, load_site_config
+from app.rules.service.facade import RulesService
 from tests.unit.rules_util import EXAMPLE_SITE, H, W, people
 
 UTC = dt.timezone.utc

@@ -15,10 +15,10 @@ from fastapi.testclient import TestClient
 from app.api import detect, events
 from app.api.errors import install_error_handlers
 from app.config import Settings
-from app.engine import DetectResult
-from app.metrics import Metrics
-from app.roles import Keyring
-from app.rules.service import RulesService
+from app.inference.engine import DetectResult
+from app.core.metrics import Metrics
+from app.core.roles import Keyring
+from app.rules.service.facade import RulesService
 from tests.unit.rules_util import EXAMPLE_SITE, H, NAMES, W, people
 
 TIMINGS = dict.fromkeys(("decode_ms", "queue_wait_ms", "preprocess_ms", "inference_ms", "postprocess_ms",

@@ -14,14 +14,14 @@ import numpy as np
 import pytest
 
 from app.config import Settings
-from app.metrics import Metrics
-from app.pipeline import Detection
-from app.rules.framering import FrameRing
-from app.rules.retention import RetentionSweeper
-from app.rules.service import RulesService
-from app.rules.store import EventStore
-from app.timeutil import utcnow
-from app.vision.mp4 import write_mp4
+from app.core.metrics import Metrics
+from app.inference.pipeline import Detection
+from app.rules.evidence.framering import FrameRing
+from app.rules.store.retention import RetentionSweeper
+from app.rules.service.facade import RulesService
+from app.rules.store.events import EventStore
+from app.core.timeutil import utcnow
+from app.inference.vision.mp4 import write_mp4
 from tests.unit.rules_util import EXAMPLE_SITE, H, W, at, people
 from tests.unit.test_rules_webhooks import wait_for
 
@@ -156,7 +156,7 @@ def test_an_event_that_ends_early_cuts_its_clip_there(make):
 
 
 def test_the_clip_thread_writes_without_more_frames(make, monkeypatch):
-    monkeypatch.setattr("app.rules.clips.QUIET_GRACE_S", 0.0)
+    monkeypatch.setattr("app.rules.evidence.clips.QUIET_GRACE_S", 0.0)
     svc = make(clip_pre_s=2, clip_post_s=0.5)
     svc.start()
     (ev,) = crowd(svc, 10.5)  # the camera stops right after the start

@@ -8,8 +8,8 @@ import textwrap
 import pytest
 import yaml
 
-from app.errors import ConfigError
-from app.rules.config import (CrowdRule, FireLaneRule, IntrusionRule, LineCrossingRule, LoiteringRule, SiteConfigError,
+from app.core.errors import ConfigError
+from app.rules.site.schema import (CrowdRule, FireLaneRule, IntrusionRule, LineCrossingRule, LoiteringRule, SiteConfigError,
                               load_site_config, parse_site_config)
 from tests.unit.rules_util import EXAMPLE_SITE
 

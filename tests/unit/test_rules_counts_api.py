@@ -8,8 +8,8 @@ import yaml
 from fastapi.testclient import TestClient
 
 from app.config import Settings
-from app.metrics import Metrics
-from app.rules.service import RulesService
+from app.core.metrics import Metrics
+from app.rules.service.facade import RulesService
 from tests.unit.rules_util import H, W, at, det
 from tests.unit.test_rules_api import make_app
 

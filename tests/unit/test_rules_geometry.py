@@ -7,9 +7,9 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from app.rules.config import ActiveWindow
-from app.rules.geometry import Polygon, box_area_fraction, foot_point
-from app.rules.schedule import Schedule
+from app.rules.site.schema import ActiveWindow
+from app.rules.logic.geometry import Polygon, box_area_fraction, foot_point
+from app.rules.logic.schedule import Schedule
 
 # A "U": the notch between the arms (x 0.4..0.6, y 0..0.6) is outside.
 U_SHAPE = [(0.1, 0.0), (0.4, 0.0), (0.4, 0.6), (0.6, 0.6), (0.6, 0.0), (0.9, 0.0), (0.9, 1.0), (0.1, 1.0)]

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.rules.config import parse_site_config
-from app.rules.evaluator import CameraRules, RuleState
+from app.rules.site.schema import parse_site_config
+from app.rules.logic.evaluator import CameraRules, RuleState
 from tests.unit.rules_util import H, W, at, det, people
 
 FULL = [[0.0, 0.0], [1.0, 0.0], [1.0, 1.0], [0.0, 1.0]]

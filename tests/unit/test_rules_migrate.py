@@ -14,8 +14,8 @@ from alembic.runtime.migration import MigrationContext
 from sqlalchemy import (JSON, Column, DateTime, Index, Integer, MetaData, String, Table, Text, UniqueConstraint,
                         inspect, text)
 
-from app.rules.migrate import MigrationError, StoreUnavailable, current_revision, head_revision, upgrade
-from app.rules.store import EventStore, make_engine, metadata
+from app.rules.store.migrate import MigrationError, StoreUnavailable, current_revision, head_revision, upgrade
+from app.rules.store.events import EventStore, make_engine, metadata
 from tests.conftest import REPO, free_port
 
 
@@ -102,7 +102,7 @@ def test_unreachable_database_is_one_clear_line():
 
 def test_replicas_migrating_at_once_serialise(pg_url):
     """Four processes start on an empty PostgreSQL database together: one migrates, all succeed."""
-    code = ("import sys; from app.rules.store import make_engine; from app.rules.migrate import upgrade; "
+    code = ("import sys; from app.rules.store.events import make_engine; from app.rules.store.migrate import upgrade; "
             "print(upgrade(make_engine(sys.argv[1])))")
     procs = [subprocess.Popen([sys.executable, "-c", code, pg_url], cwd=REPO, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True) for _ in range(4)]

@@ -11,11 +11,11 @@ import yaml
 from pydantic import ValidationError
 
 from app.config import Settings
-from app.errors import ConfigError
-from app.metrics import Metrics
-from app.rules.mqtt import BrokerTarget, MqttBridge, Topics, event_messages, topic_part
-from app.rules.store import EventStore, dumps
-from app.rules.service import RulesService
+from app.core.errors import ConfigError
+from app.core.metrics import Metrics
+from app.rules.delivery.mqtt import BrokerTarget, MqttBridge, Topics, event_messages, topic_part
+from app.rules.store.events import EventStore, dumps
+from app.rules.service.facade import RulesService
 from tests.mqtt_broker import Mosquitto, Subscriber, find_mosquitto
 from tests.conftest import free_port
 from tests.unit.rules_util import H, W, at, people

@@ -19,10 +19,10 @@ from app.api import health
 from app.api.errors import install_error_handlers
 from app.api.events import router as events_router
 from app.config import Settings
-from app.metrics import Metrics
-from app.roles import Keyring
-from app.rules.migrate import StoreUnavailable
-from app.rules.service import RulesService
+from app.core.metrics import Metrics
+from app.core.roles import Keyring
+from app.rules.store.migrate import StoreUnavailable
+from app.rules.service.facade import RulesService
 from tests.conftest import free_port
 from tests.unit.rules_util import EXAMPLE_SITE, H, W, Receiver, at, people
 from tests.unit.test_rules_webhooks import sample, wait_for

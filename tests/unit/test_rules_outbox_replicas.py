@@ -9,15 +9,15 @@ import sys
 import threading
 import time
 
-from app.rules.store import EventStore
+from app.rules.store.events import EventStore
 from tests.conftest import REPO
 from tests.unit.rules_util import Receiver
 from tests.unit.test_rules_webhooks import enqueue, wait_for, worker
 
 DELIVERER = """
 import sys, time
-from app.rules.store import EventStore
-from app.rules.webhooks import OutboxWorker
+from app.rules.store.events import EventStore
+from app.rules.delivery.webhooks import OutboxWorker
 store = EventStore(sys.argv[1])
 w = OutboxWorker(store, [sys.argv[2]], b"s3cret", timeout_s=30.0, max_backoff_s=0.3, poll_s=0.05,
                  lease_s=float(sys.argv[3]))

@@ -19,14 +19,14 @@ import yaml
 
 from app.cli import main
 from app.config import Settings
-from app.pipeline import Detection
-from app.rules.config import parse_site_config
-from app.rules.framelog import LoggedFrame, decode, encode
-from app.rules.replay import compare
-from app.rules.retention import RetentionSweeper
-from app.rules.service import RulesService
-from app.rules.store import EventStore
-from app.timeutil import iso
+from app.inference.pipeline import Detection
+from app.rules.site.schema import parse_site_config
+from app.rules.store.framelog import LoggedFrame, decode, encode
+from app.rules.service.replay import compare
+from app.rules.store.retention import RetentionSweeper
+from app.rules.service.facade import RulesService
+from app.rules.store.events import EventStore
+from app.core.timeutil import iso
 from tests.conftest import REPO
 from tests.unit.rules_util import H, T0, W, at, det, people
 

@@ -8,7 +8,7 @@ import json
 import pytest
 import yaml
 
-from app.timeutil import iso
+from app.core.timeutil import iso
 from tests.inprocess import inprocess_app
 from tests.unit.rules_util import at
 from tests.unit.test_rules_replay import SITE, record

@@ -9,11 +9,11 @@ import os
 import shutil
 
 from app.config import Settings
-from app.metrics import Metrics
-from app.rules.retention import RetentionSweeper
-from app.rules.service import RulesService
-from app.rules.store import EventStore
-from app.timeutil import utcnow
+from app.core.metrics import Metrics
+from app.rules.store.retention import RetentionSweeper
+from app.rules.service.facade import RulesService
+from app.rules.store.events import EventStore
+from app.core.timeutil import utcnow
 from tests.unit.rules_util import EXAMPLE_SITE, outbox_rows
 from tests.unit.test_rules_webhooks import sample, wait_for
 

@@ -12,9 +12,9 @@ import pytest
 import yaml
 
 from app.config import Settings
-from app.metrics import Metrics
-from app.rules.config import SiteConfigError
-from app.rules.service import RulesService
+from app.core.metrics import Metrics
+from app.rules.site.schema import SiteConfigError
+from app.rules.service.facade import RulesService
 from tests.unit.rules_util import EXAMPLE_SITE, H, W, at, people, outbox_rows
 
 TWIN_SITE = {

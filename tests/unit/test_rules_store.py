@@ -7,7 +7,7 @@ import datetime as dt
 
 import pytest
 
-from app.rules.store import EventStore
+from app.rules.store.events import EventStore
 from tests.unit.rules_util import T0
 
 

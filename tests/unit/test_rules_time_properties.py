@@ -10,12 +10,12 @@ from functools import lru_cache
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.errors import InvalidTimestamp
-from app.rules.capture_time import CaptureTimePolicy
-from app.rules.config import ActiveWindow, parse_site_config
-from app.rules.evaluator import CameraRules
-from app.rules.schedule import Schedule
-from app.timeutil import UTC
+from app.core.errors import InvalidTimestamp
+from app.rules.logic.capture_time import CaptureTimePolicy
+from app.rules.site.schema import ActiveWindow, parse_site_config
+from app.rules.logic.evaluator import CameraRules
+from app.rules.logic.schedule import Schedule
+from app.core.timeutil import UTC
 from tests.unit.rules_util import H, W, people
 
 ZONES = sorted(zoneinfo.available_timezones())

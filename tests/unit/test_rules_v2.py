@@ -7,10 +7,10 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from app.rules.config import SiteConfigError, parse_site_config
-from app.rules.counts import CrossingCounts
-from app.rules.evaluator import CameraRules
-from app.rules.geometry import Polyline
+from app.rules.site.schema import SiteConfigError, parse_site_config
+from app.rules.logic.counts import CrossingCounts
+from app.rules.logic.evaluator import CameraRules
+from app.rules.logic.geometry import Polyline
 from tests.unit.rules_util import H, W, at, det
 
 FULL = [[0.0, 0.0], [1.0, 0.0], [1.0, 1.0], [0.0, 1.0]]

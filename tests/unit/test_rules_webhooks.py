@@ -8,9 +8,9 @@ import time
 
 import pytest
 
-from app.metrics import Metrics
-from app.rules.store import EventStore, dumps
-from app.rules.webhooks import OutboxWorker, backoff_s, sign, verify
+from app.core.metrics import Metrics
+from app.rules.store.events import EventStore, dumps
+from app.rules.delivery.webhooks import OutboxWorker, backoff_s, sign, verify
 from tests.unit.rules_util import Receiver, outbox_rows
 
 SECRET = b"s3cret"

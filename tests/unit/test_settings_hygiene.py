@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from app.config import FOREIGN_VARIABLES, load_settings, setting_names, unknown_variables
-from app.errors import ConfigError
+from app.core.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]
 NAME = re.compile(r"\bCAMPUSGUARD_[A-Z0-9_]+\b")

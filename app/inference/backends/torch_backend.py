@@ -1,0 +1,96 @@
+"""PyTorch runtime: the network's forward on a letterboxed batch, no per-image predict.
+
+On ROCm builds of torch ``cuda:N`` is the AMD GPU, so one class serves CPU, NVIDIA and AMD.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import torch
+
+from app.config import ImgSize, Settings
+from app.inference.devices import DeviceInfo, GpuInventory, MemoryStats, process_memory, torch_inventory, torch_memory, validate_device
+from app.core.errors import OutOfMemory
+from app.inference.backends.models import check_stride, load_detection_model
+from app.core.memory import trim_heap
+
+class TorchDetector:
+    backend = "torch"
+
+    def __init__(self, weights: Path, device: str = "cpu", imgsz: ImgSize = 640, half: bool = False,
+                 threads: int = 1, model_name: str | None = None) -> None:
+        torch.set_num_threads(threads)
+        inventory = torch_inventory() if device != "cpu" else GpuInventory("none")
+        self._device_info = validate_device(device, inventory)
+        self.device = torch.device(device)
+        self.half = half and self.device.type == "cuda"
+        self.precision = "fp16" if self.half else "fp32"
+        model = load_detection_model(weights)
+        check_stride(model, imgsz)
+        self.names: dict[int, str] = {int(k): str(v) for k, v in model.names.items()}
+        model = model.fuse() if hasattr(model, "fuse") else model
+        model = model.to(self.device).eval()
+        if self.half:
+            model = model.half()
+        for param in model.parameters():
+            param.requires_grad_(False)
+        self.model = model
+        self.precision = "fp16" if self.half else "fp32"
+        self.imgsz = imgsz
+        self.model_name = model_name or weights.stem
+        self.provider = f"torch-{self._device_info.platform}"
+        torch.set_num_threads(threads)  # model loading may touch it (ultralytics select_device)
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> "TorchDetector":
+        return cls(settings.weights, settings.device, settings.imgsz, settings.half,
+                   settings.resolved_threads, settings.display_model_name)
+
+    def infer(self, batch: np.ndarray) -> np.ndarray:
+        x = torch.from_numpy(batch).to(self.device, non_blocking=True)
+        if self.half:
+            x = x.half()
+        try:
+            with torch.inference_mode():
+                out = self.model(x)
+        except torch.cuda.OutOfMemoryError as exc:
+            raise OutOfMemory(f"device out of memory at batch {len(batch)}") from exc
+        out = out[0] if isinstance(out, (list, tuple)) else out
+        return out.float().cpu().numpy()
+
+    def raw_call(self, batch: np.ndarray) -> Callable[[], object]:
+        """``forward`` alone on a tensor already on the device (synchronised on a GPU)."""
+        x = torch.from_numpy(batch).to(self.device)
+        x = x.half() if self.half else x
+        model, device = self.model, self.device
+
+        def forward() -> object:
+            with torch.inference_mode():
+                out = model(x)
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            return out
+
+        return forward
+
+    def device_info(self) -> DeviceInfo:
+        return self._device_info
+
+    def memory(self) -> MemoryStats:
+        if self.device.type == "cuda":
+            return torch_memory(self._device_info.index or 0)
+        return process_memory()
+
+    def release_cache(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+        else:
+            trim_heap()
+
+    def close(self) -> None:
+        self.model = None
+        self.release_cache()
+

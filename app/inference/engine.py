@@ -1,0 +1,429 @@
+"""InferenceEngine: a bounded queue, dynamic micro-batching and one worker per device.
+
+Lifecycle of a request (LitServe's named steps): decode + letterbox in a thread pool ->
+``submit`` to a bounded queue -> the worker thread collects a batch (up to
+``max_batch_size`` images or ``max_queue_delay_ms``, as Triton's dynamic batcher) ->
+one forward call -> results handed back per item -> NMS in the thread pool.
+
+Admission (``app.inference.admission``): a request is refused with 503 at the door when the
+measured service rate says it could not start before its deadline, so a burst over
+capacity gets immediate 503s with a computed ``Retry-After`` instead of 504s after the
+full deadline; ``queue_size`` stays a hard cap.
+
+Failure policy (Triton's "list in, same-length list out"): each queued item owns a
+future, so a failure reaches exactly the requests of the batch it hit. Device OOM releases
+the cache and retries the batch in halves once. Items that outlived their deadline are
+answered 504 without touching the device. A watchdog fails a hung inference and, by
+default, exits the process so the orchestrator replaces it; a crashed worker thread is
+restarted and readiness is false while it is down.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import queue
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from app.inference.admission import ServiceRate
+from app.config import Settings, input_hw
+from app.core.errors import (DeadlineExceeded, InferenceFailed, InferenceTimeout, NotReady, OutOfMemory, QueueFull,
+                        ServiceError, ShuttingDown)
+from app.core.metrics import Metrics
+from app.inference.pipeline import Detection, DetectParams, Pipeline, Prepared
+from app.inference.vision.preprocess import to_batch
+
+log = logging.getLogger("campusguard.engine")
+WATCHDOG_EXIT_CODE = 70
+
+
+@dataclass
+class DetectResult:
+    """What one image's trip through the engine produced."""
+
+    detections: list[Detection]
+    width: int
+    height: int
+    timings_ms: dict[str, float]
+    image: np.ndarray | None = None
+
+
+@dataclass(eq=False)
+class _Item:
+    prepared: Prepared
+    future: asyncio.Future
+    loop: asyncio.AbstractEventLoop
+    enqueued: float
+    deadline: float
+    started: float = 0.0
+    inference_ms: float = 0.0
+    batch_size: int = 0
+
+    def resolve(self, value: object = None, error: BaseException | None = None) -> None:
+        def _set() -> None:
+            if self.future.done():
+                return
+            if error is not None:
+                self.future.set_exception(error)
+            else:
+                self.future.set_result(value)
+
+        try:
+            self.loop.call_soon_threadsafe(_set)
+        except RuntimeError:  # loop closed: nobody is waiting any more
+            pass
+
+
+@dataclass
+class EngineState:
+    ready: bool = False
+    worker_alive: bool = False
+    draining: bool = False
+    tripped: bool = False
+    busy_since: float | None = None
+    in_hand: list[_Item] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class EngineLimits:
+    """The engine's knobs (``Settings`` names them; the engine needs only these)."""
+
+    queue_size: int = 64
+    max_batch_size: int = 8
+    max_queue_delay_ms: float = 5.0
+    request_timeout_s: float = 10.0
+    inference_timeout_s: float = 60.0
+    preprocess_workers: int = 0
+    watchdog_exit: bool = True
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> "EngineLimits":
+        return cls(settings.queue_size, settings.max_batch_size, settings.max_queue_delay_ms,
+                   settings.request_timeout_s, settings.inference_timeout_s, settings.preprocess_workers,
+                   settings.watchdog_exit)
+
+
+class InferenceEngine:
+    def __init__(self, pipeline: Pipeline, limits: EngineLimits, metrics: Metrics) -> None:
+        self.pipeline = pipeline
+        self.limits = limits
+        self.metrics = metrics
+        self.rate = ServiceRate()
+        self.queue: queue.Queue[_Item] = queue.Queue(maxsize=limits.queue_size)
+        self.executor = ThreadPoolExecutor(max_workers=limits.preprocess_workers or (os.cpu_count() or 2),
+                                           thread_name_prefix="campusguard-prep")
+        self.state = EngineState()
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._worker: threading.Thread | None = None
+        self._admitted = 0  # images admitted and not yet taken by the worker (decoding or queued)
+        self._monitor: threading.Thread | None = None
+        metrics.queue_capacity.set(limits.queue_size)
+        metrics.track_pipeline(pipeline.counters)
+        for reason in ("queue_full", "deadline_exceeded", "not_ready", "shutting_down"):
+            metrics.rejected.labels(reason)
+        for code in ("inference_failed", "out_of_memory", "inference_timeout"):
+            metrics.inference_errors.labels(code)
+
+    @classmethod
+    def from_settings(cls, pipeline: Pipeline, settings: Settings, metrics: Metrics) -> "InferenceEngine":
+        return cls(pipeline, EngineLimits.from_settings(settings), metrics)
+
+    # --- lifecycle ---------------------------------------------------------------------
+    def start(self) -> None:
+        """Start the worker and the supervisor (watchdog + restart of a dead worker)."""
+        self._spawn_worker()
+        self._monitor = threading.Thread(target=self._supervise, name="campusguard-watchdog", daemon=True)
+        self._monitor.start()
+
+    def warmup(self, iterations: int) -> None:
+        """Run the fixed shape through the model so the first request pays no compile cost."""
+        height, width = input_hw(self.pipeline.detector.imgsz)
+        dummy = np.full((height, width, 3), 114, np.uint8)
+        for i in range(iterations):
+            prepared = self.pipeline.prepare(dummy)
+            start = time.perf_counter()
+            self.pipeline.detector.infer(to_batch([prepared.letterboxed]))
+            if i > 0 or iterations == 1:  # the first call pays one-off allocation: not the service rate
+                self.rate.observe(1, time.perf_counter() - start)
+
+    def mark_ready(self) -> None:
+        self.state.ready = True
+        self.metrics.ready.set(1)
+
+    @property
+    def ready(self) -> bool:
+        s = self.state
+        return s.ready and s.worker_alive and not s.tripped and not s.draining
+
+    def begin_drain(self) -> None:
+        self.state.draining = True
+        self.metrics.ready.set(0)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._worker is not None:
+            self._worker.join(timeout=5)
+        self.executor.shutdown(wait=False, cancel_futures=True)
+        self._fail_queued(ShuttingDown())
+
+    # --- request path (event loop) -----------------------------------------------------
+    def check_capacity(self, images: int = 1) -> None:
+        """Refuse early (before the body is read) when not ready, full, or too far behind."""
+        self._admit()
+        if self._admitted >= self.limits.queue_size:
+            self._reject_full()
+        self._check_wait(self._admitted + images - 1)
+
+    async def detect(self, data: bytes, params: DetectParams, keep_image: bool = False) -> DetectResult:
+        """Decode, batch, infer and post-process one image."""
+        self._admit()
+        self._reserve()
+        arrival = time.perf_counter()
+        loop = asyncio.get_running_loop()
+        try:
+            prepared = await loop.run_in_executor(self.executor, self.pipeline.prepare, data, keep_image)
+            item = self.submit(prepared, arrival)
+        except BaseException:
+            self._release(1)
+            raise
+        budget = self.limits.request_timeout_s + self.limits.inference_timeout_s + 5
+        try:
+            raw = await asyncio.wait_for(asyncio.shield(item.future), timeout=budget)
+        except asyncio.TimeoutError:
+            self.metrics.rejected.labels("deadline_exceeded").inc()
+            raise DeadlineExceeded("no inference result within the request deadline") from None
+        except asyncio.CancelledError:
+            item.future.cancel()  # client gone: the worker skips cancelled items
+            raise
+        t0 = time.perf_counter()
+        dets = await loop.run_in_executor(self.executor, self.pipeline.finish, raw, prepared.letterbox, params)
+        post_ms = (time.perf_counter() - t0) * 1e3
+        timings = {
+            "decode_ms": prepared.decode_ms,
+            "queue_wait_ms": (item.started - item.enqueued) * 1e3,
+            "preprocess_ms": prepared.preprocess_ms,
+            "inference_ms": item.inference_ms,
+            "postprocess_ms": post_ms,
+        }
+        self._observe(timings)
+        timings["total_ms"] = (time.perf_counter() - arrival) * 1e3
+        return DetectResult(dets, prepared.letterbox.width, prepared.letterbox.height, timings, prepared.image)
+
+    def _admit(self) -> None:
+        if self.state.draining:
+            self.metrics.rejected.labels("shutting_down").inc()
+            raise ShuttingDown()
+        if not self.ready:
+            self.metrics.rejected.labels("not_ready").inc()
+            raise NotReady("the model is not ready (loading, warming up, or the worker is restarting)")
+
+    def _reserve(self) -> None:
+        """Bound images in flight before the worker (decoding + queued) by ``queue_size``,
+        and by the expected wait, so overload is refused before any decoding work or
+        memory is spent on it."""
+        with self._lock:
+            ahead = self._admitted + len(self.state.in_hand)
+            verdict = self.rate.admit(ahead, self.limits.request_timeout_s)
+            full = self._admitted >= self.limits.queue_size
+            if not full and verdict.admitted:
+                self._admitted += 1
+        if full:
+            self._reject_full()
+        if not verdict.admitted:
+            self._reject_wait(verdict.expected_wait_s, verdict.retry_after_s)
+        self.metrics.queue_depth.set(self._admitted)
+
+    def _check_wait(self, ahead: int) -> None:
+        verdict = self.rate.admit(ahead + len(self.state.in_hand), self.limits.request_timeout_s)
+        if not verdict.admitted:
+            self._reject_wait(verdict.expected_wait_s, verdict.retry_after_s)
+
+    def _release(self, n: int) -> None:
+        with self._lock:
+            self._admitted = max(0, self._admitted - n)
+        self.metrics.queue_depth.set(self._admitted)
+
+    def _reject_full(self) -> None:
+        self.metrics.rejected.labels("queue_full").inc()
+        error = QueueFull(f"the inference queue is full ({self.limits.queue_size} images waiting)")
+        error.retry_after = max(1.0, self.rate.expected_wait(self._admitted) - self.limits.request_timeout_s)
+        raise error
+
+    def _reject_wait(self, wait_s: float, retry_after_s: float) -> None:
+        self.metrics.rejected.labels("queue_full").inc()
+        error = QueueFull(f"the expected wait ({wait_s:.2f}s at {self.rate.images_per_s or 0:.1f} images/s) exceeds "
+                          f"the {self.limits.request_timeout_s:g}s deadline; retry later or elsewhere")
+        error.retry_after = retry_after_s
+        raise error
+
+    def submit(self, prepared: Prepared, arrival: float | None = None) -> _Item:
+        """Queue a prepared image (its admission must already be reserved)."""
+        now = time.perf_counter()
+        arrival = now if arrival is None else arrival
+        loop = asyncio.get_running_loop()
+        item = _Item(prepared, loop.create_future(), loop, now, arrival + self.limits.request_timeout_s)
+        try:
+            self.queue.put_nowait(item)
+        except queue.Full:  # cannot happen while reservations bound the queue; kept as a guard
+            self._reject_full()
+        return item
+
+    def _observe(self, timings: dict[str, float]) -> None:
+        for key, value in timings.items():
+            self.metrics.stage_latency.labels(key.removesuffix("_ms")).observe(value / 1e3)
+
+    # --- worker thread -----------------------------------------------------------------
+    def _spawn_worker(self) -> None:
+        self._worker = threading.Thread(target=self._run_worker, name="campusguard-infer", daemon=True)
+        self.state.worker_alive = True
+        self._worker.start()
+
+    def _run_worker(self) -> None:
+        try:
+            while not self._stop.is_set():
+                batch = self._collect()
+                if batch:
+                    self._process(batch)
+        except BaseException as exc:  # noqa: BLE001 - the supervisor restarts us
+            log.error("inference worker crashed: %r", exc)
+        finally:
+            self.state.worker_alive = False
+            self.state.busy_since = None
+
+    def _collect(self) -> list[_Item]:
+        """Block for one item, then gather more until the batch is full or the delay passes."""
+        try:
+            first = self.queue.get(timeout=0.1)
+        except queue.Empty:
+            return []
+        batch = [first]
+        deadline = time.perf_counter() + self.limits.max_queue_delay_ms / 1e3
+        while len(batch) < self.limits.max_batch_size:
+            remaining = deadline - time.perf_counter()
+            try:
+                batch.append(self.queue.get(timeout=remaining) if remaining > 0 else self.queue.get_nowait())
+            except queue.Empty:
+                break
+        self._release(len(batch))
+        return self._drop_stale(batch)
+
+    def _drop_stale(self, batch: list[_Item]) -> list[_Item]:
+        """Answer expired items with 504 and skip abandoned ones: no work for nobody."""
+        now = time.perf_counter()
+        live = []
+        for item in batch:
+            if item.future.done():  # cancelled by a disconnected client
+                continue
+            if now > item.deadline:
+                self.metrics.rejected.labels("deadline_exceeded").inc()
+                item.resolve(error=DeadlineExceeded(
+                    f"waited {now - item.enqueued:.2f}s in the queue; the deadline is {self.limits.request_timeout_s}s"))
+                continue
+            live.append(item)
+        return live
+
+    def _process(self, batch: list[_Item]) -> None:
+        self.state.in_hand = batch
+        try:
+            outputs = self._infer_with_retry(batch)
+        except ServiceError as exc:
+            self.metrics.inference_errors.labels(exc.code).inc()
+            for item in batch:
+                item.resolve(error=exc)
+        except Exception as exc:  # noqa: BLE001 - a backend bug fails this batch only
+            log.exception("inference failed for a batch of %d", len(batch))
+            self.metrics.inference_errors.labels("inference_failed").inc()
+            for item in batch:
+                item.resolve(error=InferenceFailed(f"inference failed: {exc.__class__.__name__}"))
+        except BaseException:  # the worker itself is dying: answer its batch, then let the supervisor restart it
+            self.metrics.inference_errors.labels("inference_failed").inc()
+            for item in batch:
+                item.resolve(error=InferenceFailed("the inference worker crashed; it is being restarted"))
+            raise
+        else:
+            for item, out in zip(batch, outputs):
+                item.resolve(out)
+        finally:
+            self.state.in_hand = []
+
+    def _infer_with_retry(self, batch: list[_Item]) -> list[np.ndarray]:
+        try:
+            return self._infer(batch)
+        except OutOfMemory:
+            self.metrics.oom_retries.inc()
+            log.warning("device OOM at batch %d: releasing the cache and retrying in halves", len(batch))
+            self.pipeline.release_cache()
+            if len(batch) == 1:
+                return self._infer(batch)
+            half = (len(batch) + 1) // 2
+            return self._infer(batch[:half]) + self._infer(batch[half:])
+
+    def _infer(self, batch: list[_Item]) -> list[np.ndarray]:
+        start = time.perf_counter()
+        for item in batch:
+            item.started = start
+        self.state.busy_since = time.monotonic()
+        try:
+            out = self.pipeline.infer([item.prepared.letterboxed for item in batch])
+        finally:
+            self.state.busy_since = None
+        if self.state.tripped:  # the watchdog already answered these requests
+            raise InferenceTimeout("inference finished after the watchdog tripped")
+        elapsed = time.perf_counter() - start
+        self.rate.observe(len(batch), elapsed)
+        for item in batch:
+            item.inference_ms, item.batch_size = elapsed * 1e3, len(batch)
+        self.metrics.batch_size.observe(len(batch))
+        return list(out)
+
+    # --- supervisor --------------------------------------------------------------------
+    def _supervise(self) -> None:
+        interval = min(0.25, self.limits.inference_timeout_s / 4)
+        while not self._stop.wait(interval):
+            busy = self.state.busy_since
+            if busy is not None and not self.state.tripped and time.monotonic() - busy > self.limits.inference_timeout_s:
+                self._trip()
+            elif not self.state.worker_alive and not self.state.tripped and not self._stop.is_set():
+                self.metrics.ready.set(0)
+                self.metrics.worker_restarts.inc()
+                log.warning("restarting the inference worker")
+                time.sleep(0.5)  # readiness stays false while the worker is down
+                self._spawn_worker()
+                if self.state.ready:
+                    self.metrics.ready.set(1)
+
+    def _trip(self) -> None:
+        """A hung device: fail everything waiting, turn unready, and let the orchestrator act."""
+        self.state.tripped = True
+        self.metrics.ready.set(0)
+        self.metrics.watchdog_trips.inc()
+        self.metrics.inference_errors.labels("inference_timeout").inc()
+        log.critical("inference exceeded %.1fs (hung device?): failing waiting requests",
+                     self.limits.inference_timeout_s)
+        error = InferenceTimeout(f"inference did not finish within {self.limits.inference_timeout_s}s")
+        for item in list(self.state.in_hand):
+            item.resolve(error=error)
+        self._fail_queued(error)
+        if self.limits.watchdog_exit:
+            def _exit() -> None:
+                time.sleep(2.0)  # let the 503 answers and a readiness probe go out
+                log.critical("exiting with code %d so the orchestrator restarts the service", WATCHDOG_EXIT_CODE)
+                logging.shutdown()
+                os._exit(WATCHDOG_EXIT_CODE)
+
+            threading.Thread(target=_exit, name="campusguard-watchdog-exit", daemon=True).start()
+
+    def _fail_queued(self, error: ServiceError) -> None:
+        while True:
+            try:
+                self.queue.get_nowait().resolve(error=error)
+            except queue.Empty:
+                break
+            self._release(1)

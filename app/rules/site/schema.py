@@ -1,0 +1,442 @@
+"""The site file: cameras, zones and rules, validated in full before it is used.
+
+``load_site_config(path)`` reads the YAML, validates it with pydantic and runs the
+cross-checks pydantic cannot express per field (unique camera ids, zone and rule names).
+Every problem is collected first, so a bad file is refused with the complete list, never
+one error at a time. The exception is ``SiteConfigError`` (a ``ConfigError``) whose
+``errors`` attribute is that list and whose message lists them one per line.
+
+Coordinates are normalized (0..1, origin top-left, x to the right, y down), so one zone
+definition is valid for any resolution the camera sends.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, Literal, Union
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from app.core.errors import ConfigError
+
+IDENT = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$"
+WEEKDAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
+VEHICLES = ("car", "truck", "bus", "motorcycle")
+
+
+Loc = tuple[str | int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Issue:
+    """One problem: where (pydantic's loc into the raw data; None for the file as a whole) and what."""
+
+    loc: Loc | None
+    message: str
+
+    def __str__(self) -> str:
+        return self.message if self.loc is None else f"{_loc(self.loc)}: {self.message}"
+
+
+class SiteConfigError(ConfigError):
+    """The site file is invalid; ``errors`` lists every problem found (``issues``: the same, structured)."""
+
+    status, code = 422, "invalid_site_config"  # as an HTTP reply (POST /admin/reload)
+
+    def __init__(self, path: Path | str, errors: list[str | Issue]) -> None:
+        self.path = str(path)
+        self.issues = [e if isinstance(e, Issue) else Issue(None, e) for e in errors]
+        self.errors = [str(i) for i in self.issues]
+        lines = "\n".join(f"  - {e}" for e in self.errors)
+        super().__init__(f"site config {self.path} is invalid ({len(self.errors)} error(s)):\n{lines}")
+
+    @property
+    def detail(self) -> list:
+        return self.errors
+
+
+def _check_timezone(value: str | None) -> str | None:
+    if value is None:
+        return value
+    try:
+        ZoneInfo(value)
+    except (ZoneInfoNotFoundError, ValueError) as exc:
+        raise ValueError(f"unknown time zone {value!r} (use an IANA name such as 'Europe/Berlin')") from exc
+    return value
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ActiveWindow(_Strict):
+    """A daily window in the rule's time zone; ``end`` before ``start`` crosses midnight.
+
+    ``days`` (mon..sun) are the days on which a window *starts*: a 22:00-06:00 window on
+    ``[fri]`` is active from Friday 22:00 to Saturday 06:00.
+    """
+
+    start: dt.time
+    end: dt.time
+    days: tuple[Literal["mon", "tue", "wed", "thu", "fri", "sat", "sun"], ...] | None = None
+
+    @field_validator("start", "end", mode="before")
+    @classmethod
+    def _sexagesimal(cls, value: Any) -> Any:
+        # YAML 1.1 reads an unquoted 22:00 as the base-60 integer 1320 (minutes).
+        if isinstance(value, int) and not isinstance(value, bool):
+            if not 0 <= value < 24 * 60:
+                raise ValueError(f"{value} is not a time of day; write it as a quoted 'HH:MM'")
+            return dt.time(value // 60, value % 60)
+        return value
+
+    @model_validator(mode="after")
+    def _not_empty(self) -> "ActiveWindow":
+        if self.start == self.end:
+            raise ValueError("start and end are equal; omit active_hours for a rule that is always active")
+        return self
+
+
+def _check_points(value: tuple[tuple[float, float], ...], minimum: int, what: str) -> list[str]:
+    problems = []
+    if len(value) < minimum:
+        problems.append(f"{what} needs at least {minimum} points, got {len(value)}")
+    bad = [i for i, (x, y) in enumerate(value) if not (0.0 <= x <= 1.0 and 0.0 <= y <= 1.0)]
+    if bad:
+        problems.append(f"points {bad} are outside 0..1 (coordinates are normalized to the frame size)")
+    return problems
+
+
+def _check_polygon(value: tuple[tuple[float, float], ...]) -> tuple[tuple[float, float], ...]:
+    problems = _check_points(value, 3, "a polygon")
+    if not problems:
+        area = 0.5 * abs(sum(x0 * y1 - x1 * y0 for (x0, y0), (x1, y1) in zip(value, value[1:] + value[:1])))
+        if area <= 1e-9:
+            problems.append("the polygon has no area (points are collinear or repeated)")
+    if problems:
+        raise ValueError("; ".join(problems))
+    return value
+
+
+Points = tuple[tuple[float, float], ...]
+
+
+class RuleBase(_Strict):
+    name: str | None = Field(None, pattern=IDENT, description="Rule name in events; default: the rule type")
+    classes: tuple[str, ...] = ("person",)
+    min_confidence: float = Field(0.25, ge=0.0, le=1.0, description="Ignore detections below this score")
+    min_area: float = Field(0.0, ge=0.0, le=1.0, description="Ignore boxes smaller than this fraction of the frame")
+    min_duration_s: float = Field(0.0, ge=0.0, description="Condition must hold this long before the event starts")
+    clear_after_s: float = Field(3.0, ge=0.0, description="Condition must be false this long before the event ends")
+    cooldown_s: float = Field(30.0, ge=0.0, description="No new event for this rule and zone until this long after an end")
+    active_hours: tuple[ActiveWindow, ...] | None = None
+    timezone: str | None = Field(None, description="IANA zone for active_hours; default: the site's")
+    snapshot: bool | None = Field(None, description="Annotated JPEG per event; default: the site's 'snapshots'")
+    # filters: which objects a rule sees at all (docs/rules.md "Filters")
+    exclude: tuple[Points, ...] = Field((), description="Polygons (masks) where a foot point is ignored")
+    min_ratio: float | None = Field(None, gt=0.0, description="Ignore boxes narrower than this width/height")
+    max_ratio: float | None = Field(None, gt=0.0, description="Ignore boxes wider than this width/height")
+    max_area: float = Field(1.0, gt=0.0, le=1.0, description="Ignore boxes larger than this fraction of the frame")
+    min_frames: int = Field(1, ge=1, description="A tracked object counts after this many consecutive frames")
+
+    @field_validator("exclude")
+    @classmethod
+    def _exclude(cls, value: tuple[Points, ...]) -> tuple[Points, ...]:
+        problems = []
+        for i, poly in enumerate(value):
+            try:
+                _check_polygon(poly)
+            except ValueError as exc:
+                problems.append(f"exclude[{i}]: {exc}")
+        if problems:
+            raise ValueError("; ".join(problems))
+        return value
+
+    @model_validator(mode="after")
+    def _ranges(self) -> "RuleBase":
+        if self.min_ratio is not None and self.max_ratio is not None and self.min_ratio > self.max_ratio:
+            raise ValueError(f"min_ratio {self.min_ratio} is above max_ratio {self.max_ratio}: no box could match")
+        if self.min_area > self.max_area:
+            raise ValueError(f"min_area {self.min_area} is above max_area {self.max_area}: no box could match")
+        return self
+
+    @field_validator("classes")
+    @classmethod
+    def _classes(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        if not value:
+            raise ValueError("at least one class is needed")
+        return tuple(c.strip() for c in value)
+
+    @field_validator("active_hours", mode="before")
+    @classmethod
+    def _one_window(cls, value: Any) -> Any:
+        return [value] if isinstance(value, dict) else value
+
+    @field_validator("timezone")
+    @classmethod
+    def _tz(cls, value: str | None) -> str | None:
+        return _check_timezone(value)
+
+    @property
+    def rule_name(self) -> str:
+        return self.name or self.type  # type: ignore[attr-defined]
+
+
+class IntrusionRule(RuleBase):
+    """Any object of ``classes`` whose foot point is inside the zone."""
+
+    type: Literal["intrusion"]
+
+
+class CrowdRule(RuleBase):
+    """At least ``min_count`` objects of ``classes`` inside the zone for ``min_duration_s``."""
+
+    type: Literal["crowd"]
+    min_count: int = Field(..., ge=1)
+
+
+class FireLaneRule(RuleBase):
+    """The same vehicle (tracked) inside the zone for at least ``min_duration_s``."""
+
+    type: Literal["fire_lane"]
+    classes: tuple[str, ...] = VEHICLES
+    min_confidence: float = Field(0.3, ge=0.0, le=1.0)
+    min_area: float = Field(0.001, ge=0.0, le=1.0)
+    min_duration_s: float = Field(..., ge=0.0)
+
+
+class LoiteringRule(RuleBase):
+    """The same tracked object (a person by default) inside the zone for ``min_duration_s``;
+    misses shorter than ``clear_after_s`` keep its time (the fire-lane dwell logic)."""
+
+    type: Literal["loitering"]
+    min_duration_s: float = Field(..., gt=0.0)
+
+
+class LineCrossingRule(RuleBase):
+    """A tracked object's foot point crossing ``line`` (a polyline); one event per crossing.
+
+    Seen from the first point of the line towards the next, ``in`` is a crossing from the
+    left side to the right side (in the image, y down), ``out`` the reverse. ``cooldown_s``
+    is per track: the same track is not counted again on this line within it.
+    """
+
+    type: Literal["line_crossing"]
+    line: Points = Field(..., description="Normalized [x, y] points of a polyline (2 or more)")
+    direction: Literal["in", "out", "both"] = "both"
+    cooldown_s: float = Field(10.0, ge=0.0, description="Per track: no second crossing of this line within it")
+
+    @field_validator("line")
+    @classmethod
+    def _line(cls, value: Points) -> Points:
+        problems = _check_points(value, 2, "a line")
+        if not problems and any(a == b for a, b in zip(value, value[1:])):
+            problems.append("the line repeats a point (each segment needs a length)")
+        if problems:
+            raise ValueError("; ".join(problems))
+        return value
+
+
+RULE_TYPES = ("intrusion", "crowd", "fire_lane", "loitering", "line_crossing")
+Rule = Annotated[Union[IntrusionRule, CrowdRule, FireLaneRule, LoiteringRule, LineCrossingRule],
+                 Field(discriminator="type")]
+
+
+class Zone(_Strict):
+    name: str = Field(..., pattern=IDENT)
+    kind: str = Field("generic", pattern=IDENT, description="Free label (restricted, assembly, fire_lane, ...)")
+    polygon: tuple[tuple[float, float], ...] = Field(..., description="Normalized [x, y] vertices, 0..1")
+    rules: tuple[Rule, ...] = ()
+
+    @field_validator("polygon")
+    @classmethod
+    def _polygon(cls, value: Points) -> Points:
+        return _check_polygon(value)
+
+
+class Camera(_Strict):
+    id: str = Field(..., pattern=IDENT)
+    name: str | None = None
+    resolution: tuple[Annotated[int, Field(gt=0)], Annotated[int, Field(gt=0)]] | None = Field(
+        None, description="[width, height]; informational (zones are normalized)")
+    zones: tuple[Zone, ...] = ()
+    offline_after_s: float | None = Field(None, gt=0, description="Silence before camera_offline; default: the site's")
+
+
+class TrackerConfig(_Strict):
+    """ByteTrack (ultralytics) parameters, one tracker per camera."""
+
+    track_high_thresh: float = Field(0.25, ge=0.0, le=1.0)
+    track_low_thresh: float = Field(0.1, ge=0.0, le=1.0)
+    new_track_thresh: float = Field(0.25, ge=0.0, le=1.0)
+    track_buffer: int = Field(30, ge=1, description="Frames a lost track is kept for re-identification")
+    match_thresh: float = Field(0.8, ge=0.0, le=1.0)
+    fuse_score: bool = True
+
+
+class SiteConfig(_Strict):
+    version: Literal[1] = 1
+    site: str | None = Field(None, description="Site name (documentation only)")
+    timezone: str = Field("UTC", description="Default IANA zone for active_hours")
+    snapshots: bool = Field(True, description="Store an annotated JPEG per event")
+    tracker: TrackerConfig = TrackerConfig()
+    offline_after_s: float = Field(60.0, gt=0, description="Seconds without a frame before a camera is offline")
+    cameras: tuple[Camera, ...] = Field(..., description="At least one camera")
+
+    @field_validator("timezone")
+    @classmethod
+    def _tz(cls, value: str) -> str:
+        return _check_timezone(value)  # type: ignore[return-value]
+
+    def offline_after(self, camera: Camera) -> float:
+        return camera.offline_after_s if camera.offline_after_s is not None else self.offline_after_s
+
+
+# --- loading -----------------------------------------------------------------------------
+
+def _loc(loc: Loc) -> str:
+    out = ""
+    for part in path_of(loc):
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "(top level)"
+
+
+def path_of(loc: Loc) -> Loc:
+    """pydantic's loc without the discriminator tags it inserts after a rule's index."""
+    return tuple(p for i, p in enumerate(loc) if not (p in RULE_TYPES and i and isinstance(loc[i - 1], int)))
+
+
+def _duplicates(raw: Any) -> list[Issue]:
+    """Cross-checks on the raw data, so they run even where pydantic found other errors."""
+    errors: list[Issue] = []
+    cams = raw.get("cameras") if isinstance(raw, dict) else None
+    if isinstance(cams, list) and not cams:
+        errors.append(Issue(("cameras",), "at least one camera is needed"))
+    if not isinstance(cams, list):
+        return errors
+    seen: dict[str, int] = {}
+    for ci, cam in enumerate(cams):
+        if not isinstance(cam, dict):
+            continue
+        cid = cam.get("id")
+        if isinstance(cid, str):
+            if cid in seen:
+                errors.append(Issue(("cameras", ci, "id"), f"duplicate camera id {cid!r} (also cameras[{seen[cid]}])"))
+            else:
+                seen[cid] = ci
+        zones = cam.get("zones")
+        if not isinstance(zones, list):
+            continue
+        zseen: dict[str, int] = {}
+        for zi, zone in enumerate(zones):
+            if not isinstance(zone, dict):
+                continue
+            zname = zone.get("name")
+            if isinstance(zname, str):
+                if zname in zseen:
+                    errors.append(Issue(("cameras", ci, "zones", zi, "name"), f"duplicate zone name {zname!r} "
+                                        f"in camera {cid!r} (also zones[{zseen[zname]}])"))
+                else:
+                    zseen[zname] = zi
+            rules = zone.get("rules")
+            if not isinstance(rules, list):
+                continue
+            rseen: dict[str, int] = {}
+            for ri, rule in enumerate(rules):
+                if not isinstance(rule, dict):
+                    continue
+                rname = rule.get("name") or rule.get("type")
+                if isinstance(rname, str):
+                    if rname in rseen:
+                        errors.append(Issue(("cameras", ci, "zones", zi, "rules", ri, "name"),
+                                            f"duplicate rule name {rname!r} in zone {zname!r} "
+                                            "(give each rule of the same type a 'name')"))
+                    else:
+                        rseen[rname] = ri
+    return errors
+
+
+def parse_site_config(raw: Any, source: str = "<site config>") -> SiteConfig:
+    """Validate already-parsed YAML/JSON data; raise SiteConfigError listing every error."""
+    errors: list[Issue] = []
+    config: SiteConfig | None = None
+    if not isinstance(raw, dict):
+        raise SiteConfigError(source, [Issue((), f"expected a mapping with 'cameras', got {type(raw).__name__}")])
+    try:
+        config = SiteConfig.model_validate(raw)
+    except ValidationError as exc:
+        for err in exc.errors(include_url=False):
+            errors.append(Issue(path_of(tuple(err["loc"])), err["msg"].removeprefix("Value error, ")))
+    errors.extend(_duplicates(raw))
+    if errors or config is None:
+        raise SiteConfigError(source, errors or ["invalid site config"])
+    return config
+
+
+MAX_NODES = 1_000_000  # far beyond a real site; a YAML alias bomb expands past it at once
+
+
+def _check_nodes(raw: Any, source: str) -> None:
+    """Refuse a document that expands to more than MAX_NODES values: YAML aliases share one
+    object, so a few hundred bytes can describe billions of nodes that validation would walk."""
+    seen, stack = 0, [raw]
+    while stack:
+        node = stack.pop()
+        seen += 1
+        if seen > MAX_NODES:
+            raise SiteConfigError(source, [f"(top level): the document expands to more than {MAX_NODES} values "
+                                           "(YAML aliases repeated?); a site file is far smaller"])
+        if isinstance(node, dict):
+            stack.extend(node.keys())
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+
+
+def parse_site_text(text: str, source: str = "<site config>", *, as_json: bool = False) -> SiteConfig:
+    """Parse (``yaml.safe_load``, or JSON) and validate a site file's text; SiteConfigError
+    listing every error, for syntax, size and content alike."""
+    if not text.strip():
+        raise SiteConfigError(source, ["(top level): the site file is empty"])
+    try:
+        raw = json.loads(text) if as_json else yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise SiteConfigError(source, [f"YAML syntax error at {where}{problem}"]) from exc
+    except json.JSONDecodeError as exc:
+        raise SiteConfigError(source, [f"JSON syntax error at line {exc.lineno}, column {exc.colno}: {exc.msg}"]) from exc
+    except RecursionError:
+        raise SiteConfigError(source, ["(top level): the document is nested too deeply"]) from None
+    _check_nodes(raw, source)
+    return parse_site_config(raw, source)
+
+
+def read_site_bytes(path: Path | str) -> bytes:
+    try:
+        return Path(path).read_bytes()
+    except OSError as exc:
+        raise SiteConfigError(path, [f"cannot read the file: {exc.strerror or exc}"]) from exc
+
+
+def load_site_config(path: Path | str) -> SiteConfig:
+    """Read and validate the site YAML; raise SiteConfigError (a ConfigError) listing every error."""
+    return parse_site_bytes(read_site_bytes(path), path)
+
+
+def parse_site_bytes(data: bytes, path: Path | str) -> SiteConfig:
+    """The site file's bytes as a validated SiteConfig (UTF-8 YAML): what loading and the zone
+    editor both use, so an edit is checked exactly as the next load will read it."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise SiteConfigError(path, [f"the file is not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset "
+                                     f"{exc.start}); save it as UTF-8"]) from exc
+    return parse_site_text(text, str(path))
+

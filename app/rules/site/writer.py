@@ -1,0 +1,295 @@
+"""The site file on disk: its version, and zone edits written safely (the console's zone editor).
+
+An edit is applied to the YAML document with ruamel.yaml's round-trip mode, so the
+operator's comments, key order and quoting elsewhere in the file survive. The text that
+would be written is validated exactly as the next load reads it (PyYAML + the site
+validator); only then is it written:
+
+* atomically: a temp file in the same directory, fsync, ``os.replace`` (a crash leaves the
+  old file or the new one, never half of one);
+* with the previous version kept beside it as ``<file>.bak``;
+* serialized by a lock, and optionally only if the file is still the version the editor
+  started from (``If-Match``), so two operators cannot silently overwrite each other.
+
+A file on a read-only mount (a Kubernetes ConfigMap) is refused with ``site_read_only``.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import io
+import os
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any
+
+import yaml
+from ruamel.yaml import YAML
+from ruamel.yaml.comments import CommentedMap, CommentedSeq
+from ruamel.yaml.tokens import CommentToken
+from ruamel.yaml.scalarstring import DoubleQuotedScalarString
+
+from app.core.errors import NotFound, SiteChanged, SiteReadOnly, shorten
+from app.rules.site.schema import Issue, SiteConfig, SiteConfigError, parse_site_bytes, read_site_bytes
+
+READ_ONLY_ERRNOS = (errno.EACCES, errno.EPERM, errno.EROFS)
+_STR_TAG = "tag:yaml.org,2002:str"
+_RESOLVER = yaml.resolver.Resolver()
+
+
+def version_of(data: bytes) -> str:
+    """The site file's version: the first 16 hex digits of the SHA-256 of its bytes."""
+    return hashlib.sha256(data).hexdigest()[:16]
+
+
+class InvalidZone(SiteConfigError):
+    """A zone edit that would make the site file invalid; ``detail`` is ``[{field, message}]``
+    with ``field`` a dotted path relative to the zone (``""``: not inside the zone)."""
+
+    def __init__(self, path: Path | str, issues: list[Issue], zone_loc: tuple | None) -> None:
+        super().__init__(path, issues)
+        self.fields = [{"field": relative(i.loc, zone_loc), "message": i.message} for i in self.issues]
+
+    @property
+    def detail(self) -> list:
+        return self.fields
+
+
+def relative(loc: tuple | None, zone_loc: tuple | None) -> str:
+    """``("cameras", 0, "zones", 2, "rules", 0, "min_count")`` -> ``"rules.0.min_count"`` for zone 2 of
+    camera 0; ``""`` for a location outside the zone."""
+    if loc is None or zone_loc is None or loc[:len(zone_loc)] != zone_loc:
+        return ""
+    return ".".join(map(str, loc[len(zone_loc):]))
+
+
+def _yaml() -> YAML:
+    y = YAML()  # round-trip: comments, order and quoting are kept
+    y.preserve_quotes = True
+    y.width = 4096  # never fold long lines (polygons)
+    y.indent(mapping=2, sequence=4, offset=2)
+    return y
+
+
+MAX_DEPTH = 8  # zone > rules > rule > exclude > polygon > point > number is 6
+
+
+def too_deep(value: Any, limit: int = MAX_DEPTH) -> bool:
+    """Whether JSON data nests deeper than ``limit`` (checked without recursion: a hostile
+    body must not exhaust the stack of the writer)."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, (dict, list)):
+            if depth > limit:
+                return True
+            stack.extend((v, depth + 1) for v in (item.values() if isinstance(item, dict) else item))
+    return False
+
+
+def to_node(value: Any) -> Any:
+    """JSON data as YAML nodes written the way the example site file is: lists of scalars
+    or of lists (polygons, classes) in flow style, and strings that a YAML 1.1 reader would
+    take for something else ("on", "22:00", "null") quoted, so the file reads back as sent."""
+    if isinstance(value, dict):
+        out = CommentedMap()
+        for key, item in value.items():
+            out[to_node(str(key))] = to_node(item)
+        return out
+    if isinstance(value, list):
+        seq = CommentedSeq(to_node(v) for v in value)
+        if not any(isinstance(v, dict) for v in value):
+            seq.fa.set_flow_style()
+        return seq
+    if isinstance(value, str) and _RESOLVER.resolve(yaml.ScalarNode, value, (True, False)) != _STR_TAG:
+        return DoubleQuotedScalarString(value)
+    return value
+
+
+def _tail(node: Any) -> tuple[Any, Any]:
+    """(container, key) of the last line of a block node: where ruamel keeps the comment lines
+    that follow it (often the header comment of the next zone or camera)."""
+    parent, key = None, None
+    while isinstance(node, (CommentedMap, CommentedSeq)) and len(node) and not node.fa.flow_style():
+        parent, key = node, (list(node)[-1] if isinstance(node, CommentedMap) else len(node) - 1)
+        node = parent[key]
+    return parent, key
+
+
+def take_tail_comment(node: Any) -> Any:
+    """Detach the comment lines after ``node`` (to re-attach them where they belong after an edit)."""
+    parent, key = _tail(node)
+    entry = parent.ca.items.get(key) if parent is not None else None
+    slot = 2 if isinstance(parent, CommentedMap) else 0
+    if not entry or entry[slot] is None:
+        return None
+    token, entry[slot] = entry[slot], None
+    return token
+
+
+def put_tail_comment(node: Any, token: Any) -> None:
+    parent, key = _tail(node)
+    if token is None or parent is None:
+        return
+    slot = 2 if isinstance(parent, CommentedMap) else 0
+    parent.ca.items.setdefault(key, [None, None, None, None])[slot] = token
+
+
+def replace_head_comment(parent: CommentedMap, key: str, successor: Any) -> None:
+    """Replace the comment lines above the first item of ``parent[key]`` that are indented like
+    the items (the deleted first zone's header) by ``successor``, the lines that followed that
+    zone (the next one's header). Lines indented like the key speak of the whole list and
+    stay. ruamel keeps the head lines in two places (the key's and the list's); both change."""
+    seq = parent[key]
+    col = seq.lc.col if seq.lc.col is not None else 0
+    moved = [] if successor is None else [  # it began by ending the deleted zone's last line
+        CommentToken(successor.value.lstrip("\n").lstrip(" "), successor.start_mark, column=successor.column)]
+    if seq.ca.comment is None:
+        seq.ca.comment = [None, None]
+    for holder, slot in ((parent.ca.items.setdefault(key, [None, None, None, None]), 3), (seq.ca.comment, 1)):
+        holder[slot] = [t for t in holder[slot] or () if t.column < col] + moved or None
+
+
+class SiteFile:
+    def __init__(self, path: Path | str) -> None:
+        self.path = Path(path)
+        self.backup_path = self.path.with_name(self.path.name + ".bak")
+        self._lock = threading.Lock()
+
+    def load(self) -> tuple[SiteConfig, str]:
+        """The validated config and the version of the bytes it came from (one read)."""
+        data = read_site_bytes(self.path)
+        return parse_site_bytes(data, self.path), version_of(data)
+
+    def writable(self) -> bool:
+        """Whether an edit can be written: the file and its directory (temp file, rename)."""
+        target = self.path.resolve()
+        return os.access(target, os.W_OK) and os.access(target.parent, os.W_OK)
+
+    def put_zone(self, camera_id: str, zone_name: str, zone: dict[str, Any] | None,
+                 if_match: str | None = None) -> str:
+        """Create, replace (``zone["name"]`` may rename it) or, with ``zone=None``, delete one
+        zone of one camera; the rest of the file is untouched. Returns the new version.
+
+        Raises NotFound (``unknown_camera`` / ``unknown_zone``), SiteChanged (412),
+        SiteReadOnly (409) or InvalidZone (422); on any of them nothing is written."""
+        if zone is not None and too_deep(zone):
+            raise InvalidZone(self.path, [Issue(None, f"the zone nests deeper than {MAX_DEPTH} levels")], None)
+        with self._lock:
+            data = self.path.read_bytes()
+            if if_match is not None and if_match.strip().removeprefix("W/").strip('"') != version_of(data):
+                raise SiteChanged(f"the site file changed since version {shorten(if_match)} (now {version_of(data)}); "
+                                  "reload it and apply the edit again")
+            if not self.writable():
+                raise SiteReadOnly(f"the site file {self.path} is read-only here (a ConfigMap mount?): "
+                                   "mount it from a writable volume to edit zones (docs/console.md)")
+            y = _yaml()
+            try:
+                doc = y.load(data.decode("utf-8"))
+            except Exception as exc:  # edited by hand since the last load: a zone edit cannot fix it
+                raise InvalidZone(self.path, [Issue(None, f"the site file on disk cannot be read: {exc}")], None) from exc
+            ci, cam = self._camera(doc, camera_id)
+            zones = cam.get("zones")
+            cam_tail = None
+            if not isinstance(zones, list):  # the comment after the camera stays after it
+                cam_tail = take_tail_comment(cam)
+                zones = cam["zones"] = CommentedSeq()
+            zi = next((i for i, z in enumerate(zones) if isinstance(z, dict) and z.get("name") == zone_name), None)
+            if zone is None:
+                if zi is None:
+                    raise NotFound(f"camera {camera_id!r} has no zone {shorten(zone_name)}", code="unknown_zone")
+                tail = take_tail_comment(zones[zi])
+                del zones[zi]
+                if zi > 0:
+                    put_tail_comment(zones[zi - 1], tail)
+                elif not zones:  # the last zone: drop the key (ruamel cannot put a comment after "zones: []")
+                    del cam["zones"]
+                    put_tail_comment(cam, tail)
+                else:  # the first of several: its header goes with it, the second's moves up
+                    replace_head_comment(cam, "zones", tail)
+            else:
+                zi = self._place(zones, zi, zone)
+            put_tail_comment(cam, cam_tail)
+            out = io.StringIO()
+            y.dump(doc, out)
+            new = out.getvalue().encode("utf-8")
+            self._validate(new, ci, zones, zi, zone)
+            self._write(data, new)
+            return version_of(new)
+
+    @staticmethod
+    def _camera(doc: Any, camera_id: str) -> tuple[int, CommentedMap]:
+        cams = doc.get("cameras") if isinstance(doc, dict) else None
+        for ci, cam in enumerate(cams if isinstance(cams, list) else ()):
+            if isinstance(cam, dict) and cam.get("id") == camera_id:
+                return ci, cam
+        raise NotFound(f"camera {shorten(camera_id)} is not in the site file", code="unknown_camera")
+
+    @staticmethod
+    def _place(zones: CommentedSeq, zi: int | None, zone: dict[str, Any]) -> int:
+        """Put the zone in place of the old one (in place, so comments on kept keys stay) or at the end."""
+        if zi is None:  # the comment after the last zone (the next camera's header) moves below the new one
+            tail = take_tail_comment(zones[-1]) if len(zones) else None
+            zones.append(to_node(zone))
+            put_tail_comment(zones[-1], tail)
+            return len(zones) - 1
+        old = zones[zi]
+        tail = take_tail_comment(old)
+        for key in [k for k in old if k not in zone]:
+            del old[key]
+        for key, value in zone.items():
+            old[to_node(str(key))] = to_node(value)
+        put_tail_comment(old, tail)
+        return zi
+
+    def _validate(self, new: bytes, ci: int, zones: CommentedSeq, zi: int | None, zone: dict[str, Any] | None) -> None:
+        """The site validator on the exact bytes to be written, its errors placed relative to the zone.
+
+        A name already taken is reported on the edited zone's ``name`` (the validator would
+        name whichever of the two comes later in the file)."""
+        zone_loc = ("cameras", ci, "zones", zi) if zone is not None else None
+        issues: list[Issue] = []
+        name = zone.get("name") if zone is not None else None
+        taken = isinstance(name, str) and any(isinstance(z, dict) and z.get("name") == name
+                                              for i, z in enumerate(zones) if i != zi)
+        if taken:
+            issues.append(Issue(("cameras", ci, "zones", zi, "name"), f"the camera already has a zone named {name!r}"))
+        try:
+            parse_site_bytes(new, self.path)
+        except SiteConfigError as exc:
+            issues += [i for i in exc.issues if not (taken and i.loc is not None and len(i.loc) == 5
+                                                     and i.loc[:3] == ("cameras", ci, "zones") and i.loc[4] == "name")]
+        if issues:
+            raise InvalidZone(self.path, issues, zone_loc)
+
+    def _write(self, old: bytes, new: bytes) -> None:
+        """Backup, then temp file + fsync + rename (the directory entry is fsynced too)."""
+        directory = self.path.resolve().parent
+        try:
+            self._atomic(directory, self.backup_path.name, old)
+            self._atomic(directory, self.path.resolve().name, new)
+        except OSError as exc:
+            if exc.errno in READ_ONLY_ERRNOS:
+                raise SiteReadOnly(f"the site file {self.path} cannot be written here ({exc.strerror}): "
+                                   "mount it from a writable volume to edit zones (docs/console.md)") from exc
+            raise
+
+    @staticmethod
+    def _atomic(directory: Path, name: str, data: bytes) -> None:
+        fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{name}.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, directory / name)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        dfd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)

@@ -1,0 +1,185 @@
+"""The detection log: every frame the rules evaluate, stored compactly for replay.
+
+One row per frame (``campusguard_frames`` in the event store): camera, the rule time the
+evaluator actually used, the frame size, whether the camera's rule state was fresh (its
+first frame after a start, reset, offline spell or config change), and *all* detections of
+the frame with the track ids the live tracker gave them. All classes, not only those the
+current site file uses, so a site file that watches other classes can be replayed.
+
+The detections are one binary blob: a 3-byte header (bytes per float, count), then the
+boxes and confidences as float32 (float64 when a value is not exactly a float32, which
+the model's own detections always are: they come out of float32 arrays), the class ids as
+uint16 and the track ids as int32 (-1 = none): 26 bytes per detection. Decoding gives back
+exactly the floats the evaluator saw (float32 -> float64 is exact).
+
+Writes never touch the frame path: ``FrameLog.add`` appends to a bounded in-memory buffer
+(oldest dropped and counted when full) and a background thread writes it in batches; while
+the database is down the buffer waits, like the event writer's.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import struct
+import threading
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from app.inference.pipeline import Detection
+from app.core.background import BackgroundLoop
+from app.rules.store.migrate import describe
+from app.rules.store.events import EventStore, from_us, to_us
+from app.rules.store.writer import is_outage
+
+log = logging.getLogger("campusguard.rules.framelog")
+HEADER = struct.Struct("<BH")  # bytes per float (4 or 8), number of detections
+NO_TRACK = -1
+
+
+@dataclass(frozen=True, slots=True)
+class LoggedFrame:
+    """One evaluated frame, as the evaluator saw it."""
+
+    camera_id: str
+    captured_at: dt.datetime  # the rule time used (aware UTC, microseconds)
+    width: int
+    height: int
+    detections: tuple[Detection, ...]
+    track_ids: tuple[int | None, ...]  # aligned with detections; None: not tracked (class unused, unconfirmed)
+    fresh: bool = False
+
+
+def encode(frame: LoggedFrame) -> dict[str, Any]:
+    """The row of ``frames_table`` for a frame."""
+    dets = frame.detections
+    values = np.array([(d.x1, d.y1, d.x2, d.y2, d.confidence) for d in dets], np.float64).reshape(-1, 5)
+    narrow = values.astype(np.float32)
+    floats = narrow if np.array_equal(narrow.astype(np.float64), values) else values
+    boxes, conf = np.ascontiguousarray(floats[:, :4]), np.ascontiguousarray(floats[:, 4])
+    classes = np.array([d.class_id for d in dets], np.uint16)
+    tracks = np.array([NO_TRACK if t is None else t for t in frame.track_ids], np.int32)
+    blob = b"".join((HEADER.pack(floats.itemsize, len(dets)), boxes.tobytes(), conf.tobytes(), classes.tobytes(),
+                     tracks.tobytes()))
+    names = {str(d.class_id): d.class_name for d in dets}
+    return {"camera_id": frame.camera_id, "captured_us": to_us(frame.captured_at), "width": frame.width,
+            "height": frame.height, "fresh": frame.fresh, "names": json.dumps(names, separators=(",", ":")),
+            "detections": blob}
+
+
+def decode(row: Any) -> LoggedFrame:
+    """A ``frames_table`` row (mapping or Row) back to the frame."""
+    row = getattr(row, "_mapping", row)
+    blob = bytes(row["detections"])
+    size, n = HEADER.unpack_from(blob)
+    floats = np.dtype(np.float32 if size == 4 else np.float64)
+    off = HEADER.size
+    boxes = np.frombuffer(blob, floats, n * 4, off).reshape(n, 4).astype(np.float64)
+    off += n * 4 * size
+    conf = np.frombuffer(blob, floats, n, off).astype(np.float64)
+    off += n * size
+    classes = np.frombuffer(blob, np.uint16, n, off)
+    off += n * 2
+    tracks = np.frombuffer(blob, np.int32, n, off)
+    names = json.loads(row["names"])
+    dets = tuple(Detection(int(c), names.get(str(int(c)), str(int(c))), s, *b)
+                 for b, s, c in zip(boxes.tolist(), conf.tolist(), classes))
+    return LoggedFrame(row["camera_id"], from_us(row["captured_us"]), row["width"], row["height"], dets,
+                       tuple(None if t == NO_TRACK else int(t) for t in tracks), bool(row["fresh"]))
+
+
+class FrameLog:
+    """The bounded buffer of frames to log and the thread that writes it in batches."""
+
+    def __init__(self, store: EventStore, *, capacity: int = 50_000, batch: int = 500, flush_s: float = 1.0,
+                 store_up: Callable[[], bool] = lambda: True, metrics=None) -> None:
+        self.store = store
+        self.capacity = capacity
+        self.batch = batch
+        self.flush_s = flush_s
+        self.store_up = store_up  # the event writer's view: no point writing before migrations ran
+        self.metrics = metrics
+        self._buffer: deque[LoggedFrame] = deque()
+        self._lock = threading.Lock()
+        self._flush_lock = threading.Lock()  # one writer at a time: rows go in evaluation order
+        self._loop = BackgroundLoop("detection-log", self._run)
+
+    @classmethod
+    def from_settings(cls, store: EventStore, settings, metrics=None) -> "FrameLog | None":
+        """None when ``detection_log`` is off."""
+        if not settings.detection_log:
+            return None
+        return cls(store, capacity=settings.detection_log_buffer_size, metrics=metrics)
+
+    def start(self) -> None:
+        self._loop.start()
+
+    def stop(self) -> None:
+        """Stop the thread, then write what is buffered (if the database answers)."""
+        self._loop.stop()
+        if self.store_up():
+            self.flush()
+        if self._buffer:
+            log.warning("%d detection-log frame(s) still buffered at shutdown are lost", len(self._buffer))
+
+    @property
+    def buffered(self) -> int:
+        return len(self._buffer)
+
+    def add(self, frame: LoggedFrame) -> None:
+        """Called on the frame path: an append, nothing else (full: the oldest frame goes)."""
+        with self._lock:
+            if len(self._buffer) >= self.capacity:
+                self._buffer.popleft()
+                self._dropped(1)
+            self._buffer.append(frame)
+            full = len(self._buffer) >= self.batch
+        if full:
+            self._loop.wake()
+
+    def flush(self) -> int:
+        """Write everything buffered, ``batch`` frames per transaction; how many were written.
+        An outage puts the batch back in front (it is retried on the next flush)."""
+        written = 0
+        with self._flush_lock:
+            while True:
+                with self._lock:
+                    if not self._buffer:
+                        return written
+                    chunk = [self._buffer.popleft() for _ in range(min(self.batch, len(self._buffer)))]
+                try:
+                    self.store.log_frames([encode(f) for f in chunk])
+                except Exception as exc:
+                    if not is_outage(exc):
+                        log.exception("could not write %d detection-log frame(s); dropped", len(chunk))
+                        self._dropped(len(chunk))
+                        continue
+                    with self._lock:
+                        self._buffer.extendleft(reversed(chunk))
+                        over = len(self._buffer) - self.capacity
+                        for _ in range(max(0, over)):
+                            self._buffer.popleft()
+                    self._dropped(max(0, over))
+                    log.warning("detection log: event store unreachable (%s); %d frame(s) wait in memory",
+                                describe(exc), len(self._buffer))
+                    return written
+                written += len(chunk)
+
+    def _run(self, loop: BackgroundLoop) -> None:
+        while not loop.stopping:
+            loop.wait(self.flush_s)
+            if self._buffer and self.store_up():
+                try:
+                    self.flush()
+                except Exception:  # never kill the thread
+                    log.exception("detection log flush failed")
+
+    def _dropped(self, n: int) -> None:
+        if n and self.metrics is not None:
+            self.metrics.detection_log_dropped.inc(n)
+

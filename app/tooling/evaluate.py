@@ -1,0 +1,122 @@
+"""`campusguard eval`: COCO mAP of a backend over a YOLO-format folder.
+
+Ground truth is converted from YOLO labels to COCO annotations in memory and scored with
+faster-coco-eval (a maintained COCOeval); we write no mAP arithmetic of our own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+from tqdm import tqdm
+
+from app.core.errors import ConfigError
+from app.inference.pipeline import DetectParams, Pipeline
+from app.inference.vision.decode import image_files
+
+EVAL_PARAMS = DetectParams(conf=0.001, iou=0.7, max_det=300, multi_label=True)  # as Ultralytics val
+
+
+@dataclass(frozen=True)
+class Dataset:
+    root: Path
+    names: dict[int, str]
+    images: list[Path]
+
+    def label_path(self, image: Path) -> Path:
+        return self.root / "labels" / f"{image.stem}.txt"
+
+
+@dataclass(frozen=True)
+class EvalResult:
+    backend: str
+    provider: str
+    images: int
+    map50_95: float
+    map50: float
+    boxes: int
+
+
+def load_dataset(root: Path) -> Dataset:
+    root = Path(root)
+    data_yaml = root / "data.yaml"
+    if not data_yaml.is_file():
+        raise ConfigError(f"{root} is not a YOLO dataset folder: {data_yaml} is missing")
+    try:
+        meta = yaml.safe_load(data_yaml.read_text())
+        names = {int(k): str(v) for k, v in dict(meta["names"]).items()}
+    except Exception as exc:
+        raise ConfigError(f"{data_yaml} has no usable 'names' mapping: {exc}") from exc
+    images = image_files(root / "images")
+    if not images:
+        raise ConfigError(f"no images under {root / 'images'}")
+    return Dataset(root, names, images)
+
+
+def read_labels(path: Path, width: int, height: int) -> list[tuple[int, list[float]]]:
+    """YOLO label lines -> (class, COCO xywh in pixels); a missing file means no objects."""
+    if not path.is_file():
+        return []
+    out = []
+    for line_no, line in enumerate(path.read_text().splitlines(), 1):
+        parts = line.split()
+        if not parts:
+            continue
+        try:
+            cls, cx, cy, w, h = int(parts[0]), *map(float, parts[1:5])
+        except (ValueError, IndexError) as exc:
+            raise ConfigError(f"{path}:{line_no}: malformed label line {line!r}") from exc
+        out.append((cls, [(cx - w / 2) * width, (cy - h / 2) * height, w * width, h * height]))
+    return out
+
+
+def evaluate(pipeline: Pipeline, dataset: Dataset, batch_size: int = 1, progress: bool = True,
+             params: DetectParams = EVAL_PARAMS) -> EvalResult:
+    from faster_coco_eval import COCO, COCOeval_faster
+
+    images, annotations, detections = [], [], []
+    bar = tqdm(total=len(dataset.images), desc="eval", unit="img", file=sys.stderr, disable=not progress)
+    for start in range(0, len(dataset.images), batch_size):
+        paths = dataset.images[start:start + batch_size]
+        blobs = [p.read_bytes() for p in paths]
+        results = pipeline.detect(blobs, params, batch_size=batch_size)
+        for offset, (path, blob, dets) in enumerate(zip(paths, blobs, results)):
+            image_id = start + offset + 1
+            height, width = pipeline_shape(blob)
+            images.append({"id": image_id, "file_name": path.name, "width": width, "height": height})
+            for cls, xywh in read_labels(dataset.label_path(path), width, height):
+                annotations.append({"id": len(annotations) + 1, "image_id": image_id, "category_id": cls,
+                                    "bbox": xywh, "area": xywh[2] * xywh[3], "iscrowd": 0})
+            for d in dets:
+                detections.append({"image_id": image_id, "category_id": d.class_id, "score": d.confidence,
+                                   "bbox": [d.x1, d.y1, d.x2 - d.x1, d.y2 - d.y1]})
+        bar.update(len(paths))
+    bar.close()
+    gt = {"images": images, "annotations": annotations,
+          "categories": [{"id": k, "name": v} for k, v in dataset.names.items()]}
+    with contextlib.redirect_stdout(io.StringIO()):  # COCOeval prints its table to stdout
+        coco_gt = COCO(gt)
+        coco_dt = coco_gt.loadRes(detections) if detections else None
+        if coco_dt is None:
+            return EvalResult(pipeline.detector.backend, pipeline.detector.provider, len(images), 0.0, 0.0, len(annotations))
+        evaluator = COCOeval_faster(coco_gt, coco_dt, "bbox")
+        evaluator.evaluate()
+        evaluator.accumulate()
+        evaluator.summarize()
+    stats = evaluator.stats
+    return EvalResult(pipeline.detector.backend, pipeline.detector.provider, len(images),
+                      float(stats[0]), float(stats[1]), len(annotations))
+
+
+def pipeline_shape(data: bytes | Path) -> tuple[int, int]:
+    """(height, width) of the image as the pipeline sees it (EXIF orientation applied),
+    from the header without decoding pixels."""
+    from app.inference.vision.decode import read_header
+
+    width, height, orientation = read_header(data if isinstance(data, bytes) else Path(data).read_bytes())
+    return (width, height) if orientation in (5, 6, 7, 8) else (height, width)
