@@ -15,11 +15,12 @@ from pathlib import Path
 from typing import Any, Literal
 
 from dotenv import dotenv_values
-from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic import AnyUrl, Field, SecretStr, TypeAdapter, UrlConstraints, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from typing_extensions import Annotated
 
 from app.core.errors import ConfigError
+from app.core.imgsz import ImgSize, format_imgsz, input_hw, parse_imgsz
 
 DEFAULT_WEIGHTS = Path("../shared/models/yolov8n.pt")
 ONNX_PROVIDER_ALIASES = {
@@ -29,49 +30,8 @@ ONNX_PROVIDER_ALIASES = {
     "tensorrt": "TensorrtExecutionProvider",
     "cpu": "CPUExecutionProvider",
 }
+MQTT_URL = TypeAdapter(Annotated[AnyUrl, UrlConstraints(allowed_schemes=["mqtt", "mqtts"], host_required=True)])
 _DEVICE_RE = re.compile(r"^(cpu|cuda(:\d+)?)$")
-
-
-ImgSize = int | tuple[int, int]
-
-
-def parse_imgsz(value: object) -> ImgSize:
-    """640, "640" -> 640 (square); "384x640", "384,640", [384, 640] -> (384, 640) as (height, width).
-
-    One fixed shape per deployment either way; a rectangle matching the cameras' aspect
-    (384x640 for 16:9) spends no compute on padding.
-    """
-    if isinstance(value, bool):
-        raise ValueError("imgsz must be a size such as 640 or 384x640")
-    if isinstance(value, int):
-        nums = [value]
-    elif isinstance(value, str):
-        parts = [p for p in value.strip().lower().replace("x", ",").split(",") if p.strip()]
-        try:
-            nums = [int(p) for p in parts]
-        except ValueError:
-            raise ValueError(f"imgsz must be N or HxW, got {value!r}") from None
-    elif isinstance(value, (list, tuple)):
-        nums = [int(v) for v in value]
-    else:
-        raise ValueError(f"imgsz must be N or HxW, got {value!r}")
-    if len(nums) == 2 and nums[0] == nums[1]:
-        nums = nums[:1]
-    if len(nums) == 1:
-        return nums[0]
-    if len(nums) == 2:
-        return (nums[0], nums[1])
-    raise ValueError(f"imgsz must be N or HxW, got {value!r}")
-
-
-def input_hw(imgsz: ImgSize) -> tuple[int, int]:
-    """(height, width) of the model input."""
-    return (imgsz, imgsz) if isinstance(imgsz, int) else (int(imgsz[0]), int(imgsz[1]))
-
-
-def format_imgsz(imgsz: ImgSize) -> str:
-    h, w = input_hw(imgsz)
-    return str(h) if h == w else f"{h}x{w}"
 
 
 def normalize_device(value: str) -> str:
@@ -211,17 +171,18 @@ class Settings(BaseSettings):
     def _csv(cls, value: object) -> object:
         return _split_csv(value)
 
-    @field_validator("mqtt_url")
+    @field_validator("mqtt_url", mode="before")
     @classmethod
-    def _mqtt_url(cls, value: str | None) -> str | None:
-        if value:
-            from app.rules.delivery.mqtt import BrokerTarget
-
-            try:
-                BrokerTarget.parse(value)  # the same parse the client uses: a bad URL stops startup
-            except ConfigError as exc:
-                raise ValueError(str(exc)) from None
-        return value or None
+    def _mqtt_url(cls, value: object) -> object:
+        """Empty means off. Otherwise an ``mqtt://`` or ``mqtts://`` URL with a host, a valid
+        port and no path or query (topics come from mqtt_topic_prefix), checked here so a bad
+        URL stops startup with the variable named."""
+        if value is None or (isinstance(value, str) and not value.strip()):
+            return None
+        url = MQTT_URL.validate_python(str(value).strip())
+        if url.path not in (None, "", "/") or url.query:
+            raise ValueError("mqtt_url takes no path or query (set topics with mqtt_topic_prefix)")
+        return str(value).strip()
 
     @field_validator("mqtt_topic_prefix", "mqtt_discovery_prefix")
     @classmethod

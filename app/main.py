@@ -24,11 +24,14 @@ from app.api import metrics as metrics_route
 from app.api.docs import install_docs
 from app.api.errors import install_error_handlers
 from app.api.middleware import RequestGuard
-from app.inference.backends.models import require_weights
-from app.config import Settings, format_imgsz
-from app.inference.devices import GpuInventory, parse_device, torch_inventory, validate_device
+from app import wiring
+from app.config import Settings
+from app.core.imgsz import format_imgsz
 from app.core.metrics import Metrics
-from app.core.roles import Keyring
+from app.core.types import GpuInventory
+from app.inference.backends.models import require_weights
+from app.inference.devices import parse_device, torch_inventory, validate_device
+from app.rules.port import NoRules
 
 log = logging.getLogger("campusguard")
 LOAD_FAILURE_EXIT_CODE = 3
@@ -45,14 +48,10 @@ def preflight(settings: Settings) -> None:
 
 def load_engine(app: FastAPI, settings: Settings, metrics: Metrics) -> None:
     """Load the backend, start the worker, warm up, then flip readiness (background thread)."""
-    from app.inference.backends import load_backend
-    from app.inference.engine import InferenceEngine
-    from app.inference.pipeline import Pipeline
-
     try:
         app.state.phase = "loading"
-        detector = load_backend(settings)
-        engine = InferenceEngine.from_settings(Pipeline.from_settings(detector, settings), settings, metrics)
+        detector = wiring.load_detector(settings)
+        engine = wiring.build_engine(settings, wiring.build_pipeline(settings, detector), metrics)
         app.state.detector, app.state.engine = detector, engine
         app.state.phase = "warming_up"
         engine.start()
@@ -76,7 +75,7 @@ def load_engine(app: FastAPI, settings: Settings, metrics: Metrics) -> None:
 def log_auth(settings: Settings) -> None:
     """Say at startup whether a key is needed, so an open server is never a surprise."""
     if settings.api_keys:
-        roles = Keyring.from_settings(settings).counts()
+        roles = wiring.keyring(settings).counts()
         log.info("auth on: %d API key(s) (%s); routes open without a key: %s", len(settings.api_keys),
                  ", ".join(f"{n} {role}" for role, n in sorted(roles.items())), ", ".join(settings.public_routes) or "none")
     else:
@@ -91,12 +90,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def lifespan(app: FastAPI):
         preflight(settings)
         log_auth(settings)
-        rules = None
-        if settings.site_config is not None:
-            from app.rules.service.facade import RulesService
-
-            rules = RulesService.from_settings(settings, metrics)
-            rules.start()
+        rules = wiring.build_rules(settings, metrics)
+        rules.start()
         app.state.rules = rules
         loader = threading.Thread(target=load_engine, args=(app, settings, metrics), name="campusguard-load",
                                   daemon=True)
@@ -106,8 +101,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         if engine is not None:
             engine.begin_drain()
             engine.stop()
-        if rules is not None:
-            rules.stop()
+        rules.stop()
         log.info("shut down cleanly")
 
     app = FastAPI(
@@ -119,11 +113,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         docs_url=None, redoc_url=None, openapi_url=None,  # served offline and behind the key by app/api/docs.py
     )
     app.state.settings = settings
+    app.state.options = wiring.api_options(settings)
     app.state.metrics = metrics
-    app.state.keyring = Keyring.from_settings(settings)
+    app.state.keyring = wiring.keyring(settings)
     app.state.phase = "starting"
     app.state.started_at = time.time()
-    app.state.rules = None
+    app.state.rules = NoRules()
     install_error_handlers(app)
     install_docs(app)
     app.include_router(detect.router)

@@ -22,6 +22,7 @@ from app.config import Settings
 from app.inference.engine import InferenceEngine
 from app.main import create_app
 from app.inference.pipeline import Pipeline
+from app.wiring import build_engine
 from tests.unit.test_engine import FakeDetector as EngineFakeDetector
 
 IMGSZ = 64
@@ -65,7 +66,7 @@ def inprocess_app(settings: Settings | None = None, *, ready: bool = True, rules
     engine = None
     if ready:
         pipeline = Pipeline(FakeDetector(), 0, settings.max_pixels)
-        engine = InferenceEngine.from_settings(pipeline, settings, app.state.metrics)
+        engine = build_engine(settings, pipeline, app.state.metrics)
         engine.start()
         engine.mark_ready()
         app.dependency_overrides[get_engine] = lambda: engine

@@ -16,13 +16,13 @@ from typing import Annotated, Any
 from fastapi import Depends, Request, Security
 from fastapi.security import APIKeyHeader
 
-from app.inference.backends.base import Detector
-from app.config import Settings
-from app.inference.engine import InferenceEngine
-from app.core.errors import NotFound, NotReady
+from app.api.options import ApiOptions
+from app.core.errors import NotReady
 from app.core.metrics import Metrics
 from app.core.roles import Keyring, Permission
-from app.rules.service.facade import RulesService
+from app.inference.backends.base import Detector
+from app.inference.engine import InferenceEngine
+from app.rules.port import NoRules, Rules, disabled
 
 # Declared once: OpenAPI lists it as the `ApiKey` security scheme, so Swagger UI's
 # "Authorize" button sends X-API-Key with "Try it out".
@@ -30,8 +30,8 @@ api_key_header = APIKeyHeader(name="X-API-Key", scheme_name="ApiKey", auto_error
                               description="One of CAMPUSGUARD_API_KEYS (needed only when keys are set)")
 
 
-def get_settings(request: Request) -> Settings:
-    return request.app.state.settings
+def get_options(request: Request) -> ApiOptions:
+    return request.app.state.options
 
 
 def get_metrics(request: Request) -> Metrics:
@@ -51,21 +51,21 @@ def get_started_at(request: Request) -> float:
     return request.app.state.started_at
 
 
-def get_rules(request: Request) -> RulesService | None:
-    """The rules service, or None when no site file is configured."""
-    return getattr(request.app.state, "rules", None)
+def get_rules(request: Request) -> Rules:
+    """The rules service, or ``NoRules`` when no site file is configured."""
+    return getattr(request.app.state, "rules", None) or NoRules()
 
 
 def get_keyring(request: Request) -> Keyring:
     return request.app.state.keyring
 
 
-SettingsDep = Annotated[Settings, Depends(get_settings)]
+OptionsDep = Annotated[ApiOptions, Depends(get_options)]
 MetricsDep = Annotated[Metrics, Depends(get_metrics)]
 MaybeEngineDep = Annotated[InferenceEngine | None, Depends(get_engine)]
 PhaseDep = Annotated[str, Depends(get_phase)]
 StartedAtDep = Annotated[float, Depends(get_started_at)]
-MaybeRulesDep = Annotated[RulesService | None, Depends(get_rules)]
+AnyRulesDep = Annotated[Rules, Depends(get_rules)]
 KeyringDep = Annotated[Keyring, Depends(get_keyring)]
 
 
@@ -90,20 +90,20 @@ def ready_engine(engine: MaybeEngineDep, metrics: MetricsDep, phase: PhaseDep) -
 EngineDep = Annotated[InferenceEngine, Depends(ready_engine)]
 
 
-def require_rules(rules: MaybeRulesDep) -> RulesService:
-    if rules is None:
-        raise NotFound("rules are disabled: no site_config is set", code="rules_disabled")
+def require_rules(rules: AnyRulesDep) -> Rules:
+    if not rules.enabled:
+        raise disabled()
     return rules
 
 
-RulesDep = Annotated[RulesService, Depends(require_rules)]
+RulesDep = Annotated[Rules, Depends(require_rules)]
 
 
-def is_public(request: Request, settings: Settings) -> bool:
+def is_public(request: Request, options: ApiOptions) -> bool:
     """Routes listed in ``public_routes`` answer without a key (by route template)."""
     route = request.scope.get("route")
     path = getattr(route, "path", request.url.path)
-    return path in settings.public_routes
+    return path in options.public_routes
 
 
 SuppliedKey = Annotated[str | None, Security(api_key_header)]
@@ -118,9 +118,9 @@ def require(permission: Permission) -> Any:
     """A dependency that lets the request through only for a role holding ``permission``
     (app/core/roles.py maps roles to permissions); routes in ``public_routes`` need no key."""
 
-    async def permitted(request: Request, keyring: KeyringDep, settings: SettingsDep,
+    async def permitted(request: Request, keyring: KeyringDep, options: OptionsDep,
                         supplied: SuppliedKey = None) -> None:
-        if not is_public(request, settings):
+        if not is_public(request, options):
             keyring.authorize(supplied, permission)
 
     permitted.__name__ = f"require_{permission}"

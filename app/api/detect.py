@@ -10,17 +10,17 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import Response
 
-from app.api.deps import Detect, EngineDep, MaybeRulesDep, MetricsDep, SettingsDep
+from app.api.deps import AnyRulesDep, Detect, EngineDep, MetricsDep, OptionsDep
 from app.api.images import parse_upload
+from app.api.options import ApiOptions
 from app.api.schemas import (BatchItem, BatchResponse, Box, DetectionOut, DetectResponse, ErrorBody,
                              Timings, error_responses)
-from app.config import Settings
 from app.inference.engine import DetectResult, InferenceEngine
 from app.core.timeutil import IsoDatetime
 from app.core.errors import InvalidParameter, ServiceError, shorten
 from app.inference.pipeline import DetectParams
 from app.rules.site.schema import IDENT as CAMERA_RE
-from app.rules.service.facade import RulesService
+from app.rules.port import Rules
 
 log = logging.getLogger("campusguard.api")
 router = APIRouter(tags=["detection"], dependencies=[Detect])
@@ -91,7 +91,7 @@ def resolve_classes(spec: str | None, names: dict[int, str]) -> frozenset[int] |
 
 
 def detect_params(
-    settings: SettingsDep,
+    options: OptionsDep,
     engine: EngineDep,
     conf: Annotated[float | None, Query(ge=0, le=1, description="Confidence threshold")] = None,
     iou: Annotated[float | None, Query(ge=0, le=1, description="NMS IoU threshold")] = None,
@@ -101,9 +101,9 @@ def detect_params(
 ) -> DetectParams:
     """Per-request overrides of the configured defaults."""
     return DetectParams(
-        conf=settings.conf if conf is None else conf,
-        iou=settings.iou if iou is None else iou,
-        max_det=settings.max_det if max_det is None else max_det,
+        conf=options.defaults.conf if conf is None else conf,
+        iou=options.defaults.iou if iou is None else iou,
+        max_det=options.defaults.max_det if max_det is None else max_det,
         classes=resolve_classes(classes, engine.pipeline.detector.names),
     )
 
@@ -111,29 +111,29 @@ def detect_params(
 ParamsDep = Annotated[DetectParams, Depends(detect_params)]
 
 
-def shape_result(engine: InferenceEngine, settings: Settings, result: DetectResult, camera_id: str | None,
+def shape_result(engine: InferenceEngine, options: ApiOptions, result: DetectResult, camera_id: str | None,
                  events: list[dict]) -> DetectResponse:
     det = engine.pipeline.detector
     return DetectResponse(
         width=result.width, height=result.height,
         detections=[DetectionOut(class_id=d.class_id, class_name=d.class_name, confidence=d.confidence,
                                  box=Box(x1=d.x1, y1=d.y1, x2=d.x2, y2=d.y2)) for d in result.detections],
-        model=det.model_name, backend=det.backend, provider=det.provider, device=settings.device,
+        model=det.model_name, backend=det.backend, provider=det.provider, device=options.device,
         camera_id=camera_id, timings=Timings(**result.timings_ms), events=events,
     )
 
 
-def rule_time(rules: RulesService | None, frame: Frame) -> datetime | None:
+def rule_time(rules: Rules, frame: Frame) -> datetime | None:
     """The frame's capture time under the capture-time policy (422 invalid_timestamp),
     checked before the body is read or anything is inferred; None when no rules apply."""
-    if rules is None or frame.camera_id is None:
+    if frame.camera_id is None:
         return None
     return rules.accept_capture_time(frame.camera_id, frame.timestamp)
 
 
-async def run_rules(engine: InferenceEngine, rules: RulesService | None, frame: Frame, when: datetime | None,
+async def run_rules(engine: InferenceEngine, rules: Rules, frame: Frame, when: datetime | None,
                     result: DetectResult) -> list[dict]:
-    if rules is None or frame.camera_id is None:
+    if not rules.enabled or frame.camera_id is None:
         return []
     loop = asyncio.get_running_loop()
     return await loop.run_in_executor(engine.executor, rules.evaluate, frame.camera_id, when,
@@ -177,8 +177,8 @@ DETECT_RESPONSES = {**ERRORS, 200: {"description": "Detections (JSON), or the an
 
 @router.post("/detect", response_model=DetectResponse, responses=DETECT_RESPONSES, openapi_extra=IMAGE_BODY,
              summary="Detect objects in one image")
-async def detect(request: Request, engine: EngineDep, params: ParamsDep, frame: FrameDep, settings: SettingsDep,
-                 metrics: MetricsDep, rules: MaybeRulesDep,
+async def detect(request: Request, engine: EngineDep, params: ParamsDep, frame: FrameDep, options: OptionsDep,
+                 metrics: MetricsDep, rules: AnyRulesDep,
                  annotate: Annotated[bool, Query(description="Reply with an annotated JPEG instead of JSON")] = False,
                  ) -> DetectResponse | Response:
     """Send the frame as multipart field `image` or as a raw `image/*` body.
@@ -188,26 +188,27 @@ async def detect(request: Request, engine: EngineDep, params: ParamsDep, frame: 
     `annotate=true` (or `Accept: image/jpeg` preferred to JSON) the reply is the annotated frame.
     """
     when = rule_time(rules, frame)
-    upload = (await parse_upload(request, ("image",), 1, settings.max_body_bytes)).images[0]
+    upload = (await parse_upload(request, ("image",), 1, options.max_body_bytes)).images[0]
     jpeg = wants_jpeg(request, annotate)
-    rules_on = rules is not None and frame.camera_id is not None
+    rules_on = rules.enabled and frame.camera_id is not None
     result = await engine.detect(upload.data, params, keep_image=jpeg or rules_on)
     events = await run_rules(engine, rules, frame, when, result)
     metrics.count_detections([d.class_name for d in result.detections], frame.camera_id)
     request.scope["state"].update(camera_id=frame.camera_id, detections=len(result.detections), images=1)
     if jpeg:
         return Response(await annotated_jpeg(engine, rules, frame, result, events), media_type="image/jpeg")
-    return shape_result(engine, settings, result, frame.camera_id, events)
+    return shape_result(engine, options, result, frame.camera_id, events)
 
 
-async def annotated_jpeg(engine: InferenceEngine, rules: RulesService | None, frame: Frame, result: DetectResult,
+async def annotated_jpeg(engine: InferenceEngine, rules: Rules, frame: Frame, result: DetectResult,
                          events: list[dict]) -> bytes:
-    from app.inference.vision.annotate import annotate_jpeg
+    from app.inference.vision.annotate import alerts_of_pairs, annotate_jpeg
 
-    zones = rules.zones_for(frame.camera_id) if rules is not None and frame.camera_id else ()
+    zones = rules.zones_for(frame.camera_id) if frame.camera_id else ()
+    alerts = alerts_of_pairs((e["zone"], e["rule"]) for e in events if e["state"] == "started")
     loop = asyncio.get_running_loop()
     return await loop.run_in_executor(engine.executor, lambda: annotate_jpeg(
-        result.image, result.detections, zones=zones, events=events, names=engine.pipeline.detector.names))
+        result.image, result.detections, zones=zones, alerts=alerts, names=engine.pipeline.detector.names))
 
 
 def item_error(index: int, outcome: BaseException) -> ErrorBody:
@@ -221,7 +222,7 @@ def item_error(index: int, outcome: BaseException) -> ErrorBody:
 @router.post("/detect/batch", response_model=BatchResponse, responses=ERRORS, openapi_extra=BATCH_BODY,
              summary="Detect objects in several images")
 async def detect_batch(request: Request, engine: EngineDep, params: ParamsDep, frame: FrameDep,
-                       settings: SettingsDep, metrics: MetricsDep, rules: MaybeRulesDep) -> BatchResponse:
+                       options: OptionsDep, metrics: MetricsDep, rules: AnyRulesDep) -> BatchResponse:
     """Several images as repeated multipart fields `images` (or `image`); the reply is JSON.
 
     Each image succeeds or fails on its own: a corrupt file yields an error entry for that
@@ -231,9 +232,9 @@ async def detect_batch(request: Request, engine: EngineDep, params: ParamsDep, f
     No annotated JPEGs here: send one frame to /detect for that.
     """
     when = rule_time(rules, frame)
-    uploads = (await parse_upload(request, ("images", "image"), settings.max_batch_images,
-                                  settings.max_body_bytes)).images
-    keep = rules is not None and frame.camera_id is not None
+    uploads = (await parse_upload(request, ("images", "image"), options.max_batch_images,
+                                  options.max_body_bytes)).images
+    keep = rules.enabled and frame.camera_id is not None
     outcomes = await asyncio.gather(*(engine.detect(u.data, params, keep_image=keep) for u in uploads),
                                     return_exceptions=True)
     unavailable = [o for o in outcomes if isinstance(o, ServiceError) and o.status == 503]
@@ -247,7 +248,7 @@ async def detect_batch(request: Request, engine: EngineDep, params: ParamsDep, f
         events = await run_rules(engine, rules, frame, when, outcome)
         metrics.count_detections([d.class_name for d in outcome.detections], frame.camera_id)
         items.append(BatchItem(index=index, filename=upload.filename, ok=True,
-                               result=shape_result(engine, settings, outcome, frame.camera_id, events)))
+                               result=shape_result(engine, options, outcome, frame.camera_id, events)))
     request.scope["state"].update(camera_id=frame.camera_id, images=sum(1 for i in items if i.ok),
                                   detections=sum(len(i.result.detections) for i in items if i.result))
     return BatchResponse(results=items)

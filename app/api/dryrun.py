@@ -17,7 +17,7 @@ from fastapi import Request
 from app.api.schemas import DryRunResult
 from app.core.errors import PayloadTooLarge, UnsupportedMediaType
 from app.rules.site.schema import SiteConfig, SiteConfigError, parse_site_text
-from app.rules.service.facade import RulesService
+from app.rules.port import Rules
 from app.core.timeutil import shift_clamped, utcnow
 
 MAX_SITE_BYTES = 1024 * 1024
@@ -55,7 +55,7 @@ def window(since: dt.datetime | None, until: dt.datetime | None, window_h: float
     return since or shift_clamped(until, -dt.timedelta(hours=window_h)), until
 
 
-async def dry_run(rules: RulesService, request: Request, since: dt.datetime | None, until: dt.datetime | None,
+async def dry_run(rules: Rules, request: Request, since: dt.datetime | None, until: dt.datetime | None,
                   window_h: float) -> DryRunResult:
     site = await read_site(request)
     start, end = window(since, until, window_h)

@@ -12,12 +12,12 @@ import time
 from fastapi import APIRouter
 
 from app import __version__
-from app.api.deps import Read, MaybeDetectorDep, MaybeEngineDep, MaybeRulesDep, PhaseDep, StartedAtDep
+from app.api.deps import Read, MaybeDetectorDep, MaybeEngineDep, AnyRulesDep, PhaseDep, StartedAtDep
 from app.api.schemas import Health, Status, error_responses
 from app.inference.backends.base import Detector
 from app.inference.engine import InferenceEngine
 from app.core.errors import NotReady
-from app.rules.service.facade import RulesService
+from app.rules.port import Rules
 
 router = APIRouter(tags=["health"], dependencies=[Read], responses=error_responses(401, 403))
 
@@ -30,7 +30,7 @@ async def live() -> Status:
 
 @router.get("/health/ready", response_model=Status, response_model_exclude_none=True,
             responses=error_responses(503), summary="Readiness: the model is loaded, warm and the worker is alive")
-async def ready(engine: MaybeEngineDep, phase: PhaseDep, rules: MaybeRulesDep) -> Status:
+async def ready(engine: MaybeEngineDep, phase: PhaseDep, rules: AnyRulesDep) -> Status:
     """503 (with Retry-After) while loading, warming up, restarting a worker, after a
     watchdog trip, and while draining for shutdown; route no traffic here then.
 
@@ -38,7 +38,7 @@ async def ready(engine: MaybeEngineDep, phase: PhaseDep, rules: MaybeRulesDep) -
     it, and every replica shares it: failing readiness would stop detection everywhere);
     ``event_store`` says so, and so does the ``campusguard_event_store_up`` metric."""
     if engine is not None and engine.ready:
-        return Status(status="ready", event_store=rules.store_status() if rules is not None else None)
+        return Status(status="ready", event_store=rules.store_status())
     reason = phase if engine is None or not engine.state.ready else (
         "draining" if engine.state.draining else "watchdog_tripped" if engine.state.tripped else "worker_restarting")
     raise NotReady(f"not ready: {reason}")
@@ -46,18 +46,18 @@ async def ready(engine: MaybeEngineDep, phase: PhaseDep, rules: MaybeRulesDep) -
 
 @router.get("/health", response_model=Health, summary="Status document")
 async def health(engine: MaybeEngineDep, detector: MaybeDetectorDep, phase: PhaseDep,
-                 started_at: StartedAtDep, rules: MaybeRulesDep) -> Health:
+                 started_at: StartedAtDep, rules: AnyRulesDep) -> Health:
     """Backend, provider, device and its memory, model and classes, uptime and counters."""
     return health_document(engine, detector, phase, started_at, rules)
 
 
 def health_document(engine: InferenceEngine | None, detector: Detector | None, phase: str, started_at: float,
-                    rules: RulesService | None) -> Health:
+                    rules: Rules) -> Health:
     """The /health document (GET /status embeds it)."""
     out = Health(status="ready" if engine is not None and engine.ready else phase,
                  ready=bool(engine is not None and engine.ready), version=__version__,
                  uptime_s=round(time.time() - started_at, 3),
-                 event_store=rules.store_status() if rules is not None else None)
+                 event_store=rules.store_status())
     if engine is not None and detector is not None:
         info = detector.device_info()
         mem = detector.memory()

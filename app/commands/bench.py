@@ -32,7 +32,8 @@ from typing import Any
 
 from app.tooling.bench import report
 from app.tooling.bench.args import DEFAULT_WEIGHTS, csv_list, size_override, weights_override
-from app.tooling.bench.runner import Bench, load_images, make_plan, total_steps
+from app.tooling.bench.plan import make_plan, total_steps
+from app.tooling.bench.runner import Bench, load_images
 from app.tooling.bench.table import add_ratios, merge, write_outputs
 from app.commands.common import imgsz_arg
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from app.config import Settings, load_settings, parse_imgsz
+from app.config import Settings, load_settings
+from app.core.imgsz import parse_imgsz
 
 
 def imgsz_arg(value: str):

@@ -7,10 +7,10 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
-from app.inference.backends import load_backend
+from app import wiring
 from app.commands.common import add_backend_options, settings_from_args
 from app.core.errors import ConfigError
-from app.inference.pipeline import DetectParams, Pipeline
+from app.inference.pipeline import DetectParams
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -25,7 +25,7 @@ def run(args: argparse.Namespace) -> int:
     if missing:  # before loading the model, and an error message rather than a traceback
         raise ConfigError(f"image file not found: {', '.join(missing)}")
     settings = settings_from_args(args)
-    pipeline = Pipeline.from_settings(load_backend(settings), settings)
+    pipeline = wiring.build_pipeline(settings)
     params = DetectParams(conf=args.conf if args.conf is not None else settings.conf,
                           iou=args.iou if args.iou is not None else settings.iou, max_det=settings.max_det)
     for path in args.images:

@@ -10,11 +10,10 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from app.inference.backends import load_backend
+from app import wiring
 from app.commands.common import add_backend_options, settings_from_args
 from app.core.errors import ConfigError
 from app.tooling.evaluate import evaluate, load_dataset
-from app.inference.pipeline import Pipeline
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -30,8 +29,8 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--batch must be >= 1, got {args.batch}")
     settings = settings_from_args(args)
     dataset = load_dataset(args.data)
-    detector = load_backend(settings)
-    result = evaluate(Pipeline.from_settings(detector, settings), dataset,
+    detector = wiring.load_detector(settings)
+    result = evaluate(wiring.build_pipeline(settings, detector), dataset,
                       batch_size=args.batch, progress=not args.no_progress)
     table = Table(title=f"mAP on {args.data}")
     for col in ("backend", "provider", "images", "boxes", "mAP50-95", "mAP50"):

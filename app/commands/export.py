@@ -91,7 +91,7 @@ def _print_summary(result) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from app.config import format_imgsz
+    from app.core.imgsz import format_imgsz
 
     table = Table(title=f"int8 export, imgsz {format_imgsz(result.imgsz)}, {result.calibration_images} calibration "
                         f"frames, {result.eval_images} labelled images")

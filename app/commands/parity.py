@@ -37,9 +37,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def detect_all(args: argparse.Namespace, precision: str) -> dict[str, list[list[float]]]:
-    from app.inference.backends import load_backend
+    from app import wiring
     from app.config import Settings
-    from app.inference.pipeline import Pipeline
     from app.inference.vision.decode import image_files
 
     try:
@@ -50,8 +49,8 @@ def detect_all(args: argparse.Namespace, precision: str) -> dict[str, list[list[
     paths = image_files(args.images)
     if not paths:
         raise ConfigError(f"no images in {args.images}")
-    detector = load_backend(settings)
-    pipeline = Pipeline.from_settings(detector, settings)
+    detector = wiring.load_detector(settings)
+    pipeline = wiring.build_pipeline(settings, detector)
     found = {p.name: as_boxes(dets) for p, dets in zip(paths, pipeline.detect([p.read_bytes() for p in paths]))}
     detector.close()
     return found

@@ -49,9 +49,9 @@ def run(args: argparse.Namespace) -> int:
 
     from app.config import load_settings
     from app.rules.site.schema import load_site_config
-    from app.rules.store.migrate import StoreUnavailable, describe
+    from app.rules.store.errors import StoreUnavailable, describe
     from app.rules.service.replay import compare
-    from app.rules.store.events import EventStore
+    from app.rules.store.db import EventStore
 
     site = load_site_config(args.site)  # SiteConfigError lists every problem (exit 2)
     store = EventStore(args.db or load_settings().events_db_url, migrate=False)

@@ -25,7 +25,7 @@ def run(args: argparse.Namespace) -> int:
     tune_allocator()  # before any worker thread creates its own malloc arena
     overrides = {k: v for k, v in (("host", args.host), ("port", args.port)) if v is not None}
     settings = load_settings(**overrides)
-    configure_logging(settings)
+    configure_logging(settings.log_format, settings.log_level)
     from app.main import create_app
 
     app = create_app(settings)
@@ -43,8 +43,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _reload_rules(app) -> None:
-    rules = getattr(app.state, "rules", None)
-    if rules is None:
+    rules = app.state.rules
+    if not rules.enabled:
         log.info("SIGHUP: no site configuration to reload")
         return
 

@@ -8,8 +8,6 @@ import re
 import sys
 import time
 
-from app.config import Settings
-
 _EXTRA_KEYS = ("route", "method", "status", "latency_ms", "camera_id", "detections")
 
 
@@ -54,12 +52,13 @@ class TextFormatter(logging.Formatter):
         return line
 
 
-def configure_logging(settings: Settings) -> None:
+def configure_logging(log_format: str = "text", level: str = "INFO") -> None:
+    """One handler on stderr, text or JSON lines, at ``level`` (uvicorn's own logs go through it)."""
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(JsonFormatter() if settings.log_format == "json" else TextFormatter())
+    handler.setFormatter(JsonFormatter() if log_format == "json" else TextFormatter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
-    root.setLevel(settings.log_level.upper())
+    root.setLevel(level.upper())
     for noisy in ("uvicorn.access", "ultralytics"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     logging.getLogger("uvicorn.error").handlers[:] = []

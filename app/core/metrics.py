@@ -14,9 +14,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.registry import Collector
 
-from app.inference.devices import MemoryStats
 from app.core.recent import RecentWindow
-from app.inference.pipeline import Counters
+from app.core.types import Counters, MemoryStats
 
 NAMESPACE = "campusguard"
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 10.0)

@@ -14,12 +14,9 @@ from __future__ import annotations
 import hmac
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from app.core.errors import Forbidden, InsufficientRole, Unauthorized
-
-if TYPE_CHECKING:
-    from app.config import Settings
 
 Permission = Literal["read", "review", "detect", "admin"]
 Role = Literal["viewer", "operator", "camera", "admin"]
@@ -65,10 +62,6 @@ class Keyring:
     @classmethod
     def parse(cls, entries: Iterable[str]) -> "Keyring":
         return cls(tuple((role, key.encode()) for role, key in map(parse_key, entries)))
-
-    @classmethod
-    def from_settings(cls, settings: "Settings") -> "Keyring":
-        return cls.parse(k.get_secret_value() for k in settings.api_keys)
 
     @property
     def enabled(self) -> bool:

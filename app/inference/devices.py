@@ -18,45 +18,9 @@ from pathlib import Path
 import psutil
 
 from app.core.errors import DeviceError
+from app.core.types import DeviceInfo, GpuInventory, MemoryStats
 
 VISIBILITY_VARS = ("HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES")
-
-
-@dataclass(frozen=True)
-class GpuInventory:
-    """What the GPU runtime reports: platform ("rocm", "cuda" or "none") and device names."""
-
-    platform: str
-    names: tuple[str, ...] = ()
-    total_memory: tuple[int, ...] = ()
-    bus_ids: tuple[str, ...] = ()  # PCI "0000:03:00.0": the one name host-wide tools agree on
-
-    @property
-    def count(self) -> int:
-        return len(self.names)
-
-
-@dataclass(frozen=True)
-class DeviceInfo:
-    """The device a backend runs on, for /health and the build-info metric."""
-
-    device: str
-    name: str
-    platform: str  # cpu | cuda | rocm
-    index: int | None = None
-    total_memory: int | None = None
-    bus_id: str | None = None
-
-
-@dataclass(frozen=True)
-class MemoryStats:
-    """Bytes in use on the device: ``used`` by live tensors, ``reserved`` by the cache."""
-
-    used: int
-    reserved: int
-    total: int | None
-    source: str
-    extra: dict[str, int] = field(default_factory=dict)
 
 
 def torch_inventory() -> GpuInventory:

@@ -32,11 +32,12 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from app.inference.admission import ServiceRate
-from app.config import Settings, input_hw
+from app.core.imgsz import input_hw
 from app.core.errors import (DeadlineExceeded, InferenceFailed, InferenceTimeout, NotReady, OutOfMemory, QueueFull,
                         ServiceError, ShuttingDown)
 from app.core.metrics import Metrics
-from app.inference.pipeline import Detection, DetectParams, Pipeline, Prepared
+from app.inference.pipeline import DetectParams, Pipeline, Prepared
+from app.core.types import Detection
 from app.inference.vision.preprocess import to_batch
 
 log = logging.getLogger("campusguard.engine")
@@ -92,7 +93,7 @@ class EngineState:
 
 @dataclass(frozen=True, slots=True)
 class EngineLimits:
-    """The engine's knobs (``Settings`` names them; the engine needs only these)."""
+    """The engine's knobs (app/wiring.py fills them from the settings; the engine needs only these)."""
 
     queue_size: int = 64
     max_batch_size: int = 8
@@ -102,11 +103,6 @@ class EngineLimits:
     preprocess_workers: int = 0
     watchdog_exit: bool = True
 
-    @classmethod
-    def from_settings(cls, settings: Settings) -> "EngineLimits":
-        return cls(settings.queue_size, settings.max_batch_size, settings.max_queue_delay_ms,
-                   settings.request_timeout_s, settings.inference_timeout_s, settings.preprocess_workers,
-                   settings.watchdog_exit)
 
 
 class InferenceEngine:
@@ -131,9 +127,6 @@ class InferenceEngine:
         for code in ("inference_failed", "out_of_memory", "inference_timeout"):
             metrics.inference_errors.labels(code)
 
-    @classmethod
-    def from_settings(cls, pipeline: Pipeline, settings: Settings, metrics: Metrics) -> "InferenceEngine":
-        return cls(pipeline, EngineLimits.from_settings(settings), metrics)
 
     # --- lifecycle ---------------------------------------------------------------------
     def start(self) -> None:

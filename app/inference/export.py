@@ -15,7 +15,7 @@ import tempfile
 from pathlib import Path
 
 from app.inference.backends.models import check_stride
-from app.config import ImgSize, format_imgsz, input_hw, parse_imgsz
+from app.core.imgsz import ImgSize, format_imgsz, input_hw, parse_imgsz
 from app.inference.backends.models import ARCH_SUFFIXES, require_weights
 from app.core.errors import ConfigError
 

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from app.core.types import Counters, Detection
 from app.inference.backends.base import Detector
-from app.config import Settings
 from app.inference.vision.decode import decode_image
 from app.inference.vision.postprocess import Detections, postprocess
 from app.inference.vision.preprocess import Letterbox, letterbox, to_batch
@@ -28,17 +28,6 @@ class DetectParams:
     max_det: int = 300
     classes: frozenset[int] | None = None
     multi_label: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class Detection:
-    class_id: int
-    class_name: str
-    confidence: float
-    x1: float
-    y1: float
-    x2: float
-    y2: float
 
 
 @dataclass(slots=True)
@@ -56,14 +45,6 @@ class Prepared:
     image: np.ndarray | None = None  # decoded RGB frame, kept only when asked (rules, annotation)
 
 
-@dataclass
-class Counters:
-    inferences: int = 0  # forward calls (batches)
-    images: int = 0
-    cache_clears: int = 0
-    last_cache_clear: float = field(default_factory=time.time)
-
-
 class Pipeline:
     def __init__(self, detector: Detector, cache_clear_every: int = 500, max_pixels: int = 40_000_000) -> None:
         self.detector = detector
@@ -74,9 +55,6 @@ class Pipeline:
         self._infer_lock = threading.Lock()
         self._buffer: np.ndarray | None = None
 
-    @classmethod
-    def from_settings(cls, detector: Detector, settings: Settings) -> "Pipeline":
-        return cls(detector, settings.cache_clear_every, settings.max_pixels)
 
     # --- stages -------------------------------------------------------------------------
     def prepare(self, data: bytes | np.ndarray, keep_image: bool = False) -> Prepared:

@@ -15,7 +15,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from app.config import ImgSize, Settings, format_imgsz, input_hw
+from app.config import Settings
+from app.core.imgsz import ImgSize, format_imgsz, input_hw
 from app.core.errors import ConfigError
 from app.tooling.evaluate import Dataset, evaluate, load_dataset
 from app.tooling.quantize import (META_PRECISION, FrameReader, Recipe, YoloOnnx, calibration_images, inspect_yolo_onnx,
@@ -128,16 +129,15 @@ def _metadata(path: Path) -> dict[str, str]:
 
 def _score(model: Path, imgsz: ImgSize, dataset: Dataset, threads: int | None, progress: bool) -> Score:
     """mAP of one ONNX model through the service's own backend and pipeline."""
-    from app.inference.backends import load_backend
-    from app.inference.pipeline import Pipeline
+    from app import wiring
 
     fields = {"backend": "onnx", "weights": model, "imgsz": imgsz, "device": "cpu"}
     if threads:
         fields["threads"] = threads
     settings = Settings(**fields)
-    detector = load_backend(settings)
+    detector = wiring.load_detector(settings)
     try:
-        result = evaluate(Pipeline.from_settings(detector, settings), dataset,
+        result = evaluate(wiring.build_pipeline(settings, detector), dataset,
                           progress=progress)
     finally:
         detector.close()

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 from scipy.optimize import linear_sum_assignment
 
-from app.inference.backends import load_backend
+from app.wiring import load_detector
 from app.config import Settings
 from app.tooling.evaluate import load_dataset
 from app.inference.pipeline import DetectParams, Pipeline
@@ -50,7 +50,7 @@ def pipelines(weights, onnx_cache) -> dict[str, Pipeline]:
     for backend in BACKENDS:
         settings = Settings(_env_file=None, backend=backend, weights=weights, onnx_cache_dir=onnx_cache,
                             imgsz=640, device="cpu")
-        out[backend] = Pipeline(load_backend(settings), cache_clear_every=0)
+        out[backend] = Pipeline(load_detector(settings), cache_clear_every=0)
     yield out
     for pipe in out.values():
         pipe.detector.close()
@@ -134,7 +134,7 @@ def test_bus_within_2px_of_readme_at_its_fixed_shape(weights, onnx_cache, bus_jp
     README's published boxes within 2 px, scores within 0.01, in the README's order."""
     settings = Settings(_env_file=None, backend=backend, weights=weights, onnx_cache_dir=onnx_cache,
                         imgsz="640x480", device="cpu")
-    pipe = Pipeline(load_backend(settings), cache_clear_every=0)
+    pipe = Pipeline(load_detector(settings), cache_clear_every=0)
     ours = as_tuples(pipe.detect([bus_jpg], PREDICT)[0])
     pipe.detector.close()
     assert [name for name, _, _ in ours] == [name for name, _, _ in README_BUS]

@@ -115,7 +115,7 @@ def test_corrupt_migration_state_stops_startup_and_is_left_alone(server_factory,
     from sqlalchemy import text
 
     from app.rules.store.migrate import upgrade
-    from app.rules.store.events import make_engine
+    from app.rules.store.db import make_engine
 
     engine = make_engine(pg_url)
     upgrade(engine)

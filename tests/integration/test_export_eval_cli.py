@@ -18,6 +18,7 @@ import pytest
 
 from app.cli import main
 from app.config import Settings
+from app.wiring import backend_options
 from tests.conftest import REPO
 
 pytestmark = pytest.mark.timeout(600)
@@ -277,6 +278,6 @@ def test_export_rectangular_fixed_shape(weights, tmp_path):
     assert metadata(model)["campusguard_imgsz"] == "256x416"
     from app.inference.backends.onnx_backend import OnnxDetector
 
-    det = OnnxDetector.from_settings(Settings(_env_file=None, backend="onnx", weights=out, imgsz="256x416"))
+    det = OnnxDetector.from_options(backend_options(Settings(_env_file=None, backend="onnx", weights=out, imgsz="256x416")))
     assert det.precision == "fp32"
     assert det.infer(np.zeros((2, 3, 256, 416), np.float32)).shape[:2] == (2, 84)

@@ -132,13 +132,13 @@ def test_fixed_batch_model_is_calibrated_in_its_batch(weights, calibration, tmp_
     """A graph exported for batch 2 takes only batches of 2; 3 frames make 2 runs (one padded)."""
     import numpy as np
 
-    from app.inference.backends import load_backend
+    from app.wiring import load_detector
 
     out = tmp_path / "b2-int8.onnx"
     assert main(["export", "--int8", "--weights", str(weights), "--imgsz", str(IMGSZ), "--batch", "2",
                  "--calibration", str(unlabelled_frames(tmp_path / "frames", calibration, 3)),
                  "--threads", "2", "--no-progress", "--out", str(out)]) == 0, capsys.readouterr().err[-3000:]
-    detector = load_backend(Settings(_env_file=None, backend="onnx", weights=out, imgsz=IMGSZ, threads=2))
+    detector = load_detector(Settings(_env_file=None, backend="onnx", weights=out, imgsz=IMGSZ, threads=2))
     assert detector.fixed_batch == 2 and detector.precision == "int8"
     assert detector.infer(np.zeros((3, 3, IMGSZ, IMGSZ), np.float32)).shape[:2] == (3, 84)
 

@@ -163,12 +163,12 @@ def test_replay_of_the_logged_frames(walked, capsys):
     """The unchanged site file reproduces the recorded events exactly; a changed one gives the
     difference predicted from the walk (crossings at 8 s in, 24 s out; on the mat 10 s to 22 s)."""
     server, _, t0, tmp, _ = walked
-    from app.rules.store.events import EventStore
+    from app.rules.store.db import EventStore
 
     store = EventStore(f"sqlite:///{tmp}/events.db", migrate=False)
     try:
         deadline = time.monotonic() + 30
-        while store.count_frames(["door"], t0, t0 + dt.timedelta(minutes=1)).get("door", 0) < 17:
+        while store.frames.count(["door"], t0, t0 + dt.timedelta(minutes=1)).get("door", 0) < 17:
             assert time.monotonic() < deadline, "the detection log was not written"
             time.sleep(0.2)
     finally:

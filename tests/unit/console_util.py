@@ -10,6 +10,7 @@ from pathlib import Path
 from app.config import Settings
 from app.core.metrics import Metrics
 from app.rules.service.facade import RulesService
+from app.wiring import build_rules
 from tests.inprocess import IMGSZ, InProcess, inprocess_app
 from tests.unit.rules_util import EXAMPLE_SITE
 
@@ -21,7 +22,7 @@ def site_app(tmp: Path, **settings) -> Iterator[InProcess]:
     shutil.copy(EXAMPLE_SITE, site)
     s = Settings(imgsz=IMGSZ, threads=1, preprocess_workers=1, warmup_iters=0, site_config=site,
                  events_db_url=f"sqlite:///{tmp}/e.db", snapshot_dir=tmp / "snaps", clips=False, **settings)
-    rules = RulesService.from_settings(s, Metrics())
+    rules = build_rules(s, Metrics())
     try:
         with inprocess_app(s, rules=rules) as ip:
             ip.rules, ip.site = rules, site

@@ -8,7 +8,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from app.inference.pipeline import Detection
+from app.core.types import Detection
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE_SITE = REPO / "deploy" / "site.example.yaml"
@@ -91,7 +91,7 @@ def outbox_rows(store) -> list[dict]:
     """Every webhook outbox row, read straight from the store's tables (test inspection only)."""
     from sqlalchemy import select
 
-    from app.rules.store.events import outbox_table
+    from app.rules.store.schema import outbox_table
 
     with store.engine.connect() as conn:
         return [dict(r._mapping) for r in conn.execute(select(outbox_table).order_by(outbox_table.c.id))]

@@ -10,6 +10,7 @@ import pytest
 
 from app.api.deps import get_engine
 from app.config import Settings
+from app.wiring import build_rules
 from tests.inprocess import IMGSZ, inprocess_app, png
 
 pytestmark = pytest.mark.timeout(60)
@@ -298,7 +299,7 @@ def test_batch_feeds_the_camera_rules_in_order(tmp_path):
     from app.rules.service.facade import RulesService
     from tests.unit.rules_util import EXAMPLE_SITE
 
-    rules = RulesService.from_settings(settings(site_config=EXAMPLE_SITE, events_db_url=f"sqlite:///{tmp_path}/e.db",
+    rules = build_rules(settings(site_config=EXAMPLE_SITE, events_db_url=f"sqlite:///{tmp_path}/e.db",
                                                 snapshot_dir=tmp_path / "snaps"), Metrics())
     try:
         with inprocess_app(settings(site_config=EXAMPLE_SITE), rules=rules) as ip:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from app.tooling.bench import soak
-from app.tooling.bench.runner import make_plan, total_steps
+from app.tooling.bench.plan import make_plan, total_steps
 from app.commands import bench as command, loadtest
 from app.commands import soak as soak_command
 from app.cli import build_parser

@@ -74,14 +74,14 @@ def test_create_replace_rename_delete_keep_comments_and_backup(env):
     assert [z.name for z in env.rules.config.cameras[0].zones] == ["sports-ground", "bike-rack"]
     assert c.get("/site").json()["version"] == out["version"]
 
-    plaza_state = env.rules._cameras["plaza-cam"]
+    plaza_state = env.rules.table.get("plaza-cam")
     renamed = {"name": "plaza-north", "polygon": [[0, 0.5], [1, 0.5], [1, 1]], "rules": [{"type": "crowd", "min_count": 4}]}
     r = c.put(ZONE.format("plaza-cam", "plaza"), json=renamed)
     assert r.status_code == 200, r.text
     zones = yaml.safe_load(site.read_text())["cameras"][1]["zones"]
     assert [z["name"] for z in zones] == ["plaza-north"] and zones[0]["rules"][0]["min_count"] == 4
     assert "kind" not in zones[0]  # a replace is the body, not a merge
-    assert env.rules._cameras["gate-cam"] is not None and env.rules._cameras["plaza-cam"] is not plaza_state
+    assert env.rules.table.get("gate-cam") is not None and env.rules.table.get("plaza-cam") is not plaza_state
     assert comments(site.read_text()) == comments(original.decode())
 
     assert c.delete(ZONE.format("gate-cam", "bike-rack")).status_code == 200
@@ -123,9 +123,9 @@ def test_deleting_the_first_zone_takes_its_own_header_only(tmp_path):
 
 
 def test_state_of_other_cameras_is_kept(env):
-    kept = env.rules._cameras["plaza-cam"]
+    kept = env.rules.table.get("plaza-cam")
     assert env.client.put(ZONE.format("gate-cam", "bike-rack"), json=BIKES).status_code == 200
-    assert env.rules._cameras["plaza-cam"] is kept
+    assert env.rules.table.get("plaza-cam") is kept
 
 
 @pytest.mark.parametrize("zone,field", [

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from app.inference.devices import (VISIBILITY_VARS, DeviceInfo, GpuInventory, MemoryStats, gpu_memory_without_torch, parse_device,
-                         process_memory, sysfs_memory, validate_device, visibility_report)
+from app.inference.devices import VISIBILITY_VARS, gpu_memory_without_torch, parse_device, process_memory, sysfs_memory, validate_device, visibility_report
+from app.core.types import DeviceInfo, GpuInventory, MemoryStats
 from app.core.errors import ConfigError, DeviceError
 
 pytestmark = pytest.mark.timeout(30)

@@ -13,9 +13,8 @@ import time
 import numpy as np
 import pytest
 
-from app.config import Settings
-from app.inference.devices import DeviceInfo, MemoryStats
-from app.inference.engine import InferenceEngine
+from app.core.types import DeviceInfo, MemoryStats
+from app.inference.engine import EngineLimits, InferenceEngine
 from app.core.errors import DeadlineExceeded, InferenceFailed, NotReady, OutOfMemory, QueueFull
 from app.core.metrics import Metrics
 from app.inference.pipeline import DetectParams, Pipeline
@@ -59,8 +58,8 @@ class FakeDetector:
 
 
 def make_engine(detector: FakeDetector, **overrides) -> InferenceEngine:
-    settings = Settings(**{"max_batch_size": 4, "max_queue_delay_ms": 50, "queue_size": 16, **overrides})
-    engine = InferenceEngine.from_settings(Pipeline(detector, cache_clear_every=0), settings, Metrics())
+    limits = EngineLimits(**{"max_batch_size": 4, "max_queue_delay_ms": 50, "queue_size": 16, **overrides})
+    engine = InferenceEngine(Pipeline(detector, cache_clear_every=0), limits, Metrics())
     engine.start()
     engine.mark_ready()
     return engine
@@ -150,8 +149,7 @@ def test_oom_even_at_half_size_is_503():
 
 def test_not_ready_is_refused():
     det = FakeDetector()
-    settings = Settings(max_batch_size=2)
-    engine = InferenceEngine.from_settings(Pipeline(det), settings, Metrics())
+    engine = InferenceEngine(Pipeline(det), EngineLimits(max_batch_size=2), Metrics())
     with pytest.raises(NotReady):
         asyncio.run(engine.detect(IMAGE, DetectParams()))
     assert det.calls == []

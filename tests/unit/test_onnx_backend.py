@@ -13,8 +13,9 @@ from onnx import TensorProto, helper
 
 from app.inference.backends import onnx_backend
 from app.inference.backends.onnx_backend import OnnxDetector, arena_spec, migraphx_options
-from app.inference.devices import GpuInventory
+from app.core.types import GpuInventory
 from app.core.errors import ConfigError
+from app.wiring import backend_options
 
 REAL_SESSION = ort.InferenceSession
 
@@ -185,5 +186,5 @@ def test_missing_gpu_provider_is_refused_before_any_export(monkeypatch, tmp_path
     monkeypatch.setattr(onnx_backend, "export_onnx", lambda *a, **k: pytest.fail("exported before checking"))
     weights = tmp_path / "yolov8m.yaml"
     with pytest.raises(ConfigError, match="needs a GPU execution provider"):
-        OnnxDetector.from_settings(Settings(_env_file=None, backend="onnx", weights=weights, device="cuda:0",
-                                            onnx_cache_dir=tmp_path))
+        OnnxDetector.from_options(backend_options(Settings(_env_file=None, backend="onnx", weights=weights, device="cuda:0",
+                                            onnx_cache_dir=tmp_path)))

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from app.inference.backends.base import Detector
-from app.inference.devices import DeviceInfo, MemoryStats
+from app.core.types import DeviceInfo, MemoryStats
 from app.core.errors import InvalidImage
 from app.inference.pipeline import DetectParams, Pipeline
 

@@ -12,6 +12,7 @@ from app.config import Settings
 from app.core.metrics import Metrics
 from app.core.roles import Keyring, parse_key
 from app.rules.service.facade import RulesService
+from app.wiring import build_rules
 from tests.inprocess import IMGSZ, inprocess_app, png
 from tests.unit.rules_util import EXAMPLE_SITE
 
@@ -47,7 +48,7 @@ def keyed(tmp_path_factory):
     shutil.copy(EXAMPLE_SITE, site)
     s = Settings(imgsz=IMGSZ, threads=1, preprocess_workers=1, warmup_iters=0, api_keys=ENTRIES, site_config=site,
                  events_db_url=f"sqlite:///{tmp}/e.db", snapshot_dir=tmp / "snaps")
-    rules = RulesService.from_settings(s, Metrics())
+    rules = build_rules(s, Metrics())
     with inprocess_app(s, rules=rules) as ip:
         yield ip
     rules.stop()

@@ -6,9 +6,8 @@ import cv2
 import numpy as np
 import pytest
 
-from app.inference.pipeline import Detection
-from app.rules.service.facade import ZoneView
-from app.inference.vision.annotate import annotate_jpeg
+from app.core.types import Detection
+from app.inference.vision.annotate import ZoneOverlay, annotate_jpeg
 
 
 def decode(data: bytes) -> np.ndarray:
@@ -21,8 +20,8 @@ def decode(data: bytes) -> np.ndarray:
 def test_jpeg_of_the_frames_size(w, h):
     frame = np.zeros((h, w, 3), np.uint8)
     dets = [Detection(0, "person", 0.87, w * 0.2, h * 0.2, w * 0.5, h * 0.9)]
-    zones = [ZoneView("c", "lawn", "restricted", ((0.1, 0.1), (0.9, 0.1), (0.5, 0.9)), ("intrusion",))]
-    data = annotate_jpeg(frame, dets, zones, [{"zone": "lawn", "rule": "intrusion", "state": "started"}])
+    zones = [ZoneOverlay("lawn", ((0.1, 0.1), (0.9, 0.1), (0.5, 0.9)))]
+    data = annotate_jpeg(frame, dets, zones, {"lawn": ["intrusion"]})
     assert data[:3] == b"\xff\xd8\xff"
     assert decode(data).shape == (h, w, 3)
 
@@ -33,9 +32,9 @@ def test_things_are_drawn_and_alerts_are_red():
     plain = decode(annotate_jpeg(frame, []))
     assert plain.max() < 10  # nothing to draw: still the (black) frame
 
-    zone = ZoneView("c", "gate", "restricted", ((0.25, 0.25), (0.75, 0.25), (0.75, 0.75), (0.25, 0.75)), ("crowd",))
+    zone = ZoneOverlay("gate", ((0.25, 0.25), (0.75, 0.25), (0.75, 0.75), (0.25, 0.75)))
     idle = decode(annotate_jpeg(frame, [], [zone]))
-    alert = decode(annotate_jpeg(frame, [], [zone], [{"zone": "gate", "rule": "crowd", "state": "started"}]))
+    alert = decode(annotate_jpeg(frame, [], [zone], {"gate": ["crowd"]}))
     inside = (slice(100, 200), slice(120, 280))
     # the alert zone's fill is red (BGR: high R channel), the idle one is not
     assert alert[inside][..., 2].mean() > 30 and alert[inside][..., 2].mean() > idle[inside][..., 2].mean() + 20
@@ -43,21 +42,21 @@ def test_things_are_drawn_and_alerts_are_red():
     assert boxed[50:120, 48:53].max() > 100  # the box's left edge
 
 
-def test_only_open_events_mark_their_zone():
+def test_only_zones_with_alerts_are_marked():
     frame = np.full((200, 300, 3), 255, np.uint8)
-    zone = ZoneView("c", "gate", "restricted", ((0.25, 0.25), (0.75, 0.25), (0.75, 0.75), (0.25, 0.75)), ("crowd",))
+    zone = ZoneOverlay("gate", ((0.25, 0.25), (0.75, 0.25), (0.75, 0.75), (0.25, 0.75)))
     inside = (slice(90, 110), slice(140, 160))
-    ended = decode(annotate_jpeg(frame, [], [zone], [{"zone": "gate", "rule": "crowd", "state": "ended"}]))
-    started = decode(annotate_jpeg(frame, [], [zone], [{"zone": "gate", "rule": "crowd", "state": "started"}]))
+    ended = decode(annotate_jpeg(frame, [], [zone], {}))
+    started = decode(annotate_jpeg(frame, [], [zone], {"gate": ["crowd"]}))
     # BGR: an open event's zone is tinted red (blue channel drops), an ended one keeps the idle colour
     assert started[inside][..., 0].mean() < ended[inside][..., 0].mean() - 20
 
 
 def test_counting_lines_are_drawn_with_their_in_arrow():
     frame = np.zeros((400, 400, 3), np.uint8)
-    zone = ZoneView("c", "hall", "entrance", ((0.0, 0.0), (1.0, 0.0), (1.0, 1.0), (0.0, 1.0)), ("line_crossing",),
+    zone = ZoneOverlay("hall", ((0.0, 0.0), (1.0, 0.0), (1.0, 1.0), (0.0, 1.0)),
                     (((0.1, 0.5), (0.9, 0.5)),))
-    img = decode(annotate_jpeg(frame, [], [zone], []))
+    img = decode(annotate_jpeg(frame, [], [zone]))
     yellow = lambda px: px[1] > 150 and px[2] > 150 and px[0] < 120  # noqa: E731 (BGR)
     assert yellow(img[200, 100]) and yellow(img[200, 300])      # on the line
     assert not yellow(img[100, 200]) and not yellow(img[300, 100])  # off it
@@ -69,16 +68,16 @@ def test_exclusion_masks_are_shaded_and_hatched():
     frame and carries grey stripes; outside it the frame is untouched."""
     frame = np.full((400, 400, 3), 200, np.uint8)
     mask = ((0.5, 0.5), (1.0, 0.5), (1.0, 1.0), (0.5, 1.0))
-    zone = ZoneView("c", "yard", "restricted", ((0.0, 0.0), (0.4, 0.0), (0.4, 0.4), (0.0, 0.4)), ("intrusion",),
+    zone = ZoneOverlay("yard", ((0.0, 0.0), (0.4, 0.0), (0.4, 0.4), (0.0, 0.4)),
                     excludes=(mask,))
-    img = decode(annotate_jpeg(frame, [], [zone], [], quality=100))
+    img = decode(annotate_jpeg(frame, [], [zone], quality=100))
     masked = img[230:380, 230:380].astype(int)
     outside = img[230:380, 20:180].astype(int)
     assert abs(outside.mean() - 200) < 3                       # untouched
     assert masked.mean() < 160                                  # darkened
     grey = (np.abs(masked - 128) < 8).all(axis=2).mean()
     assert 0.05 < grey < 0.6                                    # striped, not filled
-    plain = decode(annotate_jpeg(frame, [], [ZoneView("c", "yard", "restricted", zone.polygon, ("intrusion",))],
+    plain = decode(annotate_jpeg(frame, [], [ZoneOverlay("yard", zone.polygon)],
                                  [], quality=100))
     assert abs(plain[230:380, 230:380].astype(int).mean() - 200) < 3  # no mask, nothing drawn there
 

@@ -12,16 +12,18 @@ from fastapi.testclient import TestClient
 from app.api.errors import install_error_handlers
 from app.api.events import router
 from app.config import Settings
+from app.api.options import ApiOptions
 from app.core.metrics import Metrics
 from app.core.roles import Keyring
 from app.rules.service.facade import RulesService
+from app.wiring import build_rules
 from tests.unit.rules_util import EXAMPLE_SITE, H, W, at, people
 
 
 def make_app(rules, keys=()) -> FastAPI:
     app = FastAPI()
     app.state.rules = rules
-    app.state.settings = Settings()
+    app.state.options = ApiOptions()
     app.state.keyring = Keyring.parse(keys)
     install_error_handlers(app)
     app.include_router(router)
@@ -32,7 +34,7 @@ def make_app(rules, keys=()) -> FastAPI:
 def rules(tmp_path):
     path = tmp_path / "site.yaml"
     shutil.copy(EXAMPLE_SITE, path)
-    svc = RulesService.from_settings(Settings(site_config=path, events_db_url=f"sqlite:///{tmp_path}/e.db",
+    svc = build_rules(Settings(site_config=path, events_db_url=f"sqlite:///{tmp_path}/e.db",
                                               snapshot_dir=tmp_path / "snaps"), Metrics())
     import numpy as np
 

@@ -13,6 +13,7 @@ from app.config import Settings
 from app.core.metrics import Metrics
 from app.rules.site.schema import SiteConfigError
 from app.rules.service.facade import RulesService
+from app.wiring import build_rules
 from tests.unit.rules_util import EXAMPLE_SITE, H, W, at, people
 from tests.unit.test_rules_api import make_app
 from tests.unit.test_rules_webhooks import sample, wait_for
@@ -31,7 +32,7 @@ def make_service(tmp_path, **site_changes) -> RulesService:
     data.update(site_changes)
     path = tmp_path / "site.yaml"
     path.write_text(yaml.safe_dump(data))
-    return RulesService.from_settings(Settings(site_config=path, events_db_url=f"sqlite:///{tmp_path}/e.db",
+    return build_rules(Settings(site_config=path, events_db_url=f"sqlite:///{tmp_path}/e.db",
                                                snapshot_dir=tmp_path / "snaps"), Metrics())
 
 
@@ -42,7 +43,7 @@ def crowd(svc, start: float, seconds: int) -> list[dict]:
 
 def test_silent_camera_goes_offline_and_comes_back(tmp_path):
     svc = make_service(tmp_path)  # site default: 60 s
-    clock = svc.monitor.clock = Clock()
+    clock = svc.health.monitor.clock = Clock()
     try:
         started = crowd(svc, 0, 11)
         assert [e["state"] for e in started] == ["started"]
@@ -59,19 +60,19 @@ def test_silent_camera_goes_offline_and_comes_back(tmp_path):
         assert len(client.get("/cameras/" + "x" * 5000).json()["message"]) < 300
 
         clock.t += 59
-        svc.check_offline()
-        assert svc.monitor.status("plaza-cam") == "online"
+        svc.health.check_offline()
+        assert svc.health.monitor.status("plaza-cam") == "online"
         assert sample(svc.metrics, "campusguard_camera_last_frame_age_seconds", camera_id="plaza-cam") == 59
         clock.t += 2
-        svc.check_offline()
-        assert svc.monitor.status("plaza-cam") == "offline" and svc.monitor.status("gate-cam") == "never_seen"
+        svc.health.check_offline()
+        assert svc.health.monitor.status("plaza-cam") == "offline" and svc.health.monitor.status("gate-cam") == "never_seen"
         crowd_event = svc.get_event(started[0]["id"])
         assert crowd_event["state"] == "ended" and crowd_event["ended_at"] == "2026-03-02T12:00:10Z"  # its last frame
         offline = svc.query_events(rule="camera_offline")[0]
         assert len(offline) == 1 and offline[0]["state"] == "started" and offline[0]["camera_id"] == "plaza-cam"
         cams = {c["id"]: c for c in client.get("/cameras").json()}
         assert cams["plaza-cam"]["status"] == "offline" and cams["plaza-cam"]["open_events"] == []
-        svc.check_offline()  # once offline, nothing more is raised
+        svc.health.check_offline()  # once offline, nothing more is raised
         assert svc.query_events(rule="camera_offline")[1] == 1
 
         clock.t += 100
@@ -79,7 +80,7 @@ def test_silent_camera_goes_offline_and_comes_back(tmp_path):
         assert [(e["rule"], e["state"]) for e in back] == [("camera_offline", "ended"), ("camera_online", "ended")]
         assert back[0]["id"] == offline[0]["id"] and back[0]["ended_at"] == back[1]["started_at"] == "2026-03-02T12:05:00Z"
         assert svc.get_event(offline[0]["id"])["state"] == "ended"
-        assert svc.monitor.status("plaza-cam") == "online"
+        assert svc.health.monitor.status("plaza-cam") == "online"
         # the rule state started afresh: the crowd needs its 10 s again
         assert crowd(svc, 301, 9) == [] and [e["state"] for e in crowd(svc, 310, 1)] == ["started"]
     finally:
@@ -92,15 +93,15 @@ def test_background_sweep_and_per_camera_threshold(tmp_path):
     plaza["offline_after_s"] = 0.3
     path = tmp_path / "site.yaml"
     path.write_text(yaml.safe_dump(data))
-    svc = RulesService.from_settings(Settings(site_config=path, events_db_url=f"sqlite:///{tmp_path}/e.db",
+    svc = build_rules(Settings(site_config=path, events_db_url=f"sqlite:///{tmp_path}/e.db",
                                               snapshot_dir=tmp_path / "snaps"), Metrics())
-    assert svc.offline_sweeper.interval_s == pytest.approx(0.2)
+    assert svc.health.sweeper.interval_s == pytest.approx(0.2)
     svc.start()
     try:
         svc.evaluate("plaza-cam", at(0), (W, H), [])
         svc.evaluate("gate-cam", at(0), (W, H), [])  # site default 60 s: stays online
-        assert wait_for(lambda: svc.monitor.status("plaza-cam") == "offline", timeout=5)  # no frame needed
-        assert svc.monitor.status("gate-cam") == "online"
+        assert wait_for(lambda: svc.health.monitor.status("plaza-cam") == "offline", timeout=5)  # no frame needed
+        assert svc.health.monitor.status("gate-cam") == "online"
         assert wait_for(lambda: svc.query_events(rule="camera_offline")[1] == 1, timeout=5)
     finally:
         svc.stop()

@@ -15,6 +15,7 @@ from app.core.metrics import Metrics
 from app.rules.logic.capture_time import CaptureTimePolicy
 from app.rules.site.schema import SiteConfigError, load_site_config
 from app.rules.service.facade import RulesService
+from app.wiring import build_rules
 from tests.unit.rules_util import EXAMPLE_SITE, H, W, people
 
 UTC = dt.timezone.utc
@@ -71,7 +72,7 @@ def service(tmp_path):
     path = tmp_path / "site.yaml"
     shutil.copy(EXAMPLE_SITE, path)
     metrics = Metrics()
-    svc = RulesService.from_settings(Settings(site_config=path, events_db_url=f"sqlite:///{tmp_path}/e.db",
+    svc = build_rules(Settings(site_config=path, events_db_url=f"sqlite:///{tmp_path}/e.db",
                                               snapshot_dir=tmp_path / "snaps"), metrics)
     yield svc, metrics, path
     svc.stop()

@@ -19,6 +19,8 @@ from app.inference.engine import DetectResult
 from app.core.metrics import Metrics
 from app.core.roles import Keyring
 from app.rules.service.facade import RulesService
+from app.wiring import build_rules
+from app.wiring import api_options, keyring as keyring_of
 from tests.unit.rules_util import EXAMPLE_SITE, H, NAMES, W, people
 
 TIMINGS = dict.fromkeys(("decode_ms", "queue_wait_ms", "preprocess_ms", "inference_ms", "postprocess_ms",
@@ -53,9 +55,10 @@ def client(tmp_path):
                         api_keys="k1")
     app = FastAPI()
     app.state.settings, app.state.metrics = settings, Metrics()
-    app.state.keyring = Keyring.from_settings(settings)
+    app.state.keyring = keyring_of(settings)
+    app.state.options = api_options(settings)
     app.state.engine, app.state.phase, app.state.started_at = FakeEngine(), "ready", 0.0
-    app.state.rules = RulesService.from_settings(settings, app.state.metrics)
+    app.state.rules = build_rules(settings, app.state.metrics)
     install_error_handlers(app)
     app.include_router(detect.router)
     app.include_router(events.router)

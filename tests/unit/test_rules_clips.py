@@ -15,13 +15,16 @@ import pytest
 
 from app.config import Settings
 from app.core.metrics import Metrics
-from app.inference.pipeline import Detection
+from app.core.types import Detection
 from app.rules.evidence.framering import FrameRing
-from app.rules.store.retention import RetentionSweeper
+from app.rules.evidence.clips import NoClips
+from app.rules.evidence.files import EvidenceFiles
+from app.rules.store.retention import RetentionOptions, RetentionSweeper
 from app.rules.service.facade import RulesService
-from app.rules.store.events import EventStore
+from app.rules.store.db import EventStore
 from app.core.timeutil import utcnow
 from app.inference.vision.mp4 import write_mp4
+from app.wiring import build_rules
 from tests.unit.rules_util import EXAMPLE_SITE, H, W, at, people
 from tests.unit.test_rules_webhooks import wait_for
 
@@ -106,7 +109,7 @@ def make(tmp_path):
         shutil.copy(EXAMPLE_SITE, path)
         s = Settings(site_config=path, events_db_url=f"sqlite:///{tmp_path}/events.db",
                      snapshot_dir=tmp_path / "snaps", **settings)
-        svc = RulesService.from_settings(s, Metrics())
+        svc = build_rules(s, Metrics())
         made.append(svc)
         return svc
 
@@ -182,7 +185,7 @@ def test_a_frame_the_ring_cannot_keep_does_not_fail_the_frame(make):
 
 def test_clips_off_means_no_clip(make):
     svc = make(clips=False)
-    assert svc.clips is None
+    assert isinstance(svc.clips, NoClips)
     (ev,) = crowd(svc, 10.5)
     assert ev["clip"] is None and ev["snapshot"] is not None
 
@@ -190,8 +193,8 @@ def test_clips_off_means_no_clip(make):
 def test_a_clip_that_cannot_be_written_is_forgotten(make, tmp_path):
     svc = make(clip_post_s=0)
     (ev,) = crowd(svc, 10.5)
-    svc.clips.clip_dir = tmp_path / "a-file"
-    svc.clips.clip_dir.write_bytes(b"")  # mkdir fails
+    svc.clips.files = EvidenceFiles(tmp_path / "a-file")
+    svc.clips.files.folder.write_bytes(b"")  # mkdir fails
     assert svc.clips.write_due(everything=True) == 0
     assert svc.get_event(ev["id"])["clip"] is None
     ended = []
@@ -209,7 +212,7 @@ def test_retention_deletes_clips_with_their_events_and_counts_them_in_the_budget
     try:
         for event_id, age in (("old", 40), ("mid", 5), ("new", 1)):
             ended = now - dt.timedelta(days=age)
-            store.record({"id": event_id, "camera_id": "cam", "zone": "z", "rule": "crowd", "rule_type": "crowd",
+            store.events.record({"id": event_id, "camera_id": "cam", "zone": "z", "rule": "crowd", "rule_type": "crowd",
                           "started_at": ended.isoformat(), "ended_at": ended.isoformat(), "objects": [],
                           "max_count": 1, "snapshot": f"/events/{event_id}/snapshot",
                           "clip": f"/events/{event_id}/clip.mp4"})
@@ -217,11 +220,11 @@ def test_retention_deletes_clips_with_their_events_and_counts_them_in_the_budget
                 path = snaps / f"{event_id}{suffix}"
                 path.write_bytes(b"x" * size)
                 os.utime(path, (ended.timestamp() + size,) * 2)
-        got = RetentionSweeper(store, snaps, retain_days=30, budget_bytes=1500).sweep()
+        got = RetentionSweeper(store, EvidenceFiles(snaps), RetentionOptions(retain_days=30, budget_bytes=1500)).sweep()
         assert got == {"events": 1, "snapshots_expired": 2, "snapshots_over_budget": 2, "frames": 0}
         # mid.jpg (100 B) then mid.mp4 (1000 B) go over the budget; new's 1100 B stay
         assert sorted(p.name for p in snaps.iterdir()) == ["new.jpg", "new.mp4"]
-        assert store.get("mid")["clip"] is None and store.get("mid")["snapshot"] is None
-        assert store.get("new")["clip"] == "/events/new/clip.mp4"
+        assert store.events.get("mid")["clip"] is None and store.events.get("mid")["snapshot"] is None
+        assert store.events.get("new")["clip"] == "/events/new/clip.mp4"
     finally:
         store.close()

@@ -10,6 +10,7 @@ from fastapi.testclient import TestClient
 from app.config import Settings
 from app.core.metrics import Metrics
 from app.rules.service.facade import RulesService
+from app.wiring import build_rules
 from tests.unit.rules_util import H, W, at, det
 from tests.unit.test_rules_api import make_app
 
@@ -22,7 +23,7 @@ def svc(tmp_path):
     path = tmp_path / "site.yaml"
     path.write_text(yaml.safe_dump(SITE))
     metrics = Metrics()
-    service = RulesService.from_settings(Settings(site_config=path, events_db_url=f"sqlite:///{tmp_path}/e.db",
+    service = build_rules(Settings(site_config=path, events_db_url=f"sqlite:///{tmp_path}/e.db",
                                                   snapshot_dir=tmp_path / "snaps"), metrics)
     service.metrics_for_test = metrics
     frame = np.zeros((H, W, 3), np.uint8)

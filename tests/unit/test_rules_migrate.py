@@ -14,8 +14,10 @@ from alembic.runtime.migration import MigrationContext
 from sqlalchemy import (JSON, Column, DateTime, Index, Integer, MetaData, String, Table, Text, UniqueConstraint,
                         inspect, text)
 
-from app.rules.store.migrate import MigrationError, StoreUnavailable, current_revision, head_revision, upgrade
-from app.rules.store.events import EventStore, make_engine, metadata
+from app.rules.store.migrate import MigrationError, current_revision, head_revision, upgrade
+from app.rules.store.errors import StoreUnavailable
+from app.rules.store.db import EventStore, make_engine
+from app.rules.store.schema import metadata
 from tests.conftest import REPO, free_port
 
 
@@ -72,7 +74,7 @@ def test_database_from_before_migrations_is_stamped_and_keeps_its_rows(db_url):
     store = EventStore(db_url)  # migrates: stamp 0001, then upgrade
     try:
         assert current_revision(store.engine) == head_revision()
-        old = store.get("old1")
+        old = store.events.get("old1")
         assert old["camera_id"] == "cam" and old["max_count"] == 2 and old["started_at"] == "2026-01-01T10:00:00Z"
         assert old["acknowledged"] is False and old["false_positive"] is False and old["reviewed_by"] is None
     finally:
@@ -102,7 +104,7 @@ def test_unreachable_database_is_one_clear_line():
 
 def test_replicas_migrating_at_once_serialise(pg_url):
     """Four processes start on an empty PostgreSQL database together: one migrates, all succeed."""
-    code = ("import sys; from app.rules.store.events import make_engine; from app.rules.store.migrate import upgrade; "
+    code = ("import sys; from app.rules.store.db import make_engine; from app.rules.store.migrate import upgrade; "
             "print(upgrade(make_engine(sys.argv[1])))")
     procs = [subprocess.Popen([sys.executable, "-c", code, pg_url], cwd=REPO, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True) for _ in range(4)]

@@ -14,8 +14,11 @@ from app.config import Settings
 from app.core.errors import ConfigError
 from app.core.metrics import Metrics
 from app.rules.delivery.mqtt import BrokerTarget, MqttBridge, Topics, event_messages, topic_part
-from app.rules.store.events import EventStore, dumps
+from app.rules.store.db import EventStore
+from app.core.jsonutil import dumps
 from app.rules.service.facade import RulesService
+from app.wiring import build_rules
+from app.wiring import mqtt_options
 from tests.mqtt_broker import Mosquitto, Subscriber, find_mosquitto
 from tests.conftest import free_port
 from tests.unit.rules_util import H, W, at, people
@@ -37,7 +40,7 @@ def service(tmp_path, mosquitto):
                      clips=False, mqtt_url=mosquitto.url, webhook_max_backoff_s=1.0, webhook_timeout_s=2.0,
                      **settings)
         metrics = Metrics()
-        svc = RulesService.from_settings(s, metrics)
+        svc = build_rules(s, metrics)
         svc.test_metrics = metrics
         svc.start()
         made.append(svc)
@@ -102,7 +105,7 @@ def test_bad_ca_file_stops_startup(tmp_path):
     store = EventStore(f"sqlite:///{tmp_path}/e.db")
     for ca in (tmp_path / "missing.pem", garbage):
         with pytest.raises(ConfigError, match="MQTT_CA_FILE"):
-            MqttBridge.from_settings(Settings(mqtt_url="mqtts://broker.lan", mqtt_ca_file=ca), store)
+            MqttBridge.build(mqtt_options(Settings(mqtt_url="mqtts://broker.lan", mqtt_ca_file=ca)), store)
     store.close()
 
 
@@ -178,14 +181,14 @@ def test_broker_restart_mid_stream_loses_no_event(service, subscribe, mosquitto)
     sub = subscribe("campusguard/events")
     first = crowd_event(svc, 0)
     sub.wait_for(lambda m: len(m) == 2)
-    eventually(lambda: svc.store.outbox_depth([svc.mqtt.url]) == 0)  # acked (else re-sent: at least once)
+    eventually(lambda: svc.store.outbox.depth([svc.mqtt.url]) == 0)  # acked (else re-sent: at least once)
 
     mosquitto.stop()
     during = []
     for i in range(3):  # raised while the broker is down: they wait in the outbox
         during += crowd_event(svc, 10 + 10 * i)
     assert len(during) == 6
-    assert svc.store.outbox_depth([svc.mqtt.url]) == 6
+    assert svc.store.outbox.depth([svc.mqtt.url]) == 6
     mosquitto.start()
 
     expected = {f"{e['id']}:{e['state']}" for e in first + during}
@@ -194,7 +197,7 @@ def test_broker_restart_mid_stream_loses_no_event(service, subscribe, mosquitto)
     assert [k for k in keys if k in expected][:2] == [f"{first[0]['id']}:started", f"{first[0]['id']}:ended"]
     order = [k for k in dict.fromkeys(keys)]
     assert order == [f"{e['id']}:{e['state']}" for e in first + during]  # in order, across the outage
-    eventually(lambda: svc.store.outbox_depth([svc.mqtt.url]) == 0)
+    eventually(lambda: svc.store.outbox.depth([svc.mqtt.url]) == 0)
     # the broker lost its retained state with its restart (no persistence): re-published on reconnect
     late = subscribe("campusguard/availability")
     late.wait_for(lambda m: (("campusguard/availability", b"online", True) in m))
@@ -218,23 +221,23 @@ def test_tls_and_credentials(tls_broker, tmp_path):
             metrics = Metrics()
             settings = Settings(mqtt_url=f"mqtts://alice:{password}@127.0.0.1:{tls_broker.port}",
                                 mqtt_ca_file=tls_broker.ca_file, mqtt_client_id=f"cg-{event_id}", webhook_timeout_s=2)
-            bridge = MqttBridge.from_settings(settings, store, metrics)
+            bridge = MqttBridge.build(mqtt_options(settings), store, metrics)
             assert bridge.url == f"mqtts://127.0.0.1:{tls_broker.port}"
             event = {"id": event_id, "camera_id": "c", "zone": "z", "rule": "intrusion",
                      "started_at": "2026-03-02T12:00:00Z", "objects": []}
             key = f"{event_id}:started"
-            store.record(event, [(bridge.url, key, dumps({"type": "event.started", "idempotency_key": key,
+            store.events.record(event, [(bridge.url, key, dumps({"type": "event.started", "idempotency_key": key,
                                                           "event": event}))])
             bridges.append(bridge)
             bridge.start(lambda: [])
             if password == "s3cret":
                 got = sub.wait_for(lambda m: len(m) == 1)
                 assert json.loads(got[0][1])["idempotency_key"] == "good:started"
-                eventually(lambda: store.outbox_depth([bridge.url]) == 0)
+                eventually(lambda: store.outbox.depth([bridge.url]) == 0)
                 bridge.stop()
         eventually(lambda: metrics.registry.get_sample_value("campusguard_mqtt_outbox_depth") == 1)
         assert not bridges[-1].publisher.connected  # refused: nothing was claimed, the row waits
-        assert store.outbox_depth([bridges[-1].url]) == 1 and len(sub.messages) == 1
+        assert store.outbox.depth([bridges[-1].url]) == 1 and len(sub.messages) == 1
     finally:
         bridges[-1].stop()
         sub.close()
@@ -246,12 +249,12 @@ def test_camera_health_is_the_retained_status_topic(service, subscribe):
     events go to the event topics like any other, without a rule state topic."""
     svc = service()
     now = [1000.0]
-    svc.monitor.clock = lambda: now[0]
+    svc.health.monitor.clock = lambda: now[0]
     sub = subscribe("campusguard/#")
     svc.evaluate("gate-cam", at(0), (W, H), [])
     sub.wait_for(lambda m: sub.on("campusguard/gate-cam/status") == [b"online"])
     now[0] += 61  # the site default offline_after_s is 60
-    svc.check_offline()
+    svc.health.check_offline()
     sub.wait_for(lambda m: sub.on("campusguard/gate-cam/status") == [b"online", b"offline"])
     svc.evaluate("gate-cam", at(70), (W, H), [])
     sub.wait_for(lambda m: sub.on("campusguard/gate-cam/status") == [b"online", b"offline", b"online"])

@@ -19,10 +19,12 @@ from app.api import health
 from app.api.errors import install_error_handlers
 from app.api.events import router as events_router
 from app.config import Settings
+from app.api.options import ApiOptions
 from app.core.metrics import Metrics
 from app.core.roles import Keyring
-from app.rules.store.migrate import StoreUnavailable
+from app.rules.store.errors import StoreUnavailable
 from app.rules.service.facade import RulesService
+from app.wiring import build_rules
 from tests.conftest import free_port
 from tests.unit.rules_util import EXAMPLE_SITE, H, W, Receiver, at, people
 from tests.unit.test_rules_webhooks import sample, wait_for
@@ -42,7 +44,7 @@ def crowd_event(svc: RulesService, base: float) -> list[dict]:
 def service(tmp_path, url: str, **settings) -> RulesService:
     path = tmp_path / "site.yaml"
     shutil.copy(EXAMPLE_SITE, path)
-    svc = RulesService.from_settings(Settings(site_config=path, events_db_url=url, snapshot_dir=tmp_path / "snaps",
+    svc = build_rules(Settings(site_config=path, events_db_url=url, snapshot_dir=tmp_path / "snaps",
                                               **settings), Metrics())
     svc.writer.retry_s = 0.1
     return svc
@@ -62,7 +64,7 @@ def app_with(svc: RulesService) -> FastAPI:
     app.state.rules, app.state.keyring, app.state.phase = svc, Keyring(), "ready"
     app.state.engine = SimpleNamespace(ready=True, pipeline=SimpleNamespace(detector=None))  # no model: status only
     app.state.started_at = time.time()
-    app.state.settings, app.state.metrics = Settings(), Metrics()
+    app.state.options, app.state.metrics = ApiOptions(), Metrics()
     install_error_handlers(app)
     app.include_router(events_router)
     app.include_router(health.router)

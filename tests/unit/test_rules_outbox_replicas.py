@@ -9,18 +9,18 @@ import sys
 import threading
 import time
 
-from app.rules.store.events import EventStore
+from app.rules.store.db import EventStore
 from tests.conftest import REPO
 from tests.unit.rules_util import Receiver
 from tests.unit.test_rules_webhooks import enqueue, wait_for, worker
 
 DELIVERER = """
 import sys, time
-from app.rules.store.events import EventStore
-from app.rules.delivery.webhooks import OutboxWorker
+from app.rules.store.db import EventStore
+from app.rules.delivery.webhooks import WebhookOptions, WebhookWorker
 store = EventStore(sys.argv[1])
-w = OutboxWorker(store, [sys.argv[2]], b"s3cret", timeout_s=30.0, max_backoff_s=0.3, poll_s=0.05,
-                 lease_s=float(sys.argv[3]))
+w = WebhookWorker(store, WebhookOptions((sys.argv[2],), b"s3cret", timeout_s=30.0, max_backoff_s=0.3),
+                  poll_s=0.05, lease_s=float(sys.argv[3]))
 w.start()
 print("started", flush=True)
 time.sleep(120)
@@ -50,7 +50,7 @@ def test_two_replica_processes_deliver_each_row_exactly_once_in_order(pg_url):
         assert wait_for(lambda: len(rx.requests) >= 80, timeout=60), len(rx.requests)
         time.sleep(0.5)  # no late duplicates
         assert rx.keys() == expected_keys(40)
-        assert store.outbox_depth() == 0
+        assert store.outbox.depth() == 0
     finally:
         for p in procs:
             p.kill()
@@ -105,7 +105,7 @@ def test_replica_killed_mid_delivery_loses_nothing(pg_url):
         # receiver keeps one); every other row exactly once, all in order
         assert keys == ["ev000:started", *expected_keys(3)]
         assert list(rx.unique_events()) == expected_keys(3)
-        assert store.outbox_depth() == 0
+        assert store.outbox.depth() == 0
     finally:
         if victim.poll() is None:
             victim.kill()

@@ -19,14 +19,16 @@ import yaml
 
 from app.cli import main
 from app.config import Settings
-from app.inference.pipeline import Detection
+from app.core.types import Detection
 from app.rules.site.schema import parse_site_config
 from app.rules.store.framelog import LoggedFrame, decode, encode
 from app.rules.service.replay import compare
-from app.rules.store.retention import RetentionSweeper
+from app.rules.evidence.files import EvidenceFiles
+from app.rules.store.retention import RetentionOptions, RetentionSweeper
 from app.rules.service.facade import RulesService
-from app.rules.store.events import EventStore
+from app.rules.store.db import EventStore
 from app.core.timeutil import iso
+from app.wiring import build_rules
 from tests.conftest import REPO
 from tests.unit.rules_util import H, T0, W, at, det, people
 
@@ -56,7 +58,7 @@ def record(tmp) -> tuple[RulesService, Settings]:
     write_site(site, SITE)
     settings = Settings(site_config=site, events_db_url=f"sqlite:///{tmp}/events.db", snapshot_dir=tmp / "snaps",
                         detection_log=True, clips=False)
-    svc = RulesService.from_settings(settings)
+    svc = build_rules(settings)
     for t, n in enumerate(PLAZA):
         svc.evaluate("plaza", at(t), (W, H), people(n))
     for t, dets in enumerate(GATE):
@@ -101,8 +103,8 @@ def test_the_log_holds_every_frame_and_class_as_evaluated(recorded):
     url, _ = recorded
     store = EventStore(url)
     try:
-        plaza = [decode(r) for r in store.iter_frames(["plaza"], T0, at(3600), chunk=7)]  # several chunks
-        gate = [decode(r) for r in store.iter_frames(["gate"], T0, at(3600))]
+        plaza = [decode(r) for r in store.frames.iter(["plaza"], T0, at(3600), chunk=7)]  # several chunks
+        gate = [decode(r) for r in store.frames.iter(["gate"], T0, at(3600))]
     finally:
         store.close()
     assert [f.captured_at for f in plaza] == [at(t) for t in range(len(PLAZA))]
@@ -179,7 +181,7 @@ def test_a_camera_reset_is_replayed_as_a_fresh_state(tmp_path):
     site = tmp_path / "site.yaml"
     write_site(site, SITE)
     url = f"sqlite:///{tmp_path}/events.db"
-    svc = RulesService.from_settings(Settings(site_config=site, events_db_url=url, snapshot_dir=tmp_path / "s",
+    svc = build_rules(Settings(site_config=site, events_db_url=url, snapshot_dir=tmp_path / "s",
                                               detection_log=True, clips=False))
     for t in range(20):
         if t == 12:
@@ -187,7 +189,7 @@ def test_a_camera_reset_is_replayed_as_a_fresh_state(tmp_path):
         svc.evaluate("plaza", at(t), (W, H), people(4))
     svc.frame_log.flush()
     try:
-        stored = svc.store.event_spans(["plaza"], T0, at(60))
+        stored = svc.store.events.event_spans(["plaza"], T0, at(60))
         assert [(s - T0).total_seconds() for _, _, _, s, _ in stored] == [5, 17]
         result = compare(svc.store, parse_site_config(SITE), T0, at(60), ["plaza"])
         assert result.totals()["matched"] == 2 and result.totals()["recorded"] == 2
@@ -195,7 +197,7 @@ def test_a_camera_reset_is_replayed_as_a_fresh_state(tmp_path):
         svc.stop()
 
 
-def test_log_rows_and_retention_on_both_databases(db_url):
+def test_log_rows_and_retention_on_both_databases(db_url, tmp_path):
     """The blob, the microsecond times and the batched deletes on SQLite and PostgreSQL."""
     store = EventStore(db_url)
     try:
@@ -203,13 +205,13 @@ def test_log_rows_and_retention_on_both_databases(db_url):
         dets = (Detection(0, "person", float(np.float32(0.87)), *map(float, np.float32([1.5, 2.25, 300.1, 400.7]))),)
         frames = [LoggedFrame("cam", now - dt.timedelta(days=d), 640, 480, dets, (4,), fresh=d == 30)
                   for d in (30, 8, 7.1, 6.9, 3, 0.5)]
-        store.log_frames([encode(f) for f in frames])
-        assert [decode(r) for r in store.iter_frames(["cam"], now - dt.timedelta(days=60), now + dt.timedelta(days=1),
+        store.frames.log([encode(f) for f in frames])
+        assert [decode(r) for r in store.frames.iter(["cam"], now - dt.timedelta(days=60), now + dt.timedelta(days=1),
                                                      chunk=4)] == frames
-        sweeper = RetentionSweeper(store, None, frames_retain_days=7)
+        sweeper = RetentionSweeper(store, EvidenceFiles(tmp_path / "none"), RetentionOptions(frames_retain_days=7))
         assert sweeper.sweep(now)["frames"] == 3
-        assert store.count_frames(["cam"], now - dt.timedelta(days=400), now + dt.timedelta(days=1)) == {"cam": 3}
-        assert store.delete_frames_before(now, batch=1) == 3  # several batches
+        assert store.frames.count(["cam"], now - dt.timedelta(days=400), now + dt.timedelta(days=1)) == {"cam": 3}
+        assert store.frames.delete_before(now, batch=1) == 3  # several batches
         assert sweeper.sweep(now)["frames"] == 0
     finally:
         store.close()
@@ -222,7 +224,7 @@ def test_logging_never_waits_for_the_database(tmp_path):
 
     site = tmp_path / "site.yaml"
     write_site(site, SITE)
-    svc = RulesService.from_settings(Settings(site_config=site, events_db_url=f"sqlite:///{tmp_path}/e.db",
+    svc = build_rules(Settings(site_config=site, events_db_url=f"sqlite:///{tmp_path}/e.db",
                                               snapshot_dir=tmp_path / "s", detection_log=True, clips=False))
     svc.frame_log.batch, svc.frame_log.flush_s = 5, 0.02
     svc.start()
@@ -242,7 +244,7 @@ def test_logging_never_waits_for_the_database(tmp_path):
         locker.execute("ROLLBACK")
         locker.close()
     svc.stop()
-    assert svc.store.count_frames(["plaza"], T0, at(60)) == {"plaza": 40}
+    assert svc.store.frames.count(["plaza"], T0, at(60)) == {"plaza": 40}
 
 
 # --- the command ------------------------------------------------------------------------
@@ -318,7 +320,7 @@ def test_the_log_is_compact(tmp_path):
                                    tuple(Detection(0, "person", float(s), *map(float, b)) for b, s in zip(bb, ss)),
                                    (1, 2, 3))) for i, (bb, ss) in enumerate(zip(boxes, conf))]
         for k in range(0, n, 500):
-            store.log_frames(rows[k:k + 500])
+            store.frames.log(rows[k:k + 500])
         per_frame = (size() - before) / n
         assert 26 * 3 < per_frame < 200, per_frame
     finally:

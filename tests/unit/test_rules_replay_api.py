@@ -41,8 +41,8 @@ def changed(**rule) -> dict:
 def test_dry_run_replays_without_applying_anything(app):
     svc = app.rules
     config, loaded_at, file_bytes = svc.config, svc.loaded_at, svc.path.read_bytes()
-    frames = svc.store.count_frames(["plaza", "gate"], at(0), at(3600))
-    events = svc.store.query(limit=500)
+    frames = svc.store.frames.count(["plaza", "gate"], at(0), at(3600))
+    events = svc.store.events.query(limit=500)
 
     same = post(app, yaml.safe_dump(SITE))
     assert same.status_code == 200, same.text
@@ -61,9 +61,9 @@ def test_dry_run_replays_without_applying_anything(app):
 
     # nothing applied: the running config, the file, the log and the events are as before
     assert svc.config is config and svc.loaded_at == loaded_at and svc.path.read_bytes() == file_bytes
-    assert svc.zones_for("plaza")[0].rules == ("crowd",)
-    assert svc.store.count_frames(["plaza", "gate"], at(0), at(3600)) == frames
-    assert svc.store.query(limit=500) == events
+    assert [r.name for r in svc.table.get("plaza").zones[0].rules] == ["crowd"]
+    assert svc.store.frames.count(["plaza", "gate"], at(0), at(3600)) == frames
+    assert svc.store.events.query(limit=500) == events
 
 
 def test_window_parameters(app):

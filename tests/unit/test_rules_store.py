@@ -7,7 +7,7 @@ import datetime as dt
 
 import pytest
 
-from app.rules.store.events import EventStore
+from app.rules.store.db import EventStore
 from tests.unit.rules_util import T0
 
 
@@ -23,42 +23,42 @@ def event(i: int, camera="cam-a", zone="plaza", rule="crowd", ended=False) -> di
 def store(db_url):
     s = EventStore(db_url)  # SQLite: the folder is created
     for i in range(30):
-        s.record(event(i, camera="cam-a" if i % 3 else "cam-b", zone="plaza" if i % 2 else "gate",
+        s.events.record(event(i, camera="cam-a" if i % 3 else "cam-b", zone="plaza" if i % 2 else "gate",
                        rule="crowd" if i % 5 else "intrusion"))
     yield s
     s.close()
 
 
 def test_round_trip_and_update_on_end(store):
-    got = store.get("ev004")
+    got = store.events.get("ev004")
     assert got["camera_id"] == "cam-a" and got["state"] == "started" and got["ended_at"] is None
     assert got["started_at"] == "2026-03-02T12:04:00Z" and got["objects"][0]["box"] == [1.0, 2.0, 3.0, 4.0]
-    store.record({**event(4, zone="gate"), "ended_at": "2026-03-02T12:05:00Z", "max_count": 9})
-    got = store.get("ev004")
+    store.events.record({**event(4, zone="gate"), "ended_at": "2026-03-02T12:05:00Z", "max_count": 9})
+    got = store.events.get("ev004")
     assert got["state"] == "ended" and got["ended_at"] == "2026-03-02T12:05:00Z" and got["max_count"] == 9
-    assert store.get("nope") is None
+    assert store.events.get("nope") is None
 
 
 def test_filters(store):
-    items, total = store.query(camera_id="cam-b", limit=500)
+    items, total = store.events.query(camera_id="cam-b", limit=500)
     assert total == 10 and {e["camera_id"] for e in items} == {"cam-b"}
-    items, total = store.query(camera_id="cam-a", zone="plaza", rule="crowd", limit=500)
+    items, total = store.events.query(camera_id="cam-a", zone="plaza", rule="crowd", limit=500)
     expected = [i for i in range(30) if i % 3 and i % 2 and i % 5]
     assert total == len(expected) and sorted(int(e["id"][2:]) for e in items) == expected
 
 
 def test_time_range_is_on_started_at(store):
     since, until = T0 + dt.timedelta(minutes=10), T0 + dt.timedelta(minutes=20)
-    items, total = store.query(since=since, until=until, limit=500)
+    items, total = store.events.query(since=since, until=until, limit=500)
     assert total == 10 and sorted(int(e["id"][2:]) for e in items) == list(range(10, 20))
     # other zones than UTC mean the same instant
     berlin = dt.timezone(dt.timedelta(hours=1))
-    items2, _ = store.query(since=since.astimezone(berlin), until=until.astimezone(berlin), limit=500)
+    items2, _ = store.events.query(since=since.astimezone(berlin), until=until.astimezone(berlin), limit=500)
     assert [e["id"] for e in items2] == [e["id"] for e in items]
 
 
 def test_pagination_newest_first(store):
-    pages = [store.query(limit=7, offset=o) for o in range(0, 35, 7)]
+    pages = [store.events.query(limit=7, offset=o) for o in range(0, 35, 7)]
     ids = [e["id"] for items, _ in pages for e in items]
     assert all(total == 30 for _, total in pages)
     assert ids == [f"ev{i:03d}" for i in range(29, -1, -1)]
@@ -67,22 +67,22 @@ def test_pagination_newest_first(store):
 def test_outbox_rows_written_with_the_event_once_per_key(db_url):
     s = EventStore(db_url)
     deliveries = [("http://127.0.0.1:1/a", "ev000:started", b"{}"), ("http://127.0.0.1:1/b", "ev000:started", b"{}")]
-    s.record(event(0), deliveries)
-    s.record(event(0), deliveries)  # recorded again (e.g. a retry): no duplicate deliveries
-    assert s.outbox_depth() == 2
-    assert s.outbox_depth(["http://127.0.0.1:1/a"]) == 1
+    s.events.record(event(0), deliveries)
+    s.events.record(event(0), deliveries)  # recorded again (e.g. a retry): no duplicate deliveries
+    assert s.outbox.depth() == 2
+    assert s.outbox.depth(["http://127.0.0.1:1/a"]) == 1
     lease = dt.datetime.now(dt.timezone.utc) + dt.timedelta(seconds=10)
-    head, due = s.outbox_claim_next("http://127.0.0.1:1/a", lease)
+    head, due = s.outbox.claim_next("http://127.0.0.1:1/a", lease)
     assert head.idempotency_key == "ev000:started" and head.attempts == 0 and due is None
-    assert s.outbox_claim_next("http://127.0.0.1:1/a", lease) == (None, lease)  # leased: due when the lease ends
-    s.outbox_delivered(head.id)
-    assert s.outbox_depth() == 1 and s.outbox_claim_next("http://127.0.0.1:1/a", lease) == (None, None)
+    assert s.outbox.claim_next("http://127.0.0.1:1/a", lease) == (None, lease)  # leased: due when the lease ends
+    s.outbox.delivered(head.id)
+    assert s.outbox.depth() == 1 and s.outbox.claim_next("http://127.0.0.1:1/a", lease) == (None, None)
 
 
 def test_persists_across_reopen(db_url):
     url = db_url
     s = EventStore(url)
-    s.record(event(1), [("http://127.0.0.1:1/a", "ev001:started", b"{}")])
+    s.events.record(event(1), [("http://127.0.0.1:1/a", "ev001:started", b"{}")])
     s.close()
     s = EventStore(url)
-    assert s.get("ev001")["id"] == "ev001" and s.outbox_depth() == 1
+    assert s.events.get("ev001")["id"] == "ev001" and s.outbox.depth() == 1

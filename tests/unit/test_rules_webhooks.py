@@ -9,8 +9,10 @@ import time
 import pytest
 
 from app.core.metrics import Metrics
-from app.rules.store.events import EventStore, dumps
-from app.rules.delivery.webhooks import OutboxWorker, backoff_s, sign, verify
+from app.rules.store.db import EventStore
+from app.core.jsonutil import dumps
+from app.rules.delivery.outbox import backoff_s
+from app.rules.delivery.webhooks import WebhookOptions, WebhookWorker, sign, verify
 from tests.unit.rules_util import Receiver, outbox_rows
 
 SECRET = b"s3cret"
@@ -29,7 +31,7 @@ def enqueue(store: EventStore, url: str, event_id: str, state: str = "started") 
              "objects": [], "max_count": 3, "snapshot": None}
     key = f"{event_id}:{state}"
     payload = dumps({"type": f"event.{state}", "idempotency_key": key, "event": event})
-    store.record(event, [(url, key, payload)])
+    store.events.record(event, [(url, key, payload)])
     return payload
 
 
@@ -53,8 +55,9 @@ def store(tmp_path):
     s.close()
 
 
-def worker(store, url, metrics=None, **kw) -> OutboxWorker:
-    w = OutboxWorker(store, [url], SECRET, timeout_s=2.0, max_backoff_s=kw.pop("max_backoff_s", 0.3),
+def worker(store, url, metrics=None, **kw) -> WebhookWorker:
+    options = WebhookOptions((url,), SECRET, timeout_s=2.0, max_backoff_s=kw.pop("max_backoff_s", 0.3))
+    w = WebhookWorker(store, options,
                      metrics=metrics, poll_s=kw.pop("poll_s", 0.2), **kw)
     w.start()
     return w
@@ -100,12 +103,12 @@ def test_receiver_down_for_a_while_loses_nothing_and_keeps_order(store):
             expected.append(f"ev{i}:ended")
         w.notify()
         assert wait_for(lambda: sample(metrics, "campusguard_webhook_deliveries_total", outcome="network_error") >= 2)
-        assert store.outbox_depth() == 6
+        assert store.outbox.depth() == 6
         rx = Receiver(port=port)  # the receiver comes back
         assert wait_for(lambda: len(rx.requests) >= 6)
         time.sleep(0.5)  # no late duplicates either
         assert rx.keys() == expected  # each exactly once, in order (an end never overtakes its start)
-        assert store.outbox_depth() == 0
+        assert store.outbox.depth() == 0
         assert sample(metrics, "campusguard_webhook_deliveries_total", outcome="delivered") == 6
         rows = outbox_rows(store)
         assert all(r["delivered_at"] is not None for r in rows) and rows[0]["attempts"] >= 2
@@ -164,7 +167,7 @@ def test_backoff_is_exponential_and_capped():
 
 def test_no_secret_means_no_signature_header(store):
     rx = Receiver()
-    w = OutboxWorker(store, [rx.url], b"", max_backoff_s=0.3, poll_s=0.2)
+    w = WebhookWorker(store, WebhookOptions((rx.url,), b"", max_backoff_s=0.3), poll_s=0.2)
     w.start()
     try:
         enqueue(store, rx.url, "ev2")

@@ -7,12 +7,34 @@ runtime bringing its own NMS).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable, Protocol, runtime_checkable
 
 import numpy as np
 
-from app.config import ImgSize
-from app.inference.devices import DeviceInfo, MemoryStats
+from app.core.imgsz import ImgSize
+from app.core.types import DeviceInfo, MemoryStats
+
+
+
+@dataclass(frozen=True, slots=True)
+class BackendOptions:
+    """What a runtime needs to load a model (the composition root, app/wiring.py, fills it
+    from the settings; backends never see the settings themselves)."""
+
+    backend: str = "torch"
+    weights: Path = Path("yolov8n.pt")
+    model_name: str | None = None
+    device: str = "cpu"
+    imgsz: ImgSize = 640
+    half: bool = False
+    threads: int = 1
+    onnx_providers: tuple[str, ...] = ("CPUExecutionProvider",)
+    onnx_cache_dir: Path = Path(".cache/campusguard")
+    migraphx_fp16: bool = False
+    onnx_cpu_fallback: bool = False
+    max_batch_size: int = 8
 
 
 @runtime_checkable

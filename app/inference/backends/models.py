@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from app.config import ImgSize, format_imgsz, input_hw
+from app.core.imgsz import ImgSize, format_imgsz, input_hw
 from app.core.errors import ConfigError
 
 

@@ -26,10 +26,11 @@ import numpy as np
 import onnxruntime as ort
 from packaging.version import Version
 
-from app.config import ImgSize, Settings, format_imgsz, input_hw, parse_imgsz
-from app.inference.devices import (DeviceInfo, GpuInventory, MemoryStats, gpu_memory_without_torch, process_memory,
-                         torch_inventory, validate_device, parse_device)
+from app.core.imgsz import ImgSize, format_imgsz, input_hw, parse_imgsz
+from app.inference.devices import gpu_memory_without_torch, process_memory, torch_inventory, validate_device, parse_device
+from app.core.types import DeviceInfo, GpuInventory, MemoryStats
 from app.core.errors import ConfigError, OutOfMemory
+from app.inference.backends.base import BackendOptions
 from app.inference.export import META_IMGSZ, cached_export_path, export_onnx, file_digest
 from app.core.memory import trim_heap
 
@@ -176,34 +177,33 @@ class OnnxDetector:
         self._shrink_next = False
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> "OnnxDetector":
-        weights = settings.weights
-        require_gpu_provider(settings.device, settings.onnx_providers, settings.onnx_cpu_fallback)
+    def from_options(cls, options: BackendOptions) -> "OnnxDetector":
+        weights = options.weights
+        require_gpu_provider(options.device, list(options.onnx_providers), options.onnx_cpu_fallback)
         if weights.suffix.lower() == ".onnx":
             if not weights.is_file():
                 raise ConfigError(f"ONNX model not found: {weights}")
-            return cls._build(weights, settings)
+            return cls._build(weights, options)
         # .pt or architecture .yaml: export once (fixed HxW) and cache it. Dynamic batch,
         # except for MIGraphX, which compiles one shape: the batch buffer's size.
-        fixed = settings.device != "cpu" and MIGRAPHX in settings.onnx_providers \
+        fixed = options.device != "cpu" and MIGRAPHX in options.onnx_providers \
             and MIGRAPHX in ort.get_available_providers()
-        target = cached_export_path(weights, settings.imgsz, settings.half, settings.onnx_cache_dir)
+        target = cached_export_path(weights, options.imgsz, options.half, options.onnx_cache_dir)
         if fixed:
-            target = target.with_name(f"{target.stem}-b{settings.max_batch_size}.onnx")
+            target = target.with_name(f"{target.stem}-b{options.max_batch_size}.onnx")
         if not target.is_file():
-            device = settings.device if settings.half else "cpu"
+            device = options.device if options.half else "cpu"
             tmp = target.with_suffix(f".{os.getpid()}.tmp")
-            export_onnx(weights, tmp, imgsz=settings.imgsz, half=settings.half, dynamic_batch=not fixed,
-                        batch=settings.max_batch_size if fixed else 1, device=device,
-                        threads=settings.resolved_threads)
+            export_onnx(weights, tmp, imgsz=options.imgsz, half=options.half, dynamic_batch=not fixed,
+                        batch=options.max_batch_size if fixed else 1, device=device, threads=options.threads)
             os.replace(tmp, target)
-        return cls._build(target, settings)
+        return cls._build(target, options)
 
     @classmethod
-    def _build(cls, model_path: Path, settings: Settings) -> "OnnxDetector":
-        return cls(model_path, settings.device, settings.imgsz, settings.onnx_providers, settings.resolved_threads,
-                   settings.onnx_cache_dir, settings.migraphx_fp16, settings.max_batch_size, settings.half,
-                   settings.onnx_cpu_fallback, settings.display_model_name)
+    def _build(cls, model_path: Path, options: BackendOptions) -> "OnnxDetector":
+        return cls(model_path, options.device, options.imgsz, list(options.onnx_providers), options.threads,
+                   options.onnx_cache_dir, options.migraphx_fp16, options.max_batch_size, options.half,
+                   options.onnx_cpu_fallback, options.model_name)
 
     def infer(self, batch: np.ndarray) -> np.ndarray:
         batch = batch.astype(self.input_dtype, copy=False)

@@ -11,9 +11,11 @@ from typing import Callable
 import numpy as np
 import torch
 
-from app.config import ImgSize, Settings
-from app.inference.devices import DeviceInfo, GpuInventory, MemoryStats, process_memory, torch_inventory, torch_memory, validate_device
+from app.core.imgsz import ImgSize
+from app.inference.devices import process_memory, torch_inventory, torch_memory, validate_device
+from app.core.types import DeviceInfo, GpuInventory, MemoryStats
 from app.core.errors import OutOfMemory
+from app.inference.backends.base import BackendOptions
 from app.inference.backends.models import check_stride, load_detection_model
 from app.core.memory import trim_heap
 
@@ -45,9 +47,8 @@ class TorchDetector:
         torch.set_num_threads(threads)  # model loading may touch it (ultralytics select_device)
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> "TorchDetector":
-        return cls(settings.weights, settings.device, settings.imgsz, settings.half,
-                   settings.resolved_threads, settings.display_model_name)
+    def from_options(cls, options: BackendOptions) -> "TorchDetector":
+        return cls(options.weights, options.device, options.imgsz, options.half, options.threads, options.model_name)
 
     def infer(self, batch: np.ndarray) -> np.ndarray:
         x = torch.from_numpy(batch).to(self.device, non_blocking=True)

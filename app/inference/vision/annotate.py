@@ -3,24 +3,34 @@
 Used by ``POST /detect?annotate=true`` (or ``Accept: image/jpeg``) and for the event
 snapshots. Drawing is OpenCV only; the output JPEG has exactly the input frame's size.
 
-Inputs are the service's own types: ``Detection`` boxes, ``ZoneView`` zones (normalized
-0..1 polygons) and ``EventRecord`` events; a zone with a started (open) event is drawn red
-and the rule names are written next to it and in a banner.
+Inputs are drawing primitives only: ``Detection`` boxes, ``ZoneOverlay`` zones (normalized
+0..1 polygons, counting lines, exclusion masks) and ``alerts`` (zone name -> the names of its
+triggered rules); a zone with an alert is drawn red and the rule names are written next to
+it and in a banner. The drawing code knows nothing of the rules that produce them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
 import cv2
 import numpy as np
 
-from app.inference.pipeline import Detection
+from app.core.types import Detection
 
-if TYPE_CHECKING:
-    from app.rules.logic.evaluator import EventRecord
-    from app.rules.service.facade import ZoneView
+Points = tuple[tuple[float, float], ...]
+Alerts = Mapping[str, Sequence[str]]  # zone name -> names of its triggered (open) rules
+
+
+@dataclass(frozen=True, slots=True)
+class ZoneOverlay:
+    """A zone as drawn: its name, polygon, counting lines and exclusion masks (0..1 coordinates)."""
+
+    name: str
+    polygon: Points
+    lines: tuple[Points, ...] = ()
+    excludes: tuple[Points, ...] = ()
 
 ZONE_COLOR = (255, 200, 0)       # BGR: cyan-ish for idle zones
 ALERT_COLOR = (0, 0, 255)        # BGR: red for zones with a triggered rule
@@ -30,6 +40,14 @@ _PALETTE = [(56, 56, 255), (151, 157, 255), (31, 112, 255), (29, 178, 255), (49,
             (23, 204, 146), (134, 219, 61), (52, 147, 26), (187, 212, 0), (168, 153, 44), (255, 194, 0),
             (147, 69, 52), (255, 115, 100), (236, 24, 0), (255, 56, 132), (133, 0, 82), (255, 56, 203),
             (200, 149, 255), (199, 55, 255)]
+
+
+def alerts_of_pairs(pairs: Iterable[tuple[str, str]]) -> dict[str, list[str]]:
+    """(zone, rule) pairs of open events -> the ``alerts`` mapping ``draw`` takes."""
+    out: dict[str, list[str]] = {}
+    for zone, rule in pairs:
+        out.setdefault(zone, []).append(rule)
+    return out
 
 
 def _label(img: np.ndarray, text: str, x: int, y: int, color: tuple[int, int, int], scale: float) -> None:
@@ -43,18 +61,16 @@ def _label(img: np.ndarray, text: str, x: int, y: int, color: tuple[int, int, in
                 cv2.LINE_AA)
 
 
-def draw(frame_rgb: np.ndarray, detections: Sequence[Detection], zones: Iterable["ZoneView"] = (),
-         events: Iterable["EventRecord"] = (), names: Mapping[int, str] | Sequence[str] | None = None) -> np.ndarray:
+def draw(frame_rgb: np.ndarray, detections: Sequence[Detection], zones: Iterable[ZoneOverlay] = (),
+         alerts: Alerts | None = None, names: Mapping[int, str] | Sequence[str] | None = None) -> np.ndarray:
     """A BGR copy of ``frame_rgb`` with everything drawn on it."""
     img = cv2.cvtColor(np.ascontiguousarray(frame_rgb), cv2.COLOR_RGB2BGR)
     h, w = img.shape[:2]
     scale = max(0.4, min(w, h) / 900.0)
     line = max(1, int(round(min(w, h) / 400.0)))
 
-    triggered: dict[str, list[str]] = {}
-    for ev in events:
-        if ev["state"] == "started":
-            triggered.setdefault(ev["zone"], []).append(ev["rule"])
+    triggered = {zone: list(rules) for zone, rules in (alerts or {}).items() if rules}
+    zones = list(zones)
 
     # zones: translucent fill + outline + name
     overlay = img.copy()
@@ -130,11 +146,11 @@ def _draw_masks(img: np.ndarray, masks: Sequence[Sequence[tuple[float, float]]],
     return img
 
 
-def annotate_jpeg(frame_rgb: np.ndarray, detections: Sequence[Detection], zones: Iterable["ZoneView"] = (),
-                  events: Iterable["EventRecord"] = (), names: Mapping[int, str] | Sequence[str] | None = None,
+def annotate_jpeg(frame_rgb: np.ndarray, detections: Sequence[Detection], zones: Iterable[ZoneOverlay] = (),
+                  alerts: Alerts | None = None, names: Mapping[int, str] | Sequence[str] | None = None,
                   quality: int = 85) -> bytes:
     """JPEG bytes of the annotated frame (same width and height as ``frame_rgb``)."""
-    img = draw(frame_rgb, detections, zones, events, names)
+    img = draw(frame_rgb, detections, zones, alerts, names)
     ok, buf = cv2.imencode(".jpg", img, [cv2.IMWRITE_JPEG_QUALITY, int(quality)])
     if not ok:  # pragma: no cover - imencode fails only on empty images
         raise ValueError("JPEG encoding failed")

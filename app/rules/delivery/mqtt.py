@@ -44,11 +44,12 @@ import paho.mqtt.client as mqtt
 from paho.mqtt.enums import CallbackAPIVersion
 
 from app.core.errors import ConfigError
-from app.rules.store.events import EventStore, OutboxItem, dumps
-from app.rules.delivery.webhooks import OutboxWorker
+from app.rules.store.db import EventStore
+from app.rules.store.outbox import OutboxItem
+from app.core.jsonutil import dumps
+from app.rules.delivery.outbox import OutboxWorker
 
 if TYPE_CHECKING:
-    from app.config import Settings
     from app.rules.site.schema import SiteConfig
 
 log = logging.getLogger("campusguard.mqtt")
@@ -275,7 +276,7 @@ class MqttOutboxWorker(OutboxWorker):
     depth_metric = "mqtt_outbox_depth"
 
     def __init__(self, store: EventStore, publisher: MqttPublisher, **kwargs: Any) -> None:
-        super().__init__(store, [publisher.target.outbox_url], b"", timeout_s=publisher.ack_timeout_s, **kwargs)
+        super().__init__(store, [publisher.target.outbox_url], timeout_s=publisher.ack_timeout_s, **kwargs)
         self.publisher = publisher
 
     def _session(self):
@@ -297,6 +298,22 @@ class MqttOutboxWorker(OutboxWorker):
         return self._delivered(item)
 
 
+@dataclass(frozen=True, slots=True)
+class MqttOptions:
+    """The MQTT settings (app/wiring.py fills them)."""
+
+    url: str
+    username: str | None = None
+    password: str = ""
+    topic_prefix: str = "campusguard"
+    discovery_prefix: str = "homeassistant"
+    qos: int = 1
+    client_id: str = ""
+    ca_file: Path | None = None
+    ack_timeout_s: float = 5.0
+    max_backoff_s: float = 60.0
+
+
 class MqttBridge:
     """What the rules service holds: the publisher, its outbox worker, and the live state
     (camera status, zone occupancy, open events) that is retained on the broker."""
@@ -307,21 +324,17 @@ class MqttBridge:
         self.topics = publisher.topics
 
     @classmethod
-    def from_settings(cls, settings: "Settings", store: EventStore, metrics=None) -> "MqttBridge | None":
-        """None when ``mqtt_url`` is unset."""
-        if not settings.mqtt_url:
-            return None
-        if not settings.mqtt_topic_prefix:
+    def build(cls, options: "MqttOptions", store: EventStore, metrics=None) -> "MqttBridge":
+        if not options.topic_prefix:
             raise ConfigError("mqtt_topic_prefix may not be empty")
-        target = BrokerTarget.parse(settings.mqtt_url, settings.mqtt_username,
-                                    settings.mqtt_password.get_secret_value() or None)
+        target = BrokerTarget.parse(options.url, options.username, options.password or None)
         try:
-            publisher = MqttPublisher(target, Topics(settings.mqtt_topic_prefix, settings.mqtt_discovery_prefix),
-                                      qos=settings.mqtt_qos, client_id=settings.mqtt_client_id,
-                                      ca_file=settings.mqtt_ca_file, ack_timeout_s=settings.webhook_timeout_s)
+            publisher = MqttPublisher(target, Topics(options.topic_prefix, options.discovery_prefix),
+                                      qos=options.qos, client_id=options.client_id,
+                                      ca_file=options.ca_file, ack_timeout_s=options.ack_timeout_s)
         except (OSError, ssl.SSLError) as exc:  # a missing or unreadable CA file stops startup, named
-            raise ConfigError(f"CAMPUSGUARD_MQTT_CA_FILE {settings.mqtt_ca_file}: {exc}") from None
-        worker = MqttOutboxWorker(store, publisher, max_backoff_s=settings.webhook_max_backoff_s, metrics=metrics)
+            raise ConfigError(f"CAMPUSGUARD_MQTT_CA_FILE {options.ca_file}: {exc}") from None
+        worker = MqttOutboxWorker(store, publisher, max_backoff_s=options.max_backoff_s, metrics=metrics)
         publisher.on_connected = worker.notify
         return cls(publisher, worker)
 
@@ -376,3 +389,29 @@ class MqttBridge:
                     out.append((self.topics.state(camera.id, zone.name, rule.rule_name), b"ON" if on else b"OFF", True))
         return out
 
+
+class NoMqtt:
+    """MQTT switched off (no ``mqtt_url``): nothing is published, no outbox rows are written."""
+
+    url: str | None = None
+
+    def state(self) -> None:
+        return None
+
+    def start(self, snapshot: Callable[[], Iterable[Message]]) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
+
+    def notify(self) -> None:
+        pass
+
+    def camera_status(self, camera_id: str, status: str) -> None:
+        pass
+
+    def occupancy(self, camera_id: str, counts: dict[str, int]) -> None:
+        pass
+
+    def announce(self, config: "SiteConfig") -> None:
+        pass

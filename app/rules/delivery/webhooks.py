@@ -17,29 +17,22 @@ order: a failing row blocks the later ones for that URL (an ``ended`` never over
 
 from __future__ import annotations
 
-import datetime as dt
 import hashlib
 import hmac
 import logging
-import random
-import threading
 from dataclasses import dataclass
-from urllib.parse import urlsplit
 
 import httpx
-from sqlalchemy.exc import DBAPIError
 
-from app.core.background import BackgroundLoop
-from app.rules.store.migrate import describe
-from app.rules.store.events import EventStore, OutboxItem
-from app.core.timeutil import utcnow
+from app.rules.delivery.outbox import OutboxWorker
+from app.rules.store.db import EventStore
+from app.rules.store.outbox import OutboxItem
 
 log = logging.getLogger("campusguard.webhooks")
 
 SIGNATURE_HEADER = "X-CampusGuard-Signature"
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 EVENT_HEADER = "X-CampusGuard-Event"
-BASE_BACKOFF_S = 1.0
 
 
 def sign(body: bytes, secret: bytes) -> str:
@@ -52,138 +45,31 @@ def verify(body: bytes, secret: bytes, header: str | None) -> bool:
     return bool(header) and hmac.compare_digest(sign(body, secret), header)
 
 
-def backoff_s(attempts: int, max_backoff_s: float, base_s: float = BASE_BACKOFF_S) -> float:
-    """Delay before the next try after ``attempts`` failed tries (>= 1)."""
-    delay = min(max_backoff_s, base_s * (2 ** max(0, attempts - 1)))
-    return max(0.05, delay * random.uniform(0.9, 1.1))
+@dataclass(frozen=True, slots=True)
+class WebhookOptions:
+    """The webhook settings (app/wiring.py fills them)."""
+
+    urls: tuple[str, ...] = ()
+    secret: bytes = b""
+    timeout_s: float = 5.0
+    max_backoff_s: float = 60.0
 
 
-def target_name(url: str) -> str:
-    """A delivery target as shown to operators: scheme, host and port only (never the
-    credentials, path or query, which may carry a token)."""
-    parts = urlsplit(url)
-    try:
-        port = f":{parts.port}" if parts.port else ""
-    except ValueError:
-        port = ""
-    return f"{parts.scheme}://{parts.hostname or '?'}{port}"
-
-
-@dataclass(slots=True)
-class TargetStats:
-    """What this replica saw of one target since it started (the console's status page)."""
-
-    delivered: int = 0
-    failed: int = 0
-    last_error: str | None = None
-    last_error_at: dt.datetime | None = None
-    last_success_at: dt.datetime | None = None
-
-
-class OutboxWorker:
-    """A daemon thread that drains the outbox to the configured webhook URLs.
-
-    Subclasses deliver to other kinds of target (``app.rules.delivery.mqtt``) with the same claiming,
-    ordering and backoff: they override ``_session`` and ``_deliver`` and name their metrics.
-    """
+class WebhookWorker(OutboxWorker):
+    """The outbox worker of the webhook URLs: one signed POST per row."""
 
     kind = "webhook"
     deliveries_metric = "webhook_deliveries"
     depth_metric = "outbox_depth"
 
-    def __init__(self, store: EventStore, urls: list[str], secret: bytes, *, timeout_s: float = 5.0,
-                 max_backoff_s: float = 60.0, metrics=None, poll_s: float = 1.0, lease_s: float | None = None) -> None:
-        self.store = store
-        self.urls = list(urls)
-        self.secret = secret
-        self.timeout_s = timeout_s
-        self.max_backoff_s = max_backoff_s
-        self.metrics = metrics
-        self.poll_s = poll_s
-        # How long a claimed row is ours: longer than any one attempt (httpx applies the
-        # timeout to connect, write and read separately), short enough that the row of a
-        # replica killed mid-delivery is retried by another soon.
-        self.lease_s = lease_s if lease_s is not None else 3 * timeout_s + 5
-        self._loop = BackgroundLoop(f"{self.kind}-outbox", self._run)
-        # Delivered, but the database went away before the row could be marked: marked
-        # first thing once it answers, so this replica does not POST the row again.
-        self._unmarked: list[int] = []
-        self._stats = {url: TargetStats() for url in self.urls}
-        self._stats_lock = threading.Lock()
-
-    def start(self) -> None:
-        if not self.urls:
-            self._update_depth()
-            return
-        self._loop.start()
-
-    def stop(self, timeout: float = 10.0) -> None:
-        self._loop.stop(timeout)
-
-    def notify(self) -> None:
-        """New rows were enqueued: deliver now instead of at the next poll."""
-        self._loop.wake()
-
-    def state(self) -> list[dict]:
-        """Per target: rows waiting (None while the event store is unreachable), deliveries and
-        failed attempts by this replica since it started, the last error and success."""
-        out = []
-        for url in self.urls:
-            try:
-                pending: int | None = self.store.outbox_depth([url])
-            except Exception:  # the store is down: the page says so elsewhere (event_store)
-                pending = None
-            with self._stats_lock:
-                st = self._stats[url]
-                out.append({"target": target_name(url), "pending": pending, "delivered": st.delivered,
-                            "failed": st.failed, "last_error": st.last_error, "last_error_at": st.last_error_at,
-                            "last_success_at": st.last_success_at})
-        return out
-
-    def _record(self, url: str, error: str | None) -> None:
-        with self._stats_lock:
-            st = self._stats.setdefault(url, TargetStats())
-            if error is None:
-                st.delivered, st.last_success_at = st.delivered + 1, utcnow()
-            else:
-                error = error.replace(url, target_name(url))[:300]  # an exception may quote the URL (and its token)
-                st.failed, st.last_error, st.last_error_at = st.failed + 1, error, utcnow()
-
-    # --- loop -----------------------------------------------------------------------------
-    def _run(self, loop: BackgroundLoop) -> None:
-        with self._session() as client:
-            while not loop.stopping:
-                try:
-                    wait = self.drain_once(client)
-                except DBAPIError as exc:  # the database is down: say so in one line, retry
-                    log.warning("%s outbox paused, event store unreachable: %s", self.kind, describe(exc))
-                    wait = max(self.poll_s, 5.0)
-                except Exception:  # nothing must kill the worker
-                    log.exception("%s outbox pass failed", self.kind)
-                    wait = self.poll_s
-                loop.wait(wait)
+    def __init__(self, store: EventStore, options: WebhookOptions, *, metrics=None, **kwargs) -> None:
+        super().__init__(store, list(options.urls), timeout_s=options.timeout_s,
+                         max_backoff_s=options.max_backoff_s, metrics=metrics, **kwargs)
+        self.secret = options.secret
 
     def _session(self):
         """The connection ``_deliver`` uses, as a context manager (one per worker thread)."""
         return httpx.Client(timeout=self.timeout_s, follow_redirects=False)
-
-    def drain_once(self, client) -> float:
-        """Deliver every due row (per URL, in order); return seconds until something is due."""
-        next_due = self.poll_s
-        while self._unmarked:
-            self.store.outbox_delivered(self._unmarked[0])
-            self._unmarked.pop(0)
-        for url in self.urls:
-            while not self._loop.stopping:
-                item, due_at = self.store.outbox_claim_next(url, utcnow() + dt.timedelta(seconds=self.lease_s))
-                if item is None:  # nothing due, or another replica is delivering the head row
-                    if due_at is not None:
-                        next_due = min(next_due, (due_at - utcnow()).total_seconds())
-                    break
-                if not self._deliver(client, item):
-                    break  # keep order: later rows for this URL wait for this one
-        self._update_depth()
-        return max(0.01, next_due)
 
     def _deliver(self, client: httpx.Client, item: OutboxItem) -> bool:
         headers = {"Content-Type": "application/json", IDEMPOTENCY_HEADER: item.idempotency_key,
@@ -198,32 +84,3 @@ class OutboxWorker:
         if 200 <= resp.status_code < 300:
             return self._delivered(item)
         return self._failed(item, "http_error", f"HTTP {resp.status_code}")
-
-    def _delivered(self, item: OutboxItem) -> bool:
-        self._count("delivered")
-        self._record(item.url, None)
-        try:
-            self.store.outbox_delivered(item.id)
-        except DBAPIError:
-            self._unmarked.append(item.id)
-            raise
-        return True
-
-    def _failed(self, item: OutboxItem, outcome: str, error: str) -> bool:
-        delay = backoff_s(item.attempts + 1, self.max_backoff_s)
-        self._record(item.url, error)
-        self.store.outbox_failed(item.id, utcnow() + dt.timedelta(seconds=delay), error)
-        self._count(outcome)
-        log.warning("%s %s for %s failed (%s); retry in %.1fs", self.kind, item.url, item.idempotency_key, error, delay)
-        return False
-
-    def _count(self, outcome: str) -> None:
-        if self.metrics is not None:
-            getattr(self.metrics, self.deliveries_metric).labels(outcome).inc()
-
-    def _update_depth(self) -> None:
-        if self.metrics is not None:
-            try:
-                getattr(self.metrics, self.depth_metric).set(self.store.outbox_depth(self.urls))
-            except Exception:  # pragma: no cover - metrics must never break delivery
-                log.debug("outbox depth unavailable", exc_info=True)

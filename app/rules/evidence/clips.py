@@ -1,6 +1,6 @@
 """Evidence clips: an H.264 MP4 of the frames around each event's start, written off the request path.
 
-Flow: ``RulesService.evaluate`` hands every frame of a configured camera to ``record``
+Flow: the rules service's per-frame step (app/rules/service/frames.py) hands every frame of a configured camera to ``record``
 (kept in the ``FrameRing``); when an event starts it calls ``schedule`` (the event's
 ``clip`` URL is set at once, the file comes later) and when one ends, ``finish``. A clip
 is written by one background thread as soon as it is due: when a frame of the camera
@@ -31,25 +31,32 @@ from typing import TYPE_CHECKING
 import cv2
 import numpy as np
 
-from app.inference.pipeline import Detection
+from app.core.types import Detection
 from app.core.background import BackgroundLoop
+from app.core.files import temp_path
+from app.rules.evidence.files import CLIP, EvidenceFiles, clip_url
 from app.rules.evidence.framering import BufferedFrame, FrameRing
 from app.core.timeutil import as_utc
-from app.inference.vision.annotate import draw
+from app.inference.vision.annotate import ZoneOverlay, alerts_of_pairs, draw
 from app.inference.vision.mp4 import write_mp4
 
 if TYPE_CHECKING:
-    from app.config import Settings
     from app.rules.logic.evaluator import Event
-    from app.rules.service.facade import ZoneView
 
 log = logging.getLogger("campusguard.rules.clips")
 QUIET_GRACE_S = 5.0  # wall seconds past post_s after which a clip is written without more frames
 HORIZON_SLACK_S = 2.0  # kept beyond pre + post, so a clip written a little late still has its first frames
 
 
-def clip_url(event_id: str) -> str:
-    return f"/events/{event_id}/clip.mp4"
+@dataclass(frozen=True, slots=True)
+class ClipOptions:
+    """The clip settings (app/wiring.py fills them)."""
+
+    pre_s: float = 5.0
+    post_s: float = 5.0
+    max_fps: float = 5.0
+    buffer_bytes: int = 256 * 1024 * 1024
+    max_width: int = 640
 
 
 @dataclass(slots=True)
@@ -59,16 +66,16 @@ class ClipJob:
     start: dt.datetime
     end: dt.datetime
     deadline: float  # time.monotonic() after which it is written whatever the camera does
-    zones: tuple["ZoneView", ...]
+    zones: tuple[ZoneOverlay, ...]
     due: bool = False
 
 
 class ClipRecorder:
     """The frame ring plus the clips waiting to be written; ``start``/``stop`` its thread."""
 
-    def __init__(self, clip_dir: Path, ring: FrameRing, *, pre_s: float, post_s: float,
+    def __init__(self, files: EvidenceFiles, ring: FrameRing, *, pre_s: float, post_s: float,
                  on_failed: Callable[[str], None] | None = None) -> None:
-        self.clip_dir = Path(clip_dir)
+        self.files = files
         self.ring = ring
         self.pre = dt.timedelta(seconds=pre_s)
         self.post = dt.timedelta(seconds=post_s)
@@ -78,14 +85,10 @@ class ClipRecorder:
         self._loop = BackgroundLoop("clip-writer", self._run)
 
     @classmethod
-    def from_settings(cls, settings: "Settings") -> "ClipRecorder | None":
-        """None when clips are switched off (``clips=false``)."""
-        if not settings.clips:
-            return None
-        ring = FrameRing(horizon_s=settings.clip_pre_s + settings.clip_post_s + HORIZON_SLACK_S,
-                         max_fps=settings.clip_max_fps, max_bytes=int(settings.clip_buffer_mb * 1024 * 1024),
-                         max_width=settings.clip_max_width)
-        return cls(settings.snapshot_dir, ring, pre_s=settings.clip_pre_s, post_s=settings.clip_post_s)
+    def build(cls, files: EvidenceFiles, options: ClipOptions) -> "ClipRecorder":
+        ring = FrameRing(horizon_s=options.pre_s + options.post_s + HORIZON_SLACK_S, max_fps=options.max_fps,
+                         max_bytes=options.buffer_bytes, max_width=options.max_width)
+        return cls(files, ring, pre_s=options.pre_s, post_s=options.post_s)
 
     def start(self) -> None:
         self._loop.start()
@@ -114,7 +117,11 @@ class ClipRecorder:
         if due:
             self._loop.wake()
 
-    def schedule(self, event: "Event", zones: Sequence["ZoneView"]) -> str:
+    def forget(self, keep: set[str]) -> None:
+        """Drop the kept frames of cameras no longer configured."""
+        self.ring.forget(keep)
+
+    def schedule(self, event: "Event", zones: Sequence[ZoneOverlay]) -> str | None:
         """A clip for an event that just started; its URL path (the file follows within ``post_s``)."""
         start = as_utc(event.started_at)
         job = ClipJob(event, event.camera_id, start, start + self.post,
@@ -151,32 +158,60 @@ class ClipRecorder:
 
     def _write(self, job: ClipJob) -> bool:
         frames = self.ring.between(job.camera_id, job.start - self.pre, job.end)
-        tmp = self.clip_dir / f".{job.event.id}.mp4.tmp"
+        path = self.files.path(job.event.id, CLIP)
+        tmp = temp_path(path) if path is not None else None
         try:
+            if path is None or tmp is None:
+                raise ValueError("not an event id")
             if not frames:
                 raise ValueError("no frames of the camera are buffered for its window")
-            self.clip_dir.mkdir(parents=True, exist_ok=True)
+            path.parent.mkdir(parents=True, exist_ok=True)
             size = frames[0].size  # a camera that changes resolution mid-clip is resized to its first
             n = write_mp4(tmp, ((f.at, render(f, job.zones, size)) for f in frames))
-            tmp.replace(self.clip_dir / f"{job.event.id}.mp4")
+            tmp.replace(path)
             log.info("clip of event %s: %d frame(s), %s to %s", job.event.id, n,
                      frames[0].at.isoformat(timespec="seconds"), frames[-1].at.isoformat(timespec="seconds"))
             return True
         except Exception:  # a full disk or a broken frame must not stop later clips
             log.exception("could not write the clip of event %s", job.event.id)
             with contextlib.suppress(OSError):
-                tmp.unlink(missing_ok=True)
+                if tmp is not None:
+                    tmp.unlink(missing_ok=True)
             job.event.clip = None  # later writes of the live event stop pointing at it
             if self.on_failed is not None:
                 self.on_failed(job.event.id)
             return False
 
 
-def render(frame: BufferedFrame, zones: Sequence["ZoneView"], size: tuple[int, int]) -> np.ndarray:
+def render(frame: BufferedFrame, zones: Sequence[ZoneOverlay], size: tuple[int, int]) -> np.ndarray:
     """The kept frame as BGR of ``size`` (width, height), drawn like the event snapshot."""
     bgr = cv2.imdecode(np.frombuffer(frame.jpeg, np.uint8), cv2.IMREAD_COLOR)
-    events = [{"state": "started", "zone": zone, "rule": rule} for zone, rule in frame.alerts]
-    img = draw(cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB), frame.detections, zones, events)
+    img = draw(cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB), frame.detections, zones, alerts_of_pairs(frame.alerts))
     if (img.shape[1], img.shape[0]) != size:
         img = cv2.resize(img, size, interpolation=cv2.INTER_AREA)
     return img
+
+
+class NoClips:
+    """Clips switched off (``clips=false``): no frames are kept, events get no clip."""
+
+    pending = 0
+
+    def start(self) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
+
+    def record(self, camera_id: str, at: dt.datetime, frame_rgb: np.ndarray, detections: Sequence[Detection],
+               alerts: Sequence[tuple[str, str]]) -> None:
+        pass
+
+    def schedule(self, event: "Event", zones: Sequence[ZoneOverlay]) -> str | None:
+        return None
+
+    def finish(self, event_id: str, ended_at: dt.datetime) -> None:
+        pass
+
+    def forget(self, keep: set[str]) -> None:
+        pass

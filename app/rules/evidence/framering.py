@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import cv2
 import numpy as np
 
-from app.inference.pipeline import Detection
+from app.core.types import Detection
 
 FRAME_OVERHEAD = 200  # bytes counted per frame besides its JPEG (record, deque slot)
 DETECTION_BYTES = 100  # bytes counted per detection kept with a frame

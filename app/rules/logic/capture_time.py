@@ -17,13 +17,10 @@ IANA zone cannot overflow.
 from __future__ import annotations
 
 import datetime as dt
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from app.core.errors import InvalidTimestamp
 from app.core.timeutil import as_utc, clamp_utc, iso, utcnow
-
-if TYPE_CHECKING:
-    from app.config import Settings
 
 Reason = Literal["future", "past"]
 
@@ -37,9 +34,6 @@ class CaptureTimePolicy:
         self.max_skew = dt.timedelta(seconds=max_skew_s)
         self.max_age = dt.timedelta(seconds=max_age_s)
 
-    @classmethod
-    def from_settings(cls, settings: "Settings") -> "CaptureTimePolicy":
-        return cls(settings.max_clock_skew_s, settings.max_capture_age_s)
 
     def violation(self, when: dt.datetime, now: dt.datetime) -> Reason | None:
         """Why ``when`` is refused at server time ``now`` (None: accepted)."""

@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal, NotRequired, TypedDict
 
-from app.inference.pipeline import Detection
+from app.core.types import Detection
 from app.rules.site.schema import (Camera, CrowdRule, FireLaneRule, IntrusionRule, LineCrossingRule, LoiteringRule,
                               RuleBase, SiteConfig)
 from app.rules.logic.geometry import Polygon, Polyline, box_area_fraction, box_ratio, foot_point

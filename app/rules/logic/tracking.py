@@ -16,7 +16,8 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from app.inference.pipeline import Detection
+from app.core.types import Detection
+from app.core.errors import ConfigError
 from app.rules.site.schema import TrackerConfig
 
 
@@ -68,3 +69,12 @@ class CameraTracker:
             if 0 <= idx < len(ids):
                 ids[idx] = int(row[4])
         return ids
+
+
+def check_tracker() -> None:
+    """Fail at startup, not on the first frame, when ByteTrack cannot be loaded (``lap`` missing)."""
+    try:
+        import lap  # noqa: F401  (ultralytics would try to pip-install it at run time otherwise)
+        from ultralytics.trackers.byte_tracker import BYTETracker  # noqa: F401
+    except Exception as exc:
+        raise ConfigError(f"object tracking for the rules is unavailable ({exc}); install the 'lap' package") from exc

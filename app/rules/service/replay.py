@@ -37,7 +37,7 @@ from app.core.errors import InvalidParameter, NotFound
 from app.rules.site.schema import Camera, SiteConfig
 from app.rules.logic.evaluator import CameraRules, Event
 from app.rules.store.framelog import LoggedFrame, decode
-from app.rules.store.events import EventStore
+from app.rules.store.db import EventStore
 from app.core.timeutil import as_utc, iso, shift_clamped
 
 MAX_MARGIN = dt.timedelta(hours=1)
@@ -130,15 +130,15 @@ def compare(store: EventStore, site: SiteConfig, since: dt.datetime, until: dt.d
         raise NotFound(f"camera(s) {', '.join(map(repr, unknown))} not in the site file "
                        f"(it has {', '.join(cameras)})", code="unknown_camera")
     pad = margin(site)
-    in_window = store.count_frames(chosen, since, until)
+    in_window = store.frames.count(chosen, since, until)
     if not sum(in_window.values()):
         raise EmptyWindow(f"no logged frames of camera(s) {', '.join(chosen)} between {iso(since)} and {iso(until)} "
                           "(is CAMPUSGUARD_DETECTION_LOG on, and were frames sent then?)")
     if on_total is not None:
-        on_total(sum(store.count_frames(chosen, shift_clamped(since, -pad), until).values()))
+        on_total(sum(store.frames.count(chosen, shift_clamped(since, -pad), until).values()))
     replays = {cid: CameraReplay(cameras[cid], site, since, until) for cid in chosen}
     done = 0
-    for row in store.iter_frames(chosen, shift_clamped(since, -pad), shift_clamped(until, pad)):
+    for row in store.frames.iter(chosen, shift_clamped(since, -pad), shift_clamped(until, pad)):
         cam = replays[row.camera_id]
         if cam.finished:
             if all(r.finished for r in replays.values()):
@@ -154,7 +154,7 @@ def compare(store: EventStore, site: SiteConfig, since: dt.datetime, until: dt.d
         progress(done % 100)
     replayed = [span for r in replays.values() for span in r.spans()]
     recorded = [Span(c, z, r, s, _open_after(e, replays[c].last)) for c, z, r, s, e in
-                store.event_spans(chosen, since, until)]
+                store.events.event_spans(chosen, since, until)]
     return Comparison(since, until, sum(in_window.values()), chosen, match(site, chosen, recorded, replayed))
 
 

@@ -23,19 +23,16 @@ import datetime as dt
 import json
 import logging
 import struct
-import threading
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from app.inference.pipeline import Detection
-from app.core.background import BackgroundLoop
-from app.rules.store.migrate import describe
-from app.rules.store.events import EventStore, from_us, to_us
-from app.rules.store.writer import is_outage
+from app.core.types import Detection
+from app.rules.store.buffer import BufferedSink
+from app.rules.store.db import EventStore
+from app.rules.store.schema import from_us, to_us
 
 log = logging.getLogger("campusguard.rules.framelog")
 HEADER = struct.Struct("<BH")  # bytes per float (4 or 8), number of detections
@@ -94,92 +91,57 @@ def decode(row: Any) -> LoggedFrame:
 
 
 class FrameLog:
-    """The bounded buffer of frames to log and the thread that writes it in batches."""
+    """The bounded buffer of frames to log (app/rules/store/buffer.py), written in batches
+    by its thread, off the frame path."""
 
     def __init__(self, store: EventStore, *, capacity: int = 50_000, batch: int = 500, flush_s: float = 1.0,
                  store_up: Callable[[], bool] = lambda: True, metrics=None) -> None:
         self.store = store
-        self.capacity = capacity
-        self.batch = batch
-        self.flush_s = flush_s
-        self.store_up = store_up  # the event writer's view: no point writing before migrations ran
         self.metrics = metrics
-        self._buffer: deque[LoggedFrame] = deque()
-        self._lock = threading.Lock()
-        self._flush_lock = threading.Lock()  # one writer at a time: rows go in evaluation order
-        self._loop = BackgroundLoop("detection-log", self._run)
-
-    @classmethod
-    def from_settings(cls, store: EventStore, settings, metrics=None) -> "FrameLog | None":
-        """None when ``detection_log`` is off."""
-        if not settings.detection_log:
-            return None
-        return cls(store, capacity=settings.detection_log_buffer_size, metrics=metrics)
+        self.store_up = store_up  # the event writer's view: no point writing before migrations ran
+        self.buffer: BufferedSink[LoggedFrame] = BufferedSink(
+            "detection-log", self._write, capacity=capacity, batch=batch, interval_s=flush_s,
+            ready=lambda: self.store_up(), on_drop=self._dropped)
 
     def start(self) -> None:
-        self._loop.start()
+        self.buffer.start()
 
     def stop(self) -> None:
-        """Stop the thread, then write what is buffered (if the database answers)."""
-        self._loop.stop()
-        if self.store_up():
-            self.flush()
-        if self._buffer:
-            log.warning("%d detection-log frame(s) still buffered at shutdown are lost", len(self._buffer))
+        """Stop the thread, after a last write of what is buffered (if the database answers)."""
+        self.buffer.stop()
+        if len(self.buffer):
+            log.warning("%d detection-log frame(s) still buffered at shutdown are lost", len(self.buffer))
 
     @property
     def buffered(self) -> int:
-        return len(self._buffer)
+        return len(self.buffer)
 
     def add(self, frame: LoggedFrame) -> None:
         """Called on the frame path: an append, nothing else (full: the oldest frame goes)."""
-        with self._lock:
-            if len(self._buffer) >= self.capacity:
-                self._buffer.popleft()
-                self._dropped(1)
-            self._buffer.append(frame)
-            full = len(self._buffer) >= self.batch
-        if full:
-            self._loop.wake()
+        self.buffer.add(frame)
 
     def flush(self) -> int:
-        """Write everything buffered, ``batch`` frames per transaction; how many were written.
-        An outage puts the batch back in front (it is retried on the next flush)."""
-        written = 0
-        with self._flush_lock:
-            while True:
-                with self._lock:
-                    if not self._buffer:
-                        return written
-                    chunk = [self._buffer.popleft() for _ in range(min(self.batch, len(self._buffer)))]
-                try:
-                    self.store.log_frames([encode(f) for f in chunk])
-                except Exception as exc:
-                    if not is_outage(exc):
-                        log.exception("could not write %d detection-log frame(s); dropped", len(chunk))
-                        self._dropped(len(chunk))
-                        continue
-                    with self._lock:
-                        self._buffer.extendleft(reversed(chunk))
-                        over = len(self._buffer) - self.capacity
-                        for _ in range(max(0, over)):
-                            self._buffer.popleft()
-                    self._dropped(max(0, over))
-                    log.warning("detection log: event store unreachable (%s); %d frame(s) wait in memory",
-                                describe(exc), len(self._buffer))
-                    return written
-                written += len(chunk)
+        """Write everything buffered, in batches; how many were written (an outage keeps the rest)."""
+        return self.buffer.flush()
 
-    def _run(self, loop: BackgroundLoop) -> None:
-        while not loop.stopping:
-            loop.wait(self.flush_s)
-            if self._buffer and self.store_up():
-                try:
-                    self.flush()
-                except Exception:  # never kill the thread
-                    log.exception("detection log flush failed")
+    def _write(self, frames: list[LoggedFrame]) -> None:
+        self.store.frames.log([encode(f) for f in frames])
 
     def _dropped(self, n: int) -> None:
         if n and self.metrics is not None:
             self.metrics.detection_log_dropped.inc(n)
 
+
+class NoFrameLog:
+    """The detection log when ``detection_log`` is off: frames are not kept."""
+
+    buffered = 0
+
+    def start(self) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
+
+    def add(self, frame: LoggedFrame) -> None:
+        pass

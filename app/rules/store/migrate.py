@@ -28,7 +28,8 @@ from sqlalchemy import inspect, text
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DBAPIError
 
-from app.core.errors import ConfigError, ServiceError
+from app.core.errors import ConfigError
+from app.rules.store.errors import StoreUnavailable, describe
 
 log = logging.getLogger("campusguard.rules.migrate")
 
@@ -41,19 +42,6 @@ class MigrationError(ConfigError):
     """The database's migration state is not one this version can upgrade (left untouched)."""
 
     code = "migration_error"
-
-
-class StoreUnavailable(ServiceError):
-    """The event store database cannot be reached (detection goes on; events wait in memory)."""
-
-    status, code, retry_after = 503, "event_store_unavailable", 5.0
-
-
-def describe(exc: BaseException) -> str:
-    """One line for logs and replies: the driver's message, no stack trace, no password."""
-    orig = getattr(exc, "orig", None) or exc
-    lines = [ln.strip() for ln in str(orig).splitlines() if ln.strip()]
-    return f"{orig.__class__.__name__}: {lines[0] if lines else 'unknown error'}"
 
 
 def alembic_config(connection: Connection | None = None) -> Config:

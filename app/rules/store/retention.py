@@ -24,35 +24,45 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from app.core.background import Periodic
-from app.rules.store.events import EventStore
+from app.rules.store.db import EventStore
 from app.core.timeutil import utcnow
-from app.rules.store.writer import is_outage
+from app.rules.store.errors import is_outage
 
 log = logging.getLogger("campusguard.rules.retention")
-SUFFIX_COLUMN = {".jpg": "snapshot", ".mp4": "clip"}  # evidence file -> the event column pointing at it
+COLUMNS = {".jpg": "snapshot", ".mp4": "clip"}  # evidence file suffix -> the event column pointing at it
+
+
+class EvidenceFolder(Protocol):
+    """What retention needs of the evidence folder (app/rules/evidence/files.py)."""
+
+    def all_of(self, event_id: str) -> list[Path]: ...
+
+    def listing(self) -> list[tuple[float, int, Path]]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class RetentionOptions:
+    retain_days: float = 30.0
+    budget_bytes: int = 0  # 0 = no budget
+    interval_s: float = 600.0
+    frames_retain_days: float = 7.0
 
 
 class RetentionSweeper:
-    def __init__(self, store: EventStore, snapshot_dir: Path | None, *, retain_days: float = 30.0,
-                 budget_bytes: int = 0, interval_s: float = 600.0, frames_retain_days: float = 7.0,
+    def __init__(self, store: EventStore, evidence: EvidenceFolder, options: RetentionOptions = RetentionOptions(),
                  metrics=None) -> None:
         self.store = store
-        self.frames_retain = dt.timedelta(days=frames_retain_days)
-        self.snapshot_dir = snapshot_dir
-        self.retain = dt.timedelta(days=retain_days)
-        self.budget_bytes = budget_bytes  # 0 = no budget
+        self.evidence = evidence
+        self.frames_retain = dt.timedelta(days=options.frames_retain_days)
+        self.retain = dt.timedelta(days=options.retain_days)
+        self.budget_bytes = options.budget_bytes
         self.metrics = metrics
-        self._job = Periodic("retention-sweep", self.sweep, interval_s, on_error=self._failed)
-
-    @classmethod
-    def from_settings(cls, store: EventStore, settings, metrics=None) -> "RetentionSweeper":
-        return cls(store, settings.snapshot_dir, retain_days=settings.events_retain_days,
-                   budget_bytes=int(settings.snapshot_budget_mb * 1024 * 1024),
-                   interval_s=settings.retention_sweep_s,
-                   frames_retain_days=settings.detection_log_retention_days, metrics=metrics)
+        self._job = Periodic("retention-sweep", self.sweep, options.interval_s, on_error=self._failed)
 
     def start(self) -> None:
         self._job.start()  # the first sweep one interval after start
@@ -71,11 +81,11 @@ class RetentionSweeper:
         """One pass; counts of what was deleted."""
         now = now or utcnow()
         cutoff = now - self.retain
-        deleted = self.store.delete_ended_before(cutoff)
-        files = sum(self._unlink(path) for event_id, _ in deleted for path in self._evidence_files(event_id))
+        deleted = self.store.events.delete_ended_before(cutoff)
+        files = sum(self._unlink(path) for event_id, _ in deleted for path in self.evidence.all_of(event_id))
         files += self._expire_files(cutoff)
         over = self._enforce_budget()
-        frames = self.store.delete_frames_before(now - self.frames_retain)
+        frames = self.store.frames.delete_before(now - self.frames_retain)
         self._count("events", len(deleted))
         self._count("snapshots", files + over)
         self._count("frames", frames)
@@ -86,30 +96,12 @@ class RetentionSweeper:
         return {"events": len(deleted), "snapshots_expired": files, "snapshots_over_budget": over, "frames": frames}
 
     # --- snapshot files --------------------------------------------------------------------
-    def _evidence_files(self, event_id: str) -> list[Path]:
-        if self.snapshot_dir is None or not event_id.isalnum():
-            return []
-        return [self.snapshot_dir / f"{event_id}{suffix}" for suffix in SUFFIX_COLUMN]
-
-    def _files(self) -> list[tuple[float, int, Path]]:
-        """(mtime, size, path) of every snapshot and clip, oldest first."""
-        if self.snapshot_dir is None or not self.snapshot_dir.is_dir():
-            return []
-        out = []
-        for path in (p for suffix in SUFFIX_COLUMN for p in self.snapshot_dir.glob(f"*{suffix}")):
-            try:
-                st = path.stat()
-            except FileNotFoundError:
-                continue
-            out.append((st.st_mtime, st.st_size, path))
-        return sorted(out)
-
     def _expire_files(self, cutoff: dt.datetime) -> int:
         limit = cutoff.timestamp()
-        return sum(self._unlink(path) for mtime, _, path in self._files() if mtime < limit)
+        return sum(self._unlink(path) for mtime, _, path in self.evidence.listing() if mtime < limit)
 
     def _enforce_budget(self) -> int:
-        files = self._files()
+        files = self.evidence.listing()
         used = sum(size for _, size, _ in files)
         removed: list[Path] = []
         if self.budget_bytes > 0:
@@ -119,8 +111,8 @@ class RetentionSweeper:
                 if self._unlink(path):
                     used -= size
                     removed.append(path)
-            for suffix, column in SUFFIX_COLUMN.items():
-                self.store.clear_files(column, [p.stem for p in removed if p.suffix == suffix])
+            for suffix, column in COLUMNS.items():
+                self.store.events.clear_files(column, [p.stem for p in removed if p.suffix == suffix])
         if self.metrics is not None:
             self.metrics.snapshot_bytes.set(used)
         return len(removed)

@@ -130,17 +130,17 @@ async def sweep(args: argparse.Namespace, payloads: list[bytes], bar) -> tuple[l
 
 def library_check(args: argparse.Namespace, info: dict[str, str]) -> Callable[[], float]:
     """A callable timing ``--library-check`` library-path calls; returns images/s."""
-    from app.inference.backends import load_backend
+    from app import wiring
     from app.tooling.bench.runner import library_step, load_images
     from app.tooling.bench.timing import timed
     from app.config import Settings
-    from app.inference.pipeline import DetectParams, Pipeline
+    from app.inference.pipeline import DetectParams
 
     extra = {"onnx_cache_dir": args.onnx_cache_dir} if args.onnx_cache_dir else {}
     settings = Settings(backend=info.get("backend", "onnx"), weights=args.library_weights,
                         device=info.get("device", "cpu"),
                         imgsz=info.get("imgsz", 640), threads=args.threads, **extra)
-    pipeline = Pipeline.from_settings(load_backend(settings), settings)
+    pipeline = wiring.build_pipeline(settings)
     params = DetectParams(conf=settings.conf, iou=settings.iou, max_det=settings.max_det)
     step = library_step(pipeline, params, load_images(args.images, 32), args.baseline_batch)
     step(0)  # warm-up

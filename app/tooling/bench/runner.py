@@ -6,45 +6,14 @@ import argparse
 import gc
 import os
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
 
-from app.tooling.bench.args import DEFAULT_WEIGHTS
+from app.tooling.bench.plan import Plan
 from app.tooling.bench.table import error_row, make_row
 from app.tooling.bench.timing import PeakMemory, interleaved, timed
-
-
-@dataclass(frozen=True)
-class Plan:
-    size: str
-    weights: str
-    precision: str
-    batches: list[int]
-    iterations: int
-
-
-def make_plan(args: argparse.Namespace) -> list[Plan]:
-    weights = dict(DEFAULT_WEIGHTS) | dict(args.weights)
-    batches = dict(args.batches_for)
-    iterations = dict(args.iterations_for)
-    return [Plan(size, weights[size], precision, batches.get(size, args.batches), iterations.get(size, args.iterations))
-            for size in args.sizes for precision in args.precisions]
-
-
-def total_steps(plans: list[Plan], args: argparse.Namespace) -> int:
-    """Iterations the progress bar counts (warm-up included)."""
-    steps = 0
-    per_row = args.warmup
-    for plan in plans:
-        if "ultralytics" in args.references:
-            steps += per_row + plan.iterations
-        for _backend in args.backends:
-            kinds = 2 if "raw" in args.references else 1
-            steps += kinds * len(plan.batches) * (per_row + plan.iterations)
-    return steps
 
 
 def load_images(folder: Path, limit: int) -> list[np.ndarray]:
@@ -116,14 +85,14 @@ class Bench:
                         half=plan.precision == "fp16", threads=self.threads, **extra)
 
     def backend_rows(self, plan: Plan, backend: str, describe: Callable[[str], None]) -> Iterator[dict[str, Any]]:
-        from app.inference.backends import load_backend
-        from app.inference.pipeline import DetectParams, Pipeline
+        from app import wiring
+        from app.inference.pipeline import DetectParams
         from app.inference.vision.preprocess import preprocess, stack
 
         describe(f"{plan.size}/{backend}/{plan.precision}: loading")
         settings = self.settings(plan, backend)
-        detector = load_backend(settings)
-        pipeline = Pipeline.from_settings(detector, settings)
+        detector = wiring.load_detector(settings)
+        pipeline = wiring.build_pipeline(settings, detector)
         params = DetectParams(conf=settings.conf, iou=settings.iou, max_det=settings.max_det)
         info = detector.device_info()
         if backend == "torch":

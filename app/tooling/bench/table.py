@@ -13,7 +13,7 @@ from app.tooling.bench import report
 from app.tooling.bench.stats import ratio, summarize, throughput
 
 if TYPE_CHECKING:
-    from app.tooling.bench.runner import Plan
+    from app.tooling.bench.plan import Plan
 
 KINDS = ("ultralytics", "raw", "library")
 

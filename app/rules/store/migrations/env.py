@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from alembic import context
 
-from app.rules.store.events import metadata
+from app.rules.store.schema import metadata
 
 connection = context.config.attributes.get("connection")
 if connection is None:  # pragma: no cover - only `alembic` run by hand without our wrapper

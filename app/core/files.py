@@ -1,0 +1,31 @@
+"""Writing a file so that readers see the old version or the new one, never half of it.
+
+Every file the service writes for others to read (event snapshots and clips, the site file
+after a zone edit) goes through ``atomic_write``: a temporary file in the same folder, then
+``os.replace``. ``temp_path`` names that temporary for writers that stream into it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+
+
+def temp_path(path: Path) -> Path:
+    """The hidden temporary beside ``path`` (same filesystem, so the rename is atomic)."""
+    return path.with_name(f".{path.name}.{os.getpid()}.tmp")
+
+
+def atomic_write(path: Path, data: bytes, mode: int | None = None) -> None:
+    """Write ``data`` to ``path`` atomically (``mode``: the file's permissions, else the umask's)."""
+    tmp = temp_path(path)
+    try:
+        tmp.write_bytes(data)
+        if mode is not None:
+            os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        raise

@@ -1,0 +1,121 @@
+"""What the HTTP layer may ask of the rules, and the null object used when they are off.
+
+``Rules`` names the façade's public surface (``app.rules.service.facade.RulesService``
+fulfils it) so routes can be typed without importing the rules stack (SQLAlchemy, Alembic,
+paho, ruamel, PyAV): a server without a site file never loads it. ``NoRules`` stands in
+when no site file is configured: frames are not evaluated, and the rules' own routes
+answer 404 ``rules_disabled``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from app.core.errors import NotFound
+from app.core.types import Detection
+from app.inference.vision.annotate import ZoneOverlay
+
+
+class Rules(Protocol):
+    enabled: bool
+
+    def accept_capture_time(self, camera_id: str, timestamp: dt.datetime | None) -> dt.datetime | None: ...
+
+    def evaluate(self, camera_id: str, timestamp: dt.datetime | None, frame_size: tuple[int, int],
+                 detections: list[Detection], frame_rgb: np.ndarray | None = None) -> list[dict[str, Any]]: ...
+
+    def zones_for(self, camera_id: str) -> Sequence[ZoneOverlay]: ...
+
+    def store_status(self) -> str | None: ...
+
+    def delivery_state(self) -> dict[str, Any]: ...
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+    def reload_or_log(self) -> bool: ...
+
+    # the rules' own routes (only mounted with a site file)
+    camera_ids: list[str]
+    loaded_at: dt.datetime
+
+    def cameras(self) -> list[dict[str, Any]]: ...
+
+    def camera(self, camera_id: str) -> dict[str, Any]: ...
+
+    def counts(self, camera_id: str, since: dt.datetime | None) -> dict[str, Any]: ...
+
+    def latest_frame(self, camera_id: str) -> tuple[bytes, dt.datetime]: ...
+
+    def site_document(self) -> dict[str, Any]: ...
+
+    def put_zone(self, camera_id: str, zone_name: str, zone: dict[str, Any] | None,
+                 if_match: str | None = None) -> dict[str, Any]: ...
+
+    def reload(self, trigger: str = "request") -> None: ...
+
+    def reset_camera(self, camera_id: str) -> int: ...
+
+    def replay(self, site: Any, since: dt.datetime, until: dt.datetime) -> Any: ...
+
+    def get_event(self, event_id: str) -> dict[str, Any] | None: ...
+
+    def query_events(self, **filters: Any) -> tuple[list[dict[str, Any]], int]: ...
+
+    def review_event(self, event_id: str, changes: dict[str, Any], by: str) -> dict[str, Any] | None: ...
+
+    def snapshot_path(self, event_id: str) -> Path | None: ...
+
+    def clip_path(self, event_id: str) -> Path | None: ...
+
+
+def disabled() -> NotFound:
+    return NotFound("rules are disabled: no site_config is set", code="rules_disabled")
+
+
+class NoRules:
+    """No site file: every frame passes through unevaluated; rules routes are 404."""
+
+    enabled = False
+    camera_ids: list[str] = []
+
+    def accept_capture_time(self, camera_id: str, timestamp: dt.datetime | None) -> dt.datetime | None:
+        return timestamp
+
+    def evaluate(self, camera_id: str, timestamp: dt.datetime | None, frame_size: tuple[int, int],
+                 detections: list[Detection], frame_rgb: np.ndarray | None = None) -> list[dict[str, Any]]:
+        return []
+
+    def zones_for(self, camera_id: str) -> Sequence[ZoneOverlay]:
+        return []
+
+    def store_status(self) -> str | None:
+        return None
+
+    def delivery_state(self) -> dict[str, Any]:
+        return {"webhooks": [], "mqtt": None}
+
+    def start(self) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
+
+    def reload_or_log(self) -> bool:
+        return False
+
+    def __getattr__(self, name: str) -> Any:
+        """Any other rules call (the rules' own routes): 404 ``rules_disabled``."""
+        if name.startswith("_"):
+            raise AttributeError(name)
+
+        def refuse(*args: Any, **kwargs: Any) -> Any:
+            raise disabled()
+
+        return refuse

@@ -1,0 +1,48 @@
+"""Persisting events and fanning them out to every delivery target, in one step.
+
+An event start or end is written to the store together with one outbox row per target
+(each webhook URL, the MQTT broker) in one transaction (app/rules/store/writer.py buffers it
+while the database is down); the targets' outbox workers are then woken to deliver. The
+envelope is the same for every target, and its ``idempotency_key`` (``<event id>:<kind>``)
+lets receivers drop the duplicate a crash between delivery and marking can cause.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from app.core.jsonutil import dumps
+from app.rules.delivery.mqtt import MqttBridge, NoMqtt
+from app.rules.delivery.webhooks import WebhookWorker
+from app.rules.store.writer import EventWriter
+
+
+class EventSink:
+    def __init__(self, writer: EventWriter, webhooks: WebhookWorker, mqtt: MqttBridge | NoMqtt) -> None:
+        self.writer = writer
+        self.webhooks = webhooks
+        self.mqtt = mqtt
+        writer.on_stored = self.notify
+
+    @property
+    def targets(self) -> list[str]:
+        return list(self.webhooks.urls) + ([self.mqtt.url] if self.mqtt.url else [])
+
+    def persist(self, data: dict[str, Any], kind: str) -> None:
+        """Store an event's start or end (``kind``) with its deliveries, then wake the workers."""
+        key = f"{data['id']}:{kind}"
+        targets = self.targets
+        deliveries = []
+        if targets:
+            payload = dumps({"type": f"event.{kind}", "idempotency_key": key, "event": data})
+            deliveries = [(url, key, payload) for url in targets]
+        if self.writer.write(data, deliveries) and targets:
+            self.notify()
+
+    def notify(self) -> None:
+        self.webhooks.notify()
+        self.mqtt.notify()
+
+    def delivery_state(self) -> dict[str, Any]:
+        """Webhook targets' and the MQTT broker's delivery state (GET /status)."""
+        return {"webhooks": self.webhooks.state(), "mqtt": self.mqtt.state()}

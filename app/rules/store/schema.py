@@ -1,0 +1,114 @@
+"""The event store's tables (one SQLAlchemy ``MetaData``; Alembic migrations build them).
+
+Three tables, one per repository: events (``events.py``), the delivery outbox
+(``outbox.py``) and the detection log (``frames.py``). Timestamps are aware UTC on every
+backend (SQLite stores them naive); the detection log keeps integer microseconds.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from sqlalchemy import (JSON, BigInteger, Boolean, Column, DateTime, Index, Integer, LargeBinary, MetaData, String,
+                        Table, Text, TypeDecorator, UniqueConstraint, false)
+
+from app.core.timeutil import as_utc
+
+
+class UTCDateTime(TypeDecorator):
+    """Timezone-aware UTC datetimes on every backend (SQLite stores them naive)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value, dialect):
+        if value is None:
+            return None
+        value = as_utc(value)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value, dialect):
+        if value is None:
+            return None
+        return as_utc(value)
+
+
+metadata = MetaData()
+
+events_table = Table(
+    "campusguard_events", metadata,
+    Column("id", String(64), primary_key=True),
+    Column("camera_id", String(128), nullable=False),
+    Column("zone", String(128), nullable=False),
+    Column("rule", String(128), nullable=False),
+    Column("rule_type", String(32), nullable=False),
+    Column("started_at", UTCDateTime(), nullable=False),
+    Column("ended_at", UTCDateTime(), nullable=True),
+    Column("objects", JSON, nullable=False),
+    Column("max_count", Integer, nullable=False, default=0),
+    Column("snapshot", String(512), nullable=True),
+    # operator review (migration 0002)
+    Column("acknowledged", Boolean, nullable=False, server_default=false()),
+    Column("false_positive", Boolean, nullable=False, server_default=false()),
+    Column("note", Text, nullable=True),
+    Column("reviewed_by", String(256), nullable=True),
+    Column("reviewed_at", UTCDateTime(), nullable=True),
+    Column("clip", String(512), nullable=True),  # evidence clip (migration 0003)
+    Index("ix_campusguard_events_started", "started_at"),
+    Index("ix_campusguard_events_camera", "camera_id", "started_at"),
+    Index("ix_campusguard_events_ended", "ended_at"),
+)
+
+outbox_table = Table(
+    "campusguard_outbox", metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("event_id", String(64), nullable=False),
+    Column("url", String(2048), nullable=False),
+    Column("idempotency_key", String(128), nullable=False),
+    Column("payload", Text, nullable=False),
+    Column("attempts", Integer, nullable=False, default=0),
+    Column("next_attempt_at", UTCDateTime(), nullable=False),
+    Column("created_at", UTCDateTime(), nullable=False),
+    Column("delivered_at", UTCDateTime(), nullable=True),
+    Column("last_error", Text, nullable=True),
+    UniqueConstraint("url", "idempotency_key", name="uq_campusguard_outbox_key"),
+    Index("ix_campusguard_outbox_pending", "delivered_at", "url", "id"),
+)
+
+
+# The detection log (migration 0004): one row per frame the rules evaluated, for replay
+# (app/rules/service/replay.py). Kept small: the time as integer microseconds (8 bytes, not a
+# 26-character timestamp), the detections as one binary blob (app/rules/store/framelog.py), the
+# id a SQLite rowid (BIGINT elsewhere: billions of frames), and one index, on time: replay
+# reads every camera of a window in one pass in time order and retention deletes by time.
+frames_table = Table(
+    "campusguard_frames", metadata,
+    Column("id", BigInteger().with_variant(Integer(), "sqlite"), primary_key=True, autoincrement=True),
+    Column("camera_id", String(128), nullable=False),
+    Column("captured_us", BigInteger(), nullable=False),  # the rule time used, microseconds since 1970 UTC
+    Column("width", Integer, nullable=False),
+    Column("height", Integer, nullable=False),
+    Column("fresh", Boolean, nullable=False),  # the first frame of a new rule state (start, reset, offline, reload)
+    Column("names", Text, nullable=False),  # {"class id": "class name"} of this frame's detections (JSON)
+    Column("detections", LargeBinary, nullable=False),
+    Index("ix_campusguard_frames_time", "captured_us"),
+)
+
+EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+MICROSECOND = dt.timedelta(microseconds=1)
+
+
+def to_us(when: dt.datetime) -> int:
+    """Microseconds since 1970 UTC, exactly (integer arithmetic, no float rounding)."""
+    return (as_utc(when) - EPOCH) // MICROSECOND
+
+
+def from_us(us: int) -> dt.datetime:
+    return EPOCH + dt.timedelta(microseconds=us)
+
+
+def parse_time(value: Any) -> dt.datetime | None:
+    if value is None or isinstance(value, dt.datetime):
+        return value
+    return dt.datetime.fromisoformat(str(value).replace("Z", "+00:00"))

@@ -1,0 +1,131 @@
+"""The composition root: every component built from ``Settings``, in one place.
+
+Nothing below this module sees ``Settings``: the engine, the pipeline, the backends, the
+keyring, the HTTP layer and the rules take small frozen option objects (or plain values)
+filled here. A new setting is therefore one field in app/config.py and one line here, and
+a component's tests build it from its options without a settings object. Optional parts
+are null objects (``NoRules``, ``NoMqtt``, ``NoClips``, ``NoFrameLog``), never ``None``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from app.api.options import ApiOptions
+from app.config import Settings
+from app.core.metrics import Metrics
+from app.core.roles import Keyring
+from app.inference.backends.base import BackendOptions, Detector
+from app.inference.engine import EngineLimits, InferenceEngine
+from app.inference.pipeline import DetectParams, Pipeline
+from app.rules.port import NoRules, Rules
+
+if TYPE_CHECKING:
+    from app.rules.delivery.mqtt import MqttOptions
+
+
+# --- inference ------------------------------------------------------------------------------
+def backend_options(settings: Settings) -> BackendOptions:
+    return BackendOptions(
+        backend=settings.backend, weights=settings.weights, model_name=settings.display_model_name,
+        device=settings.device, imgsz=settings.imgsz, half=settings.half, threads=settings.resolved_threads,
+        onnx_providers=tuple(settings.onnx_providers), onnx_cache_dir=settings.onnx_cache_dir,
+        migraphx_fp16=settings.migraphx_fp16, onnx_cpu_fallback=settings.onnx_cpu_fallback,
+        max_batch_size=settings.max_batch_size)
+
+
+def load_detector(settings: Settings) -> Detector:
+    """The configured runtime with the model loaded (the backend registry picks it)."""
+    from app.inference.backends.registry import load_backend
+
+    return load_backend(backend_options(settings))
+
+
+def build_pipeline(settings: Settings, detector: Detector | None = None) -> Pipeline:
+    """decode -> letterbox -> infer -> NMS over ``detector`` (loaded from the settings if not given)."""
+    return Pipeline(detector if detector is not None else load_detector(settings), settings.cache_clear_every,
+                    settings.max_pixels)
+
+
+def engine_limits(settings: Settings) -> EngineLimits:
+    return EngineLimits(settings.queue_size, settings.max_batch_size, settings.max_queue_delay_ms,
+                        settings.request_timeout_s, settings.inference_timeout_s, settings.preprocess_workers,
+                        settings.watchdog_exit)
+
+
+def build_engine(settings: Settings, pipeline: Pipeline, metrics: Metrics) -> InferenceEngine:
+    return InferenceEngine(pipeline, engine_limits(settings), metrics)
+
+
+def detect_defaults(settings: Settings) -> DetectParams:
+    return DetectParams(conf=settings.conf, iou=settings.iou, max_det=settings.max_det)
+
+
+# --- HTTP ---------------------------------------------------------------------------------
+def keyring(settings: Settings) -> Keyring:
+    return Keyring.parse(k.get_secret_value() for k in settings.api_keys)
+
+
+def api_options(settings: Settings) -> ApiOptions:
+    return ApiOptions(defaults=detect_defaults(settings), device=settings.device,
+                      max_body_bytes=settings.max_body_bytes, max_batch_images=settings.max_batch_images,
+                      public_routes=frozenset(settings.public_routes), body_read_timeout_s=settings.body_read_timeout_s)
+
+
+# --- rules ----------------------------------------------------------------------------------
+def build_rules(settings: Settings, metrics: Metrics | None = None) -> Rules:
+    """The rules service with its store migrated (``NoRules`` without a site file). Raises
+    SiteConfigError / MigrationError (ConfigErrors) on a bad site file or database."""
+    if settings.site_config is None:
+        return NoRules()
+    from app.rules.delivery.mqtt import MqttBridge, NoMqtt
+    from app.rules.delivery.webhooks import WebhookOptions, WebhookWorker
+    from app.rules.evidence.clips import ClipOptions, ClipRecorder, NoClips
+    from app.rules.evidence.files import EvidenceFiles
+    from app.rules.logic.capture_time import CaptureTimePolicy
+    from app.rules.logic.tracking import check_tracker
+    from app.rules.service.facade import RulesParts, RulesService
+    from app.rules.site.writer import SiteFile
+    from app.rules.store.db import EventStore
+    from app.rules.store.framelog import FrameLog, NoFrameLog
+    from app.rules.store.retention import RetentionOptions, RetentionSweeper
+    from app.rules.store.writer import EventWriter
+
+    metrics = metrics if metrics is not None else Metrics(settings.metrics_max_cameras)
+    config, version = SiteFile(settings.site_config).load()
+    check_tracker()
+    store = EventStore(settings.events_db_url, migrate=False)
+    evidence = EvidenceFiles(settings.snapshot_dir)
+    mqtt = NoMqtt() if not settings.mqtt_url else MqttBridge.build(mqtt_options(settings), store, metrics)
+    webhooks = WebhookWorker(store, WebhookOptions(
+        urls=tuple(settings.webhook_urls), secret=settings.webhook_secret.get_secret_value().encode(),
+        timeout_s=settings.webhook_timeout_s, max_backoff_s=settings.webhook_max_backoff_s), metrics=metrics)
+    clips = NoClips() if not settings.clips else ClipRecorder.build(evidence, ClipOptions(
+        pre_s=settings.clip_pre_s, post_s=settings.clip_post_s, max_fps=settings.clip_max_fps,
+        buffer_bytes=int(settings.clip_buffer_mb * 1024 * 1024), max_width=settings.clip_max_width))
+    retention = RetentionSweeper(store, evidence, RetentionOptions(
+        retain_days=settings.events_retain_days, budget_bytes=int(settings.snapshot_budget_mb * 1024 * 1024),
+        interval_s=settings.retention_sweep_s, frames_retain_days=settings.detection_log_retention_days), metrics)
+    frame_log = (FrameLog(store, capacity=settings.detection_log_buffer_size, metrics=metrics)
+                 if settings.detection_log else NoFrameLog())
+    service = RulesService(RulesParts(
+        path=settings.site_config, config=config, version=version, store=store,
+        writer=EventWriter(store, capacity=settings.events_buffer_size, metrics=metrics),
+        webhooks=webhooks, mqtt=mqtt,
+        capture_policy=CaptureTimePolicy(settings.max_clock_skew_s, settings.max_capture_age_s),
+        evidence=evidence, clips=clips, frame_log=frame_log, retention=retention, metrics=metrics,
+        watch_s=settings.site_watch_s))
+    service.connect()
+    return service
+
+
+def mqtt_options(settings: Settings) -> "MqttOptions":
+    from app.rules.delivery.mqtt import MqttOptions
+
+    assert settings.mqtt_url, "MQTT is off"
+    return MqttOptions(
+        url=settings.mqtt_url, username=settings.mqtt_username,
+        password=settings.mqtt_password.get_secret_value(), topic_prefix=settings.mqtt_topic_prefix,
+        discovery_prefix=settings.mqtt_discovery_prefix, qos=settings.mqtt_qos, client_id=settings.mqtt_client_id,
+        ca_file=settings.mqtt_ca_file, ack_timeout_s=settings.webhook_timeout_s,
+        max_backoff_s=settings.webhook_max_backoff_s)

@@ -1,0 +1,73 @@
+"""The architecture as a contract (docs/architecture.md): layers, no import cycles, small modules.
+
+Standing rules for every change: imports point one way (the import-linter contracts in
+pyproject.toml), the import graph has no cycle at all (not even one held open by a lazy or
+``TYPE_CHECKING`` import), no Python module in app/ is over 450 lines, the rules façade
+stays thin, and a server without a site file never loads the rules stack.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import grimp
+import networkx as nx
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+APP = REPO / "app"
+MAX_MODULE_LINES = 450
+MAX_FACADE_LINES = 300
+RULES_STACK = ("sqlalchemy", "alembic", "paho", "ruamel", "av")
+
+
+@pytest.fixture(scope="module")
+def graph() -> grimp.ImportGraph:
+    return grimp.build_graph("app", include_external_packages=True, cache_dir=None)
+
+
+def test_every_layer_contract_is_kept():
+    """import-linter's own check (``lint-imports``) over the contracts in pyproject.toml."""
+    out = subprocess.run([str(Path(sys.executable).with_name("lint-imports")), "--config", "pyproject.toml",
+                          "--no-cache", "--no-logo"], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
+    assert out.stdout.count(" KEPT") >= 4  # layers, rules layers, HTTP without the rules stack, no Settings below
+
+
+def test_the_import_graph_has_no_cycle(graph):
+    edges = nx.DiGraph()
+    for module in graph.modules:
+        if module.startswith("app"):
+            edges.add_edges_from((module, imported) for imported in graph.find_modules_directly_imported_by(module)
+                                 if imported.startswith("app"))
+    cycles = list(nx.simple_cycles(edges))
+    assert cycles == [], f"import cycles: {cycles[:5]}"
+
+
+def test_no_module_is_over_the_size_limit():
+    long = {str(p.relative_to(REPO)): n for p in APP.rglob("*.py")
+            if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES}
+    assert long == {}, f"modules over {MAX_MODULE_LINES} lines: split them along their seams"
+
+
+def test_the_rules_facade_stays_thin():
+    source = (APP / "rules/service/facade.py").read_text()
+    cls = next(n for n in ast.parse(source).body if isinstance(n, ast.ClassDef) and n.name == "RulesService")
+    assert cls.end_lineno - cls.lineno + 1 <= MAX_FACADE_LINES
+    constructor = next(n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "__init__")
+    assert len(constructor.args.args) <= 2  # self and one parts object: the composition root builds the parts
+    checks = [n for n in ast.walk(cls) if isinstance(n, ast.Compare) and any(isinstance(o, (ast.Is, ast.IsNot))
+              for o in n.ops) and isinstance(n.left, ast.Attribute)]
+    assert len(checks) <= 3  # optional parts are null objects, not `self.x is not None` checks
+
+
+def test_a_server_without_rules_never_loads_the_rules_stack():
+    code = ("import sys; from app.config import Settings; from app.main import create_app; "
+            "create_app(Settings(_env_file=None)); import app.api.deps; "
+            f"print(','.join(m for m in {RULES_STACK!r} if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "", f"loaded without a site file: {out.stdout.strip()}"
