@@ -15,8 +15,8 @@ $(VENV)/.installed: pyproject.toml requirements/cpu.txt
 	touch $@
 
 # Debian packages the tests use: promtool and the Prometheus server, nginx (deploy tests),
-# the PostgreSQL server (a throw-away cluster for the event-store tests, tests/pg.py), the
-# Mosquitto MQTT broker (a throw-away broker for the MQTT tests, tests/mqtt_broker.py), and
+# the PostgreSQL server (a throw-away cluster for the event-store tests, tests/support/pg.py), the
+# Mosquitto MQTT broker (a throw-away broker for the MQTT tests, tests/support/mqtt_broker.py), and
 # Chromium (the console's real-browser tests, tests/browser: Playwright drives Debian's build).
 system-deps:
 	@command -v prometheus >/dev/null && command -v promtool >/dev/null && command -v nginx >/dev/null && \
@@ -27,8 +27,10 @@ system-deps:
 run: setup
 	$(VENV)/bin/campusguard serve
 
+# Two workers, whole files per worker (module-scoped servers stay one per module); markers
+# (server, pg, mqtt, browser, slow) select subsets: `.venv/bin/python -m pytest -m "not server"`.
 test: setup system-deps
-	$(PY) -m pytest
+	$(PY) -m pytest -n 2 --dist loadfile
 
 clean:
 	rm -rf $(VENV) .cache .pytest_cache

@@ -19,13 +19,33 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.support.faults import Faults
+from tests.support.faults import FaultSwitch
 
 os.environ.setdefault("YOLO_OFFLINE", "1")
 
 REPO = Path(__file__).resolve().parents[1]
 WEIGHTS = Path(os.environ.get("CAMPUSGUARD_TEST_WEIGHTS", REPO.parent / "shared/models/yolov8n.pt"))
 DATASET = Path(os.environ.get("CAMPUSGUARD_TEST_DATASET", REPO.parent / "shared/datasets/coco-val128"))
+
+
+SERVER_FIXTURES = {"server_factory", "live_server"}
+
+
+def pytest_collection_modifyitems(config, items):
+    """Markers from what a test uses, so `-m "not server"` (and pg, mqtt, browser) select
+    by cost without a list to keep in step: the fixtures are the truth."""
+    for item in items:
+        names = set(getattr(item, "fixturenames", ()))
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        if names & {"postgres", "pg_url"} or params.get("db_url") == "postgresql":
+            item.add_marker(pytest.mark.pg)
+        if "mosquitto" in names:
+            item.add_marker(pytest.mark.mqtt)
+        if names & SERVER_FIXTURES:
+            item.add_marker(pytest.mark.server)
+        if "browser" in names:
+            item.add_marker(pytest.mark.browser)
+            item.add_marker(pytest.mark.server)
 
 
 def ultralytics_asset(name: str) -> Path:
@@ -112,18 +132,26 @@ class LiveServer:
         return self.proc.returncode
 
 
-def start_server(tmp_path: Path, wait: bool = True, faults: Faults | None = None, **settings) -> LiveServer:
-    """Start the service with ``CAMPUSGUARD_<KEY>=value`` for each keyword setting.
+# Test servers start without warm-up and at imgsz 320: a test about accuracy or the
+# warm-up itself says so (imgsz=640, warmup_iters=2).
+SERVER_DEFAULTS = {"imgsz": 320, "warmup_iters": 0, "threads": 2}
+
+
+def start_server(tmp_path: Path, weights: Path, wait: bool = True, faults: FaultSwitch | None = None,
+                 **settings) -> LiveServer:
+    """Start the service with ``CAMPUSGUARD_<KEY>=value`` for each keyword setting (over
+    ``SERVER_DEFAULTS``), on ``weights`` (the test's fixture, never a path relative to the cwd).
 
     With ``faults`` the backend is wrapped in a fault injector through the backend registry
-    (``tests.support.serve_with_faults``); otherwise it is exactly ``campusguard serve``.
+    (``tests.support.serve_with_faults``), switched through that control file; otherwise it is
+    exactly ``campusguard serve``.
     """
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("CAMPUSGUARD_")}
-    env.update({"CAMPUSGUARD_WEIGHTS": str(WEIGHTS), "CAMPUSGUARD_HOST": "127.0.0.1",
-                "CAMPUSGUARD_PORT": str(port), "CAMPUSGUARD_THREADS": "2",
+    env.update({"CAMPUSGUARD_WEIGHTS": str(Path(weights).resolve()), "CAMPUSGUARD_HOST": "127.0.0.1",
+                "CAMPUSGUARD_PORT": str(port),
                 "CAMPUSGUARD_ONNX_CACHE_DIR": str(tmp_path / "onnx-cache"), "PYTHONUNBUFFERED": "1"})
-    env.update({f"CAMPUSGUARD_{k.upper()}": str(v) for k, v in settings.items()})
+    env.update({f"CAMPUSGUARD_{k.upper()}": str(v) for k, v in {**SERVER_DEFAULTS, **settings}.items()})
     if faults is not None:
         env.update(faults.env())
     entry = "tests.support.serve_with_faults" if faults is not None else "app.cli"
@@ -146,8 +174,8 @@ def server_factory(tmp_path, weights):
     """Start servers with custom settings; all are stopped at the end of the test."""
     started: list[LiveServer] = []
 
-    def factory(wait: bool = True, faults: Faults | None = None, **settings) -> LiveServer:
-        server = start_server(tmp_path, wait=wait, faults=faults, **settings)
+    def factory(wait: bool = True, faults: FaultSwitch | None = None, **settings) -> LiveServer:
+        server = start_server(tmp_path, weights, wait=wait, faults=faults, **settings)
         started.append(server)
         return server
 
@@ -158,8 +186,8 @@ def server_factory(tmp_path, weights):
 
 @pytest.fixture(scope="module")
 def live_server(tmp_path_factory, weights):
-    """The default service (torch backend, yolov8n, imgsz 640), shared by a test module."""
-    server = start_server(tmp_path_factory.mktemp("live"))
+    """The default service (torch backend, yolov8n) at the test defaults, shared by a test module."""
+    server = start_server(tmp_path_factory.mktemp("live"), weights)
     yield server
     server.stop()
 
@@ -176,9 +204,9 @@ def require_system_package(found, what: str, package: str):
 
 @pytest.fixture(scope="session")
 def postgres():
-    """A real PostgreSQL cluster for the session (tests/pg.py). Skipped only when the server is
+    """A real PostgreSQL cluster for the session (tests/support/pg.py). Skipped only when the server is
     not installed and we cannot install it (not root); CI installs it (`make system-deps`)."""
-    from tests.pg import PostgresCluster, find_bin_dir
+    from tests.support.pg import PostgresCluster, find_bin_dir
 
     bin_dir = require_system_package(find_bin_dir(), "PostgreSQL server", "postgresql")
     cluster = PostgresCluster(bin_dir, free_port()).start()
@@ -188,9 +216,9 @@ def postgres():
 
 @pytest.fixture
 def mosquitto():
-    """A real Mosquitto broker on a free loopback port (tests/mqtt_broker.py), stopped at the
+    """A real Mosquitto broker on a free loopback port (tests/support/mqtt_broker.py), stopped at the
     end. Skipped only when it is not installed and we cannot install it (not root)."""
-    from tests.mqtt_broker import Mosquitto, find_mosquitto
+    from tests.support.mqtt_broker import Mosquitto, find_mosquitto
 
     binary = require_system_package(find_mosquitto(), "mosquitto", "mosquitto")
     broker = Mosquitto(binary, free_port()).start()

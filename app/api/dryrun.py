@@ -16,7 +16,8 @@ from fastapi import Request
 
 from app.api.schemas import DryRunResult
 from app.core.errors import PayloadTooLarge, UnsupportedMediaType
-from app.rules.site.schema import SiteConfig, SiteConfigError, parse_site_text
+from app.rules.site.schema import SiteConfig
+from app.rules.site.loader import SiteConfigError, parse_site_text
 from app.rules.port import Rules
 from app.core.timeutil import shift_clamped, utcnow
 

@@ -48,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
     from sqlalchemy.exc import DBAPIError
 
     from app.config import load_settings
-    from app.rules.site.schema import load_site_config
+    from app.rules.site.loader import load_site_config
     from app.rules.store.errors import StoreUnavailable, describe
     from app.rules.service.replay import compare
     from app.rules.store.db import EventStore

@@ -20,8 +20,8 @@ _PUBLIC = {
     "Rules": "app.rules.port",
     "NoRules": "app.rules.port",
     "SiteConfig": "app.rules.site.schema",
-    "SiteConfigError": "app.rules.site.schema",
-    "load_site_config": "app.rules.site.schema",
+    "SiteConfigError": "app.rules.site.loader",
+    "load_site_config": "app.rules.site.loader",
 }
 __all__ = sorted(_PUBLIC)
 

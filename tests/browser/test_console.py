@@ -21,7 +21,7 @@ import pytest
 
 from tests.browser.conftest import DESKTOP, PHONE, screenshot
 from tests.conftest import start_server, ultralytics_asset
-from tests.unit.rules_util import EXAMPLE_SITE, Receiver
+from tests.support.rules_util import EXAMPLE_SITE, Receiver
 
 KEYS = {"viewer": "view-key-1", "operator": "op-key-1", "admin": "admin-key-1"}
 NEW_ZONE = "console-zone"
@@ -39,7 +39,7 @@ def server(tmp_path_factory, weights, receiver):
     tmp = tmp_path_factory.mktemp("console")
     site = tmp / "site.yaml"
     shutil.copy(EXAMPLE_SITE, site)
-    srv = start_server(tmp, site_config=site, events_db_url=f"sqlite:///{tmp}/events.db", snapshot_dir=tmp / "snaps",
+    srv = start_server(tmp, weights, site_config=site, events_db_url=f"sqlite:///{tmp}/events.db", snapshot_dir=tmp / "snaps",
                        imgsz=320, warmup_iters=1, webhook_urls=receiver.url, site_watch_s=0.5,
                        api_keys=",".join(f"{role}:{key}" for role, key in KEYS.items()))
     srv.site = site
@@ -414,7 +414,7 @@ def test_status_page_shows_the_apps_own_data(server, api, open_page, bus, receiv
 def test_open_access_notice_without_keys(tmp_path, weights, browser, open_page):
     """A server without keys: the page says so. The page needs no model, so the test does not
     wait for it to load (only for the app to answer)."""
-    srv = start_server(tmp_path, wait=False, imgsz=320, warmup_iters=0)
+    srv = start_server(tmp_path, weights, wait=False, imgsz=320, warmup_iters=0)
     try:
         deadline = time.monotonic() + 60
         while True:

@@ -257,7 +257,7 @@ def test_shared_postgres_event_store(base, merged):
     dotenv = {**example, "SITE_FILE": "./site.example.yaml"}
     from sqlalchemy.engine import make_url
 
-    from app.rules.site.schema import load_site_config
+    from app.rules.site.loader import load_site_config
 
     for config in (base, merged):
         for name, svc in detector_services(config).items():

@@ -248,7 +248,7 @@ def test_rules_on_with_the_site_file_and_the_shared_event_store(tmp_path):
     (and is a valid site file); the event store URL from a Secret, a PostgreSQL URL."""
     from sqlalchemy.engine import make_url
 
-    from app.rules.site.schema import load_site_config
+    from app.rules.site.loader import load_site_config
 
     resources = render(K8S / "base")
     config = named(resources, "ConfigMap", "campusguard-config")["data"]

@@ -25,9 +25,12 @@ from prometheus_client.parser import text_string_to_metric_families
 from app.core.metrics import LATENCY_BUCKETS, STAGES
 from tests.conftest import free_port
 from tests.deploy.conftest import (
+
     PROMETHEUS_CONFIG, PROMETHEUS_SYNTHETIC, TARGET_LABELS, alert_queries, alert_rules,
     dashboard_queries, grafana_to_promql, hpa_queries, load_yaml, metric_names, require_tool, selector_labels, tool,
 )
+
+pytestmark = pytest.mark.server  # module-scoped real servers (markers: tests/conftest.py)
 
 CAMERA = "gate-north"
 REPO = Path(__file__).resolve().parents[2]
@@ -39,7 +42,7 @@ def live_server(tmp_path_factory, weights):
     from tests.conftest import start_server
 
     tmp = tmp_path_factory.mktemp("observability")
-    server = start_server(tmp, site_config=REPO / "deploy/site.example.yaml",
+    server = start_server(tmp, weights, site_config=REPO / "deploy/site.example.yaml",
                           events_db_url=f"sqlite:///{tmp / 'events.db'}", snapshot_dir=tmp / "snapshots")
     yield server
     server.stop()

@@ -12,7 +12,7 @@ import httpx
 import numpy as np
 import yaml
 
-from tests.unit.rules_util import EXAMPLE_SITE
+from tests.support.rules_util import EXAMPLE_SITE
 
 ADMIN, VIEWER, CAMERA = "admin-key-e2e", "viewer-key-e2e", "camera-key-e2e"
 ZONE = {"name": "console-zone", "kind": "restricted", "polygon": [[0.0, 0.3], [1.0, 0.3], [1.0, 1.0], [0.0, 1.0]],

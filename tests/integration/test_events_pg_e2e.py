@@ -18,7 +18,7 @@ from app.rules.store.migrate import head_revision
 from tests.conftest import free_port
 from tests.integration.test_rules_e2e import (CAMERA, SECRET, detect, drive_crowd, metric, pick_frames, site_copy,
                                               wait_for)
-from tests.unit.rules_util import Receiver
+from tests.support.rules_util import Receiver
 
 
 def test_postgres_store_review_and_retention(server_factory, tmp_path, dataset, pg_url, capsys):

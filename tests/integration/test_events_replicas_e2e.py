@@ -22,7 +22,7 @@ from tests.conftest import free_port
 from tests.deploy.conftest import NGINX_CONF, require_tool
 from tests.deploy.test_load_balancer import REPLICAS, render_config
 from tests.integration.test_rules_e2e import CAMERA, drive_crowd, pick_frames, site_copy, wait_for
-from tests.unit.rules_util import Receiver
+from tests.support.rules_util import Receiver
 
 
 def start_nginx(tmp_path, ports: list[int]) -> tuple[subprocess.Popen, str]:
@@ -59,13 +59,13 @@ def test_two_replicas_one_database_behind_nginx(server_factory, tmp_path, datase
     rx = Receiver(hold_first=hold)
     site = site_copy(tmp_path)
     common = dict(site_config=site, events_db_url=pg_url, snapshot_dir=tmp_path / "snaps", webhook_urls=rx.url,
-                  webhook_timeout_s=6, webhook_max_backoff_s=1, imgsz=320, warmup_iters=1)
+                  webhook_timeout_s=3, webhook_max_backoff_s=1)
     replicas = [server_factory(wait=False, **common) for _ in range(2)]
     nginx, killed, frames_done = None, [], threading.Event()
 
     def kill_the_deliverer() -> None:
         """Once the camera's frames are through and the first delivery is held (the replica
-        waits up to its 6 s webhook timeout), SIGKILL the replica making it: mid-delivery."""
+        waits up to its 3 s webhook timeout), SIGKILL the replica making it: mid-delivery."""
         if frames_done.wait(120) and wait_for(lambda: len(rx.requests) >= 1, timeout=20):
             victim = holder(replicas, rx.port)
             if victim is not None:
@@ -96,7 +96,7 @@ def test_two_replicas_one_database_behind_nginx(server_factory, tmp_path, datase
         killer.join(60)
         assert len(killed) == 1, "the replica holding the first delivery was not found"
         survivor = next(r for r in replicas if r is not killed[0])
-        assert wait_for(lambda: len(set(rx.keys())) == 2, timeout=60), rx.keys()  # after the 23 s lease (3 x 6 s + 5 s)
+        assert wait_for(lambda: len(set(rx.keys())) == 2, timeout=60), rx.keys()  # after the 14 s lease (3 x 3 s + 5 s)
         time.sleep(1.5)
         keys = rx.keys()
         assert list(rx.unique_events()) == [f"{event_id}:started", f"{event_id}:ended"]

@@ -12,7 +12,10 @@ from schemathesis.config import SchemathesisConfig
 from hypothesis import HealthCheck, given, settings
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import (content_type_conformance, response_schema_conformance,
+
                                               status_code_conformance)
+
+pytestmark = pytest.mark.server  # module-scoped real servers (markers: tests/conftest.py)
 
 # positive_data_acceptance is left out on purpose: a "format: binary" field is filled with random
 # bytes, which the contract rightly refuses (400/415): schema-valid is not image-valid.
@@ -26,7 +29,7 @@ KEY = "fuzz-key"
 def fuzz_server(tmp_path_factory, weights):
     from tests.conftest import start_server
 
-    server = start_server(tmp_path_factory.mktemp("fuzz"), imgsz=320, queue_size=256, max_body_bytes=2_000_000)
+    server = start_server(tmp_path_factory.mktemp("fuzz"), weights, imgsz=320, queue_size=256, max_body_bytes=2_000_000)
     yield server
     server.stop()
 
@@ -62,7 +65,7 @@ def keyed_server(tmp_path_factory, weights):
     root = tmp_path_factory.mktemp("fuzz-keyed")
     site = root / "site.yaml"
     shutil.copy(REPO / "deploy" / "site.example.yaml", site)
-    server = start_server(root, imgsz=320, queue_size=256, max_body_bytes=2_000_000, api_keys=KEY,
+    server = start_server(root, weights, imgsz=320, queue_size=256, max_body_bytes=2_000_000, api_keys=KEY,
                           site_config=site, events_db_url=f"sqlite:///{root}/events.db", snapshot_dir=root / "snaps")
     yield server
     server.stop()

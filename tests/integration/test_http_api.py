@@ -10,8 +10,19 @@ import pytest
 from openapi_spec_validator import validate
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.images import encode, noise_image
-from tests.support.faults import Faults
+from tests.support.images import encode, noise_image
+from tests.conftest import start_server
+from tests.support.faults import Faults, FaultSwitch
+
+
+
+@pytest.fixture(scope="module")
+def live_server(tmp_path_factory, weights):
+    """The real model at 640: these tests check what it finds on bus.jpg (accuracy is the point)."""
+    server = start_server(tmp_path_factory.mktemp("live640"), weights, imgsz=640)
+    yield server
+    server.stop()
+
 
 EXPECTED_FAMILIES = {
     "campusguard_requests", "campusguard_request_duration_seconds", "campusguard_stage_duration_seconds",
@@ -250,8 +261,10 @@ def test_not_ready_detect_is_503(server_factory):
     assert r.status_code == 503 and r.json()["error"] == "not_ready" and int(r.headers["retry-after"]) >= 1
 
 
-def test_injected_backend_failure_is_500_without_trace(server_factory, bus_jpg):
-    server = server_factory(imgsz=320, faults=Faults(fault="raise_once"))
+def test_injected_backend_failure_is_500_without_trace(server_factory, tmp_path, bus_jpg):
+    switch = FaultSwitch(tmp_path / "faults.json")
+    server = server_factory(faults=switch)
+    switch.set(Faults(fault="raise_once"))
     with server.client() as c:
         failed = c.post("/detect", content=bus_jpg, headers={"content-type": "image/jpeg"})
         after = c.post("/detect", content=bus_jpg, headers={"content-type": "image/jpeg"})

@@ -1,5 +1,11 @@
-"""Overload, deadlines, faults, watchdog, shutdown, auth and hostile input, each against a
-real server process with the real model (issue: reliability and security)."""
+"""Overload, deadlines, faults, watchdog, shutdown and hostile input, against real server
+processes with the real model (issue: reliability and security).
+
+Two fault-injecting servers serve the module, each test switching its own fault
+(tests/support/faults.py): one tuned for admission (small batches, a short deadline), one
+for batch failures (batches of 4 collected for 200 ms, a deadline that never refuses). The
+watchdog and SIGTERM end their process, so they get their own. Counters are compared
+before and after each test, since a module's tests share a server."""
 
 from __future__ import annotations
 
@@ -10,12 +16,14 @@ import time
 import cv2
 import httpx
 import numpy as np
-import psutil
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.images import encode, noise_image, png_declaring
-from tests.support.faults import Faults
+from tests.support.images import encode, noise_image, png_declaring
+from tests.conftest import start_server
+from tests.support.faults import Faults, FaultSwitch
+
+pytestmark = pytest.mark.server  # module-scoped real servers (markers: tests/conftest.py)
 
 JPEG = {"content-type": "image/jpeg"}
 
@@ -41,10 +49,56 @@ async def burst(url: str, payloads: list[bytes], path: str = "/detect", **kwargs
         return await asyncio.gather(*(c.post(path, content=p, headers=JPEG, **kwargs) for p in payloads))
 
 
-def test_overload_sheds_with_503_and_recovers(server_factory, bus_jpg):
-    server = server_factory(imgsz=320, queue_size=4, max_batch_size=2, faults=Faults(delay_ms=150))
+@pytest.fixture(scope="module")
+def admission(tmp_path_factory, weights):
+    """Small batches and a short deadline: overload, deadlines and expected-wait admission."""
+    tmp = tmp_path_factory.mktemp("admission")
+    switch = FaultSwitch(tmp / "faults.json")
+    server = start_server(tmp, weights, faults=switch, max_batch_size=2, max_queue_delay_ms=5, request_timeout_s=4,
+                          queue_size=16)
+    server.faults = switch
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def batches(tmp_path_factory, weights):
+    """Batches of up to 4 collected for 200 ms and a deadline that never refuses: batch faults."""
+    tmp = tmp_path_factory.mktemp("batches")
+    switch = FaultSwitch(tmp / "faults.json")
+    server = start_server(tmp, weights, faults=switch, max_batch_size=4, max_queue_delay_ms=200, request_timeout_s=60)
+    server.faults = switch
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def fault(request):
+    """Switch the module server's fault for one test, and back to none afterwards."""
+    servers = []
+
+    def switch(server, faults: Faults):
+        server.faults.set(faults)
+        servers.append(server)
+        return server
+
+    yield switch
+    for server in servers:
+        server.faults.set(Faults())
+
+
+def learn_rate(server, payload: bytes, n: int = 4) -> None:
+    """A few frames at the current speed: the admission estimate learns it (no warm-up here)."""
     with server.client() as c:
+        for _ in range(n):
+            assert c.post("/detect", content=payload, headers=JPEG).status_code == 200
+
+
+def test_overload_sheds_with_503_and_recovers(admission, fault, bus_jpg):
+    with admission.client() as c:
         reference = c.post("/detect", content=bus_jpg, headers=JPEG).json()
+    server = fault(admission, Faults(delay_ms=150))
+    refused_before = counter(server, "campusguard_rejected_requests", reason="queue_full")
     responses = asyncio.run(burst(server.url, [bus_jpg] * 64))
     codes = [r.status_code for r in responses]
     assert set(codes) <= {200, 503}, codes
@@ -57,36 +111,38 @@ def test_overload_sheds_with_503_and_recovers(server_factory, bus_jpg):
             got = [list(d["box"].values()) for d in r.json()["detections"]]
             want = [list(d["box"].values()) for d in reference["detections"]]
             np.testing.assert_allclose(got, want, atol=0.05)  # batched vs single: float noise only
-    assert counter(server, "campusguard_rejected_requests", reason="queue_full") == codes.count(503)
+    assert counter(server, "campusguard_rejected_requests", reason="queue_full") - refused_before == codes.count(503)
     assert httpx.get(f"{server.url}/health/ready").status_code == 200
+    time.sleep(1.0)  # the backlog drains
     with server.client() as c:
         assert c.post("/detect", content=bus_jpg, headers=JPEG).status_code == 200
 
 
-def test_deadline_answers_504_without_inference(server_factory, bus_jpg):
-    """When the service-rate estimate is wrong (here: learnt at warm-up, before the backend
+def test_deadline_answers_504_without_inference(admission, fault, bus_jpg):
+    """When the service-rate estimate is wrong (here: learnt at full speed, before the backend
     slows to 6 s a batch), admitted requests that miss their deadline get 504 and never
     reach the model."""
-    server = server_factory(imgsz=320, max_batch_size=1, request_timeout_s=4, faults=Faults(delay_ms=6000),
-                            queue_size=32)
+    learn_rate(admission, bus_jpg)
+    server = fault(admission, Faults(delay_ms=6000))
     images_before = counter(server, "campusguard_images")
+    expired_before = counter(server, "campusguard_rejected_requests", reason="deadline_exceeded")
     responses = asyncio.run(burst(server.url, [bus_jpg] * 6))
     codes = [r.status_code for r in responses]
     assert set(codes) <= {200, 503, 504} and 504 in codes and 200 in codes, codes
     assert all(r.json()["error"] == "deadline_exceeded" for r in responses if r.status_code == 504)
     # the expired requests never reached the backend: images inferred == answers given
     assert counter(server, "campusguard_images") - images_before == codes.count(200)
-    assert counter(server, "campusguard_rejected_requests", reason="deadline_exceeded") == codes.count(504)
+    assert counter(server, "campusguard_rejected_requests", reason="deadline_exceeded") - expired_before \
+        == codes.count(504)
 
 
-def test_burst_over_capacity_is_refused_at_once_and_the_admitted_finish_in_time(server_factory, bus_jpg):
+def test_burst_over_capacity_is_refused_at_once_and_the_admitted_finish_in_time(admission, fault, bus_jpg):
     """Expected-wait admission with the real model, slowed through the backend registry."""
-    deadline = 3.0
-    server = server_factory(imgsz=320, max_batch_size=2, max_queue_delay_ms=5, request_timeout_s=deadline,
-                            queue_size=64, faults=Faults(delay_ms=400))
-    with server.client() as c:  # a few frames at the slowed rate: the estimate learns it
-        for _ in range(6):
-            assert c.post("/detect", content=bus_jpg, headers=JPEG).status_code == 200
+    deadline = 4.0  # the server's request_timeout_s
+    server = fault(admission, Faults(delay_ms=400))
+    learn_rate(server, bus_jpg, 6)  # a few frames at the slowed rate: the estimate learns it
+    expired_before = counter(server, "campusguard_rejected_requests", reason="deadline_exceeded")
+    refused_before = counter(server, "campusguard_rejected_requests", reason="queue_full")
 
     async def timed(c: httpx.AsyncClient) -> tuple[httpx.Response, float]:
         start = time.perf_counter()
@@ -98,9 +154,8 @@ def test_burst_over_capacity_is_refused_at_once_and_the_admitted_finish_in_time(
         async with httpx.AsyncClient(base_url=server.url, timeout=120, limits=limits) as c:
             return await asyncio.gather(*(timed(c) for _ in range(n)))
 
-    over = asyncio.run(burst_timed(40))  # at most ~5 images/s for 3 s: far over capacity
+    over = asyncio.run(burst_timed(40))  # at most ~5 images/s for 4 s: far over capacity
     codes = [r.status_code for r, _ in over]
-    print(server.log()[-3000:])
     assert set(codes) == {200, 503}, codes
     for r, elapsed in over:
         if r.status_code == 503:
@@ -109,44 +164,49 @@ def test_burst_over_capacity_is_refused_at_once_and_the_admitted_finish_in_time(
         else:
             assert elapsed < deadline + 1.0 + 1.0, elapsed  # deadline + its own batch + HTTP slack
     assert max(int(r.headers["retry-after"]) for r, _ in over if r.status_code == 503) >= 1
-    assert counter(server, "campusguard_rejected_requests", reason="deadline_exceeded") == 0
-    assert counter(server, "campusguard_rejected_requests", reason="queue_full") == codes.count(503)
+    assert counter(server, "campusguard_rejected_requests", reason="deadline_exceeded") == expired_before
+    assert counter(server, "campusguard_rejected_requests", reason="queue_full") - refused_before == codes.count(503)
 
-    time.sleep(3)  # the backlog drains
+    time.sleep(4)  # the backlog drains
     within = asyncio.run(burst_timed(2))
     assert [r.status_code for r, _ in within] == [200] * 2
 
 
-def test_failing_batch_fails_only_its_requests(server_factory, bus_jpg):
-    server = server_factory(imgsz=320, faults=Faults(fault="raise_once"), max_batch_size=4, max_queue_delay_ms=200,
-                            request_timeout_s=60)  # about batches, not admission: never refuse here
+def test_failing_batch_fails_only_its_requests(batches, fault, bus_jpg):
+    server = fault(batches, Faults(fault="raise_once"))
+    failed_before = counter(server, "campusguard_inference_errors", code="inference_failed")
     first = asyncio.run(burst(server.url, [bus_jpg] * 3))
     assert [r.status_code for r in first] == [500] * 3  # one batch, all three in it
     assert all(r.json()["error"] == "inference_failed" for r in first)
     after = asyncio.run(burst(server.url, [bus_jpg] * 3))
     assert [r.status_code for r in after] == [200] * 3
-    assert counter(server, "campusguard_inference_errors", code="inference_failed") == 1
+    assert counter(server, "campusguard_inference_errors", code="inference_failed") - failed_before == 1
     assert httpx.get(f"{server.url}/health/ready").status_code == 200
 
 
-def test_oom_releases_cache_and_retries_smaller(server_factory, bus_jpg):
-    server = server_factory(imgsz=320, faults=Faults(fault="oom_once"), max_batch_size=4, max_queue_delay_ms=200,
-                            request_timeout_s=60)  # about batches, not admission: never refuse here
+def test_oom_releases_cache_and_retries_smaller(batches, fault, bus_jpg):
+    server = fault(batches, Faults(fault="oom_once"))
     clears_before = counter(server, "campusguard_cache_clears")
+    retries_before = counter(server, "campusguard_oom_retries")
+    batches_before = batch_count(server)
     responses = asyncio.run(burst(server.url, [bus_jpg] * 4))
     assert [r.status_code for r in responses] == [200] * 4
     assert len({tuple(detect_names(r.json())) for r in responses}) == 1
-    assert counter(server, "campusguard_oom_retries") == 1
+    assert counter(server, "campusguard_oom_retries") - retries_before == 1
     assert counter(server, "campusguard_cache_clears") == clears_before + 1
     # retried in halves: the batch-size histogram saw batches smaller than the one that failed
+    assert batch_count(server) - batches_before >= 2
+
+
+def batch_count(server) -> float:
     text = httpx.get(f"{server.url}/metrics").text
     fam = next(f for f in text_string_to_metric_families(text) if f.name == "campusguard_batch_size")
-    count = next(s.value for s in fam.samples if s.name == "campusguard_batch_size_count")
-    assert count >= 2
+    return next(s.value for s in fam.samples if s.name == "campusguard_batch_size_count")
 
 
-def test_crashed_worker_is_restarted(server_factory, bus_jpg):
-    server = server_factory(imgsz=320, faults=Faults(fault="crash_worker"))
+def test_crashed_worker_is_restarted(batches, fault, bus_jpg):
+    server = fault(batches, Faults(fault="crash_worker"))
+    restarts_before = counter(server, "campusguard_worker_restarts")
     with server.client() as c:
         crashed = c.post("/detect", content=bus_jpg, headers=JPEG)
         assert crashed.status_code == 500 and crashed.json()["error"] == "inference_failed"
@@ -158,11 +218,13 @@ def test_crashed_worker_is_restarted(server_factory, bus_jpg):
             time.sleep(0.05)
         assert 503 in states and states[-1] == 200, states
         assert c.post("/detect", content=bus_jpg, headers=JPEG).status_code == 200
-    assert counter(server, "campusguard_worker_restarts") == 1
+    assert counter(server, "campusguard_worker_restarts") - restarts_before == 1
 
 
-def test_watchdog_trips_on_hung_inference(server_factory, bus_jpg):
-    server = server_factory(imgsz=320, faults=Faults(fault="hang"), inference_timeout_s=2)
+def test_watchdog_trips_on_hung_inference(server_factory, tmp_path, bus_jpg):
+    switch = FaultSwitch(tmp_path / "faults.json")
+    server = server_factory(faults=switch, inference_timeout_s=2)
+    switch.set(Faults(fault="hang"))
     start = time.monotonic()
     responses = asyncio.run(burst(server.url, [bus_jpg] * 3))
     elapsed = time.monotonic() - start
@@ -175,9 +237,10 @@ def test_watchdog_trips_on_hung_inference(server_factory, bus_jpg):
     assert "hung device" in server.log()
 
 
-def test_sigterm_drains_in_flight_requests(server_factory, bus_jpg):
-    server = server_factory(imgsz=320, max_batch_size=2, faults=Faults(delay_ms=300), drain_timeout_s=60,
-                            request_timeout_s=60)
+def test_sigterm_drains_in_flight_requests(server_factory, tmp_path, bus_jpg):
+    switch = FaultSwitch(tmp_path / "faults.json")
+    server = server_factory(max_batch_size=2, faults=switch, drain_timeout_s=60, request_timeout_s=60)
+    switch.set(Faults(delay_ms=300))
 
     async def scenario() -> list[httpx.Response]:
         async with httpx.AsyncClient(base_url=server.url, timeout=60,
@@ -194,38 +257,10 @@ def test_sigterm_drains_in_flight_requests(server_factory, bus_jpg):
     assert "shut down cleanly" in server.log()
 
 
-@pytest.mark.parametrize("open_probes", [True, False])
-def test_auth_matrix(server_factory, bus_jpg, open_probes):
-    public = "/health/live,/health/ready,/metrics" if open_probes else "/health/ready"
-    server = server_factory(imgsz=320, api_keys="key-old,key-new", public_routes=public)
-    routes = [
-        ("/detect", dict(content=bus_jpg, headers=dict(JPEG))),
-        ("/detect/batch", dict(files=[("images", ("a.jpg", bus_jpg, "image/jpeg"))])),
-        ("/v1/vision/detection", dict(files={"image": ("a.jpg", bus_jpg, "image/jpeg")})),
-    ]
-    with server.client() as c:
-        for path, kwargs in routes:
-            kwargs.setdefault("headers", {})
-            assert c.post(path, **kwargs).status_code == 401, path
-            for key, expected in (("wrong", 403), ("key-old", 200), ("key-new", 200)):
-                headers = {**kwargs["headers"], "x-api-key": key}
-                r = c.post(path, **{**kwargs, "headers": headers})
-                assert r.status_code == expected, (path, key, r.text)
-        ds = c.post("/v1/vision/detection", files={"image": ("a.jpg", bus_jpg, "image/jpeg")},
-                    data={"api_key": "key-new"})
-        assert ds.status_code == 200 and ds.json()["success"] is True
-        wrong = c.post("/v1/vision/detection", files={"image": ("a.jpg", bus_jpg, "image/jpeg")},
-                       data={"api_key": "nope"})
-        assert wrong.status_code == 403 and wrong.json()["success"] is False
-        for path in ("/health/live", "/metrics"):
-            assert c.get(path).status_code == (200 if open_probes else 401)
-            assert c.get(path, headers={"x-api-key": "key-old"}).status_code == 200
-    assert "key-old" not in server.log() and "key-new" not in server.log()
-
-
 def test_cors_is_off_by_default(live_server):
     r = httpx.options(f"{live_server.url}/detect", headers={"Origin": "https://evil.example",
                                                             "Access-Control-Request-Method": "POST"})
+    assert r.status_code == 405  # no CORS middleware: a preflight is just an OPTIONS the route does not take
     assert "access-control-allow-origin" not in {k.lower() for k in r.headers}
 
 
@@ -275,7 +310,7 @@ def test_hostile_inputs_each_followed_by_a_correct_detection(live_server, bus_jp
     bad, odd_but_valid = _hostile_cases(bus_jpg)
     with live_server.client() as c:
         reference = detect_names(c.post("/detect", content=bus_jpg, headers=JPEG).json())
-        assert reference == ["bus", "person", "person", "person", "person"]
+        assert "bus" in reference and "person" in reference  # what this server finds; every answer below must match
         for name, kwargs in bad.items():
             r = c.post("/detect", **kwargs)
             status, codes = HOSTILE_EXPECTED[name]
@@ -292,28 +327,6 @@ def test_hostile_inputs_each_followed_by_a_correct_detection(live_server, bus_jp
             body = c.post("/detect", **kwargs).json()
             assert body["width"] >= 1 and body["height"] >= 1, name
         assert img is not None
-
-
-def test_batch_over_image_limit_and_body_limits(server_factory, bus_jpg):
-    server = server_factory(imgsz=320, max_batch_images=3, max_body_bytes=2_000_000)
-    small = encode(noise_image(64, 64))
-    with server.client() as c:
-        over = c.post("/detect/batch", files=[("images", (f"{i}.jpg", small, "image/jpeg")) for i in range(4)])
-        at = c.post("/detect/batch", files=[("images", (f"{i}.jpg", small, "image/jpeg")) for i in range(3)])
-        empty = c.post("/detect/batch", files=[("other", ("a.txt", b"x", "text/plain"))])
-        big = c.post("/detect", content=bus_jpg * 40, headers=JPEG)
-
-        def gen():
-            for _ in range(40):
-                yield bus_jpg
-
-        big_chunked = c.post("/detect", content=gen(), headers=JPEG)
-        ok = c.post("/detect", content=bus_jpg, headers=JPEG)
-    assert over.status_code == 413 and over.json()["error"] == "too_many_images"
-    assert at.status_code == 200 and [i["ok"] for i in at.json()["results"]] == [True] * 3
-    assert empty.status_code == 422 and empty.json()["error"] == "missing_image"
-    assert big.status_code == 413 and big_chunked.status_code == 413
-    assert ok.status_code == 200
 
 
 def test_server_never_fetches_client_urls(live_server):
@@ -349,43 +362,3 @@ def test_server_never_fetches_client_urls(live_server):
     sock.close()
     assert not hits, "the server connected to a client-supplied URL"
     assert all(r.status_code in (400, 415, 422) for r in attempts), [r.status_code for r in attempts]
-
-
-@pytest.mark.timeout(1500)
-def test_soak_rss_stays_flat(server_factory):
-    """2,000 mixed-size JPEG/PNG requests (64x64 .. 4K): RSS growth after warm-up < 30 MB."""
-    # a long deadline: this test is about memory, and admission must not depend on how busy the machine is
-    server = server_factory(imgsz=320, max_batch_size=8, cache_clear_every=200, queue_size=64, request_timeout_s=120)
-    rng = np.random.default_rng(7)
-    sizes = [(64, 64), (320, 240), (640, 480), (1280, 720), (1920, 1080), (3840, 2160), (333, 777), (2000, 1500)]
-    pool = []
-    for i, (w, h) in enumerate(sizes):
-        img = noise_image(w, h, seed=i)
-        pool.append(encode(img, ".jpg"))
-        pool.append(encode(img, ".png", IMWRITE_PNG_COMPRESSION=1))
-    proc = psutil.Process(server.proc.pid)
-
-    async def run(n: int) -> list[int]:
-        codes: list[int] = []
-        sem = asyncio.Semaphore(8)
-        async with httpx.AsyncClient(base_url=server.url, timeout=120,
-                                     limits=httpx.Limits(max_connections=8)) as c:
-            async def one(i: int) -> None:
-                async with sem:
-                    payload = pool[int(rng.integers(len(pool)))]
-                    kind = "image/png" if payload[:4] == b"\x89PNG" else "image/jpeg"
-                    r = await c.post("/detect", content=payload, headers={"content-type": kind})
-                    codes.append(r.status_code)
-
-            await asyncio.gather(*(one(i) for i in range(n)))
-        return codes
-
-    warm = asyncio.run(run(200))
-    assert set(warm) == {200}
-    before = proc.memory_info().rss
-    codes = asyncio.run(run(2000))
-    after = proc.memory_info().rss
-    assert codes.count(200) == 2000, {c: codes.count(c) for c in set(codes)}
-    growth_mb = (after - before) / 2**20
-    print(f"soak: RSS {before / 2**20:.1f} MB -> {after / 2**20:.1f} MB ({growth_mb:+.1f} MB over 2000 requests)")
-    assert growth_mb < 30

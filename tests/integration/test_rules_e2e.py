@@ -23,9 +23,9 @@ import numpy as np
 import pytest
 import yaml
 
-from app.rules.site.schema import load_site_config
+from app.rules.site.loader import load_site_config
 from app.rules.logic.geometry import Polygon
-from tests.unit.rules_util import EXAMPLE_SITE, Receiver
+from tests.support.rules_util import EXAMPLE_SITE, Receiver
 
 SECRET = "e2e-secret"
 CAMERA = "plaza-cam"

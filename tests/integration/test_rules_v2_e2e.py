@@ -30,6 +30,8 @@ import ultralytics
 
 from tests.conftest import REPO, start_server
 
+pytestmark = pytest.mark.server  # module-scoped real servers (markers: tests/conftest.py)
+
 BUS = Path(ultralytics.__file__).parent / "assets" / "bus.jpg"
 PERSON_BOX = (50, 395, 248, 903)  # the leftmost person of bus.jpg (yolov8n finds it at 0.9)
 SIZE = 640
@@ -82,7 +84,7 @@ def walked(tmp_path_factory, weights):
     tmp = tmp_path_factory.mktemp("rules-v2")
     site = tmp / "site.yaml"
     site.write_text(yaml.safe_dump(SITE))
-    server = start_server(tmp, site_config=site, events_db_url=f"sqlite:///{tmp}/events.db",
+    server = start_server(tmp, weights, site_config=site, events_db_url=f"sqlite:///{tmp}/events.db",
                           snapshot_dir=tmp / "snaps", imgsz=320, detection_log="true")
     t0 = dt.datetime.now(dt.timezone.utc).replace(microsecond=0) - dt.timedelta(minutes=5)
     seen: list[tuple[int, str, dict]] = []

@@ -5,19 +5,28 @@ be proven against the running server with the real model; this wrapper makes the
 backend slow or failing on demand. It lives in the test tree and enters the service at
 one seam, the backend registry (see ``tests/support/serve_with_faults.py``): the engine
 and the app factory never know it exists.
+
+The fault is switched while the server runs: the test writes a ``Faults`` to a control file
+(``FaultSwitch.set``) and the wrapper reads it at its next inference, so one server serves a
+whole test module, each test with its own fault. A one-shot fault (``raise_once`` ...)
+fires once per ``set``.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import numpy as np
 
 from app.core.errors import OutOfMemory
 
 FAULTS = ("", "raise_once", "oom_once", "hang", "crash_worker")
+CONTROL_VARIABLE = "CAMPUSGUARD_TEST_FAULTS_FILE"
 
 
 class WorkerCrash(BaseException):
@@ -35,43 +44,59 @@ class Faults:
         if self.fault not in FAULTS:
             raise ValueError(f"unknown fault {self.fault!r}; choose one of {FAULTS}")
 
-    def env(self) -> dict[str, str]:
-        return {"CAMPUSGUARD_TEST_DELAY_MS": str(self.delay_ms), "CAMPUSGUARD_TEST_FAULT": self.fault}
 
-    @classmethod
-    def from_env(cls, environ) -> "Faults":
-        return cls(float(environ.get("CAMPUSGUARD_TEST_DELAY_MS", "0") or 0),
-                   environ.get("CAMPUSGUARD_TEST_FAULT", ""))
+class FaultSwitch:
+    """The control file a test writes and the server's wrapper reads (atomic replace)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self._generation = 0
+
+    def set(self, faults: Faults) -> None:
+        self._generation += 1
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps({**asdict(faults), "generation": self._generation}))
+        os.replace(tmp, self.path)
+
+    def env(self) -> dict[str, str]:
+        return {CONTROL_VARIABLE: str(self.path)}
 
 
 class FaultInjectingDetector:
-    """Passes everything to the real detector; the first ``skip`` calls (the warm-up) are
-    never delayed or failed, so the server becomes ready before any fault fires."""
+    """Passes everything to the real detector, with the fault the control file names now.
+    Until a test sets one (the warm-up included) nothing is injected."""
 
-    def __init__(self, inner, faults: Faults, skip: int = 0) -> None:
+    def __init__(self, inner, control: Path) -> None:
         self._inner = inner
-        self._faults = faults
-        self._skip = skip
-        self._calls = 0
-        self._fired = False
+        self._control = Path(control)
+        self._mtime = -1.0
+        self._faults = Faults()
+        self._generation = 0
+        self._fired_generation = -1
         self._lock = threading.Lock()
 
     def __getattr__(self, name: str):
         return getattr(self._inner, name)
 
-    def _next(self) -> tuple[bool, str]:
+    def _current(self) -> tuple[Faults, str]:
         with self._lock:
-            self._calls += 1
-            armed = self._calls > self._skip
-            if not armed or self._fired or not self._faults.fault:
-                return armed, ""
-            self._fired = True
-            return armed, self._faults.fault
+            try:
+                mtime = self._control.stat().st_mtime_ns
+            except FileNotFoundError:
+                return Faults(), ""
+            if mtime != self._mtime:
+                data = json.loads(self._control.read_text())
+                self._mtime, self._generation = mtime, int(data.pop("generation"))
+                self._faults = Faults(**data)
+            fault = ""
+            if self._faults.fault and self._fired_generation != self._generation:
+                self._fired_generation, fault = self._generation, self._faults.fault
+            return self._faults, fault
 
     def infer(self, batch: np.ndarray) -> np.ndarray:
-        armed, fault = self._next()
-        if armed and self._faults.delay_ms:
-            time.sleep(self._faults.delay_ms / 1e3)
+        faults, fault = self._current()
+        if faults.delay_ms:
+            time.sleep(faults.delay_ms / 1e3)
         if fault == "raise_once":
             raise RuntimeError("injected backend failure")
         if fault == "oom_once":

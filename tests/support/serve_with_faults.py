@@ -1,5 +1,6 @@
 """`python -m tests.support.serve_with_faults serve`: the real CLI with every registered
-backend wrapped in a FaultInjectingDetector configured by CAMPUSGUARD_TEST_* variables.
+backend wrapped in a FaultInjectingDetector that reads its fault from the control file
+named by CAMPUSGUARD_TEST_FAULTS_FILE (tests/support/faults.py).
 
 The backend registry is the service's one seam for runtimes, so it is also the one place
 where test faults enter; nothing on the production path mentions them.
@@ -10,24 +11,24 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from pathlib import Path
 
-from app.inference.backends.registry import BACKENDS
 from app.cli import main
-from tests.support.faults import FaultInjectingDetector, Faults
+from app.inference.backends.registry import BACKENDS
+from tests.support.faults import CONTROL_VARIABLE, FaultInjectingDetector
 
 log = logging.getLogger("campusguard.tests")
 
 
-def install(faults: Faults) -> None:
+def install(control: Path) -> None:
     for name, factory in list(BACKENDS.items()):
-        def wrapped(settings, _factory=factory):
-            log.warning("test fault injection: %s", faults)
-            # the engine warms up with settings.warmup_iters calls; faults fire after them
-            return FaultInjectingDetector(_factory(settings), faults, skip=settings.warmup_iters)
+        def wrapped(options, _factory=factory):
+            log.warning("test fault injection: faults switched through %s", control)
+            return FaultInjectingDetector(_factory(options), control)
 
         BACKENDS[name] = wrapped
 
 
 if __name__ == "__main__":
-    install(Faults.from_env(os.environ))
+    install(Path(os.environ[CONTROL_VARIABLE]))
     sys.exit(main(sys.argv[1:]))

@@ -1,5 +1,5 @@
 """HTTP contract of /detect, /detect/batch, DeepStack, probes, docs and auth, in-process
-(the production app with a fake detector: tests/inprocess.py), no model and no socket."""
+(the production app with a fake detector: tests/support/inprocess.py), no model and no socket."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from app.api.deps import get_engine
 from app.config import Settings
 from app.wiring import build_rules
-from tests.inprocess import IMGSZ, inprocess_app, png
+from tests.support.inprocess import IMGSZ, inprocess_app, png
 
 pytestmark = pytest.mark.timeout(60)
 KEY = "key-1"
@@ -297,7 +297,7 @@ def test_blank_api_keys_are_a_settings_error():
 def test_batch_feeds_the_camera_rules_in_order(tmp_path):
     from app.core.metrics import Metrics
     from app.rules.service.facade import RulesService
-    from tests.unit.rules_util import EXAMPLE_SITE
+    from tests.support.rules_util import EXAMPLE_SITE
 
     rules = build_rules(settings(site_config=EXAMPLE_SITE, events_db_url=f"sqlite:///{tmp_path}/e.db",
                                                 snapshot_dir=tmp_path / "snaps"), Metrics())

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from app.rules.evidence.latest import LatestFrames
-from tests.unit.console_util import site_app
+from tests.support.console_util import site_app
 
 pytestmark = pytest.mark.timeout(60)
 

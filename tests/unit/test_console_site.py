@@ -10,8 +10,8 @@ import yaml
 
 from app.rules.site.schema import RULE_TYPES
 from app.rules.site.writer import SiteFile
-from tests.unit.console_util import site_app
-from tests.unit.rules_util import EXAMPLE_SITE, H, W, at, people
+from tests.support.console_util import site_app
+from tests.support.rules_util import EXAMPLE_SITE, H, W, at, people
 
 pytestmark = pytest.mark.timeout(60)
 ZONE = "/admin/site/cameras/{}/zones/{}"

@@ -10,7 +10,7 @@ import pytest
 
 from app.config import Settings
 from app.console import STATIC_DIR
-from tests.inprocess import IMGSZ, inprocess_app
+from tests.support.inprocess import IMGSZ, inprocess_app
 
 JS = sorted((STATIC_DIR / "js").glob("*.js"))
 IMPORT = re.compile(r"""from\s+["'](\.[^"']+)["']""")

@@ -9,9 +9,9 @@ import time
 import pytest
 
 from app.core.recent import RecentWindow
-from tests.inprocess import inprocess_app, png
-from tests.unit.console_util import site_app
-from tests.unit.rules_util import H, W, Receiver, at, people
+from tests.support.inprocess import inprocess_app, png
+from tests.support.console_util import site_app
+from tests.support.rules_util import H, W, Receiver, at, people
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -53,7 +53,7 @@ def test_every_error_code_is_in_the_readme_table():
     import re
 
     from app.core import errors as errors_module
-    from app.rules.site.schema import SiteConfigError
+    from app.rules.site.loader import SiteConfigError
 
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     table = readme[readme.index("| status | `error` | when |"):]

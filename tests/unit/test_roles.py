@@ -13,8 +13,8 @@ from app.core.metrics import Metrics
 from app.core.roles import Keyring, parse_key
 from app.rules.service.facade import RulesService
 from app.wiring import build_rules
-from tests.inprocess import IMGSZ, inprocess_app, png
-from tests.unit.rules_util import EXAMPLE_SITE
+from tests.support.inprocess import IMGSZ, inprocess_app, png
+from tests.support.rules_util import EXAMPLE_SITE
 
 pytestmark = pytest.mark.timeout(120)
 KEYS = {"viewer": "v-key", "operator": "o-key", "camera": "c-key", "admin": "a:key-with-colon"}

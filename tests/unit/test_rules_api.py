@@ -17,7 +17,7 @@ from app.core.metrics import Metrics
 from app.core.roles import Keyring
 from app.rules.service.facade import RulesService
 from app.wiring import build_rules
-from tests.unit.rules_util import EXAMPLE_SITE, H, W, at, people
+from tests.support.rules_util import EXAMPLE_SITE, H, W, at, people
 
 
 def make_app(rules, keys=()) -> FastAPI:

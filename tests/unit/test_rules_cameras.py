@@ -11,10 +11,10 @@ from fastapi.testclient import TestClient
 
 from app.config import Settings
 from app.core.metrics import Metrics
-from app.rules.site.schema import SiteConfigError
+from app.rules.site.loader import SiteConfigError
 from app.rules.service.facade import RulesService
 from app.wiring import build_rules
-from tests.unit.rules_util import EXAMPLE_SITE, H, W, at, people
+from tests.support.rules_util import EXAMPLE_SITE, H, W, at, people
 from tests.unit.test_rules_api import make_app
 from tests.unit.test_rules_webhooks import sample, wait_for
 

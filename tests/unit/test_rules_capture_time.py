@@ -13,10 +13,10 @@ from app.config import Settings
 from app.core.errors import InvalidTimestamp, NotFound
 from app.core.metrics import Metrics
 from app.rules.logic.capture_time import CaptureTimePolicy
-from app.rules.site.schema import SiteConfigError, load_site_config
+from app.rules.site.loader import SiteConfigError, load_site_config
 from app.rules.service.facade import RulesService
 from app.wiring import build_rules
-from tests.unit.rules_util import EXAMPLE_SITE, H, W, people
+from tests.support.rules_util import EXAMPLE_SITE, H, W, people
 
 UTC = dt.timezone.utc
 BERLIN = dt.timezone(dt.timedelta(hours=1))  # Europe/Berlin in winter

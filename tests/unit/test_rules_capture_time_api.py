@@ -21,7 +21,7 @@ from app.core.roles import Keyring
 from app.rules.service.facade import RulesService
 from app.wiring import build_rules
 from app.wiring import api_options, keyring as keyring_of
-from tests.unit.rules_util import EXAMPLE_SITE, H, NAMES, W, people
+from tests.support.rules_util import EXAMPLE_SITE, H, NAMES, W, people
 
 TIMINGS = dict.fromkeys(("decode_ms", "queue_wait_ms", "preprocess_ms", "inference_ms", "postprocess_ms",
                          "total_ms"), 0.0)

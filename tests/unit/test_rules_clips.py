@@ -25,7 +25,7 @@ from app.rules.store.db import EventStore
 from app.core.timeutil import utcnow
 from app.inference.vision.mp4 import write_mp4
 from app.wiring import build_rules
-from tests.unit.rules_util import EXAMPLE_SITE, H, W, at, people
+from tests.support.rules_util import EXAMPLE_SITE, H, W, at, people
 from tests.unit.test_rules_webhooks import wait_for
 
 

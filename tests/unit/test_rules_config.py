@@ -9,9 +9,9 @@ import pytest
 import yaml
 
 from app.core.errors import ConfigError
-from app.rules.site.schema import (CrowdRule, FireLaneRule, IntrusionRule, LineCrossingRule, LoiteringRule, SiteConfigError,
-                              load_site_config, parse_site_config)
-from tests.unit.rules_util import EXAMPLE_SITE
+from app.rules.site.schema import CrowdRule, FireLaneRule, IntrusionRule, LineCrossingRule, LoiteringRule
+from app.rules.site.loader import SiteConfigError, load_site_config, parse_site_config
+from tests.support.rules_util import EXAMPLE_SITE
 
 BAD_SITE = textwrap.dedent("""
     timezone: Mars/Olympus

@@ -11,7 +11,7 @@ from app.config import Settings
 from app.core.metrics import Metrics
 from app.rules.service.facade import RulesService
 from app.wiring import build_rules
-from tests.unit.rules_util import H, W, at, det
+from tests.support.rules_util import H, W, at, det
 from tests.unit.test_rules_api import make_app
 
 SITE = {"cameras": [{"id": "lane", "zones": [{"name": "gate", "polygon": [[0, 0], [1, 0], [1, 1], [0, 1]], "rules": [

@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.rules.site.schema import parse_site_config
+from app.rules.site.loader import parse_site_config
 from app.rules.logic.evaluator import CameraRules, RuleState
-from tests.unit.rules_util import H, W, at, det, people
+from tests.support.rules_util import H, W, at, det, people
 
 FULL = [[0.0, 0.0], [1.0, 0.0], [1.0, 1.0], [0.0, 1.0]]
 LANE = [[0.1, 0.5], [0.9, 0.5], [0.9, 0.9], [0.1, 0.9]]

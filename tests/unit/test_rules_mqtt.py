@@ -19,9 +19,9 @@ from app.core.jsonutil import dumps
 from app.rules.service.facade import RulesService
 from app.wiring import build_rules
 from app.wiring import mqtt_options
-from tests.mqtt_broker import Mosquitto, Subscriber, find_mosquitto
+from tests.support.mqtt_broker import Mosquitto, Subscriber, find_mosquitto
 from tests.conftest import free_port
-from tests.unit.rules_util import H, W, at, people
+from tests.support.rules_util import H, W, at, people
 
 SITE = {"cameras": [{"id": "gate-cam", "name": "North gate", "zones": [
     {"name": "plaza", "polygon": [[0, 0.5], [1, 0.5], [1, 1], [0, 1]],

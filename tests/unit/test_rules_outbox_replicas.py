@@ -11,7 +11,7 @@ import time
 
 from app.rules.store.db import EventStore
 from tests.conftest import REPO
-from tests.unit.rules_util import Receiver
+from tests.support.rules_util import Receiver
 from tests.unit.test_rules_webhooks import enqueue, wait_for, worker
 
 DELIVERER = """

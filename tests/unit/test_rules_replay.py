@@ -20,7 +20,7 @@ import yaml
 from app.cli import main
 from app.config import Settings
 from app.core.types import Detection
-from app.rules.site.schema import parse_site_config
+from app.rules.site.loader import parse_site_config
 from app.rules.store.framelog import LoggedFrame, decode, encode
 from app.rules.service.replay import compare
 from app.rules.evidence.files import EvidenceFiles
@@ -30,7 +30,7 @@ from app.rules.store.db import EventStore
 from app.core.timeutil import iso
 from app.wiring import build_rules
 from tests.conftest import REPO
-from tests.unit.rules_util import H, T0, W, at, det, people
+from tests.support.rules_util import H, T0, W, at, det, people
 
 FULL = [[0, 0], [1, 0], [1, 1], [0, 1]]
 DOOR = [[0.3, 0.5], [0.7, 0.5], [0.7, 0.9], [0.3, 0.9]]

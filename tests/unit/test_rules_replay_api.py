@@ -9,8 +9,8 @@ import pytest
 import yaml
 
 from app.core.timeutil import iso
-from tests.inprocess import inprocess_app
-from tests.unit.rules_util import at
+from tests.support.inprocess import inprocess_app
+from tests.support.rules_util import at
 from tests.unit.test_rules_replay import SITE, record
 
 WINDOW = {"dry_run": "true", "since": iso(at(0)), "until": iso(at(3600))}

@@ -16,7 +16,7 @@ from app.rules.service.facade import RulesService
 from app.rules.store.db import EventStore
 from app.core.timeutil import utcnow
 from app.wiring import build_rules
-from tests.unit.rules_util import EXAMPLE_SITE, outbox_rows
+from tests.support.rules_util import EXAMPLE_SITE, outbox_rows
 from tests.unit.test_rules_webhooks import sample, wait_for
 
 NOW = utcnow()

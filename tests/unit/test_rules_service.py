@@ -13,12 +13,12 @@ import yaml
 
 from app.config import Settings
 from app.core.metrics import Metrics
-from app.rules.site.schema import SiteConfigError
+from app.rules.site.loader import SiteConfigError
 from app.rules.service.facade import RulesService
 from app.core.errors import NotFound
 from app.rules.port import NoRules
 from app.wiring import build_rules
-from tests.unit.rules_util import EXAMPLE_SITE, H, W, at, people, outbox_rows
+from tests.support.rules_util import EXAMPLE_SITE, H, W, at, people, outbox_rows
 
 TWIN_SITE = {
     "cameras": [

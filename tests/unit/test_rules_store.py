@@ -8,7 +8,7 @@ import datetime as dt
 import pytest
 
 from app.rules.store.db import EventStore
-from tests.unit.rules_util import T0
+from tests.support.rules_util import T0
 
 
 def event(i: int, camera="cam-a", zone="plaza", rule="crowd", ended=False) -> dict:

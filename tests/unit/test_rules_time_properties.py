@@ -12,11 +12,12 @@ from hypothesis import strategies as st
 
 from app.core.errors import InvalidTimestamp
 from app.rules.logic.capture_time import CaptureTimePolicy
-from app.rules.site.schema import ActiveWindow, parse_site_config
+from app.rules.site.schema import ActiveWindow
+from app.rules.site.loader import parse_site_config
 from app.rules.logic.evaluator import CameraRules
 from app.rules.logic.schedule import Schedule
 from app.core.timeutil import UTC
-from tests.unit.rules_util import H, W, people
+from tests.support.rules_util import H, W, people
 
 ZONES = sorted(zoneinfo.available_timezones())
 zones = st.sampled_from(ZONES)

@@ -7,11 +7,11 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from app.rules.site.schema import SiteConfigError, parse_site_config
+from app.rules.site.loader import SiteConfigError, parse_site_config
 from app.rules.logic.counts import CrossingCounts
 from app.rules.logic.evaluator import CameraRules
 from app.rules.logic.geometry import Polyline
-from tests.unit.rules_util import H, W, at, det
+from tests.support.rules_util import H, W, at, det
 
 FULL = [[0.0, 0.0], [1.0, 0.0], [1.0, 1.0], [0.0, 1.0]]
 DOOR = [[0.3, 0.5], [0.7, 0.5], [0.7, 0.9], [0.3, 0.9]]

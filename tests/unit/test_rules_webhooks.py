@@ -13,7 +13,7 @@ from app.rules.store.db import EventStore
 from app.core.jsonutil import dumps
 from app.rules.delivery.outbox import backoff_s
 from app.rules.delivery.webhooks import WebhookOptions, WebhookWorker, sign, verify
-from tests.unit.rules_util import Receiver, outbox_rows
+from tests.support.rules_util import Receiver, outbox_rows
 
 SECRET = b"s3cret"
 

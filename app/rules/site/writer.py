@@ -32,7 +32,8 @@ from ruamel.yaml.tokens import CommentToken
 from ruamel.yaml.scalarstring import DoubleQuotedScalarString
 
 from app.core.errors import NotFound, SiteChanged, SiteReadOnly, shorten
-from app.rules.site.schema import Issue, SiteConfig, SiteConfigError, parse_site_bytes, read_site_bytes
+from app.rules.site.schema import SiteConfig
+from app.rules.site.loader import Issue, SiteConfigError, parse_site_bytes, read_site_bytes
 
 READ_ONLY_ERRNOS = (errno.EACCES, errno.EPERM, errno.EROFS)
 _STR_TAG = "tag:yaml.org,2002:str"

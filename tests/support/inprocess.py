@@ -23,7 +23,7 @@ from app.inference.engine import InferenceEngine
 from app.main import create_app
 from app.inference.pipeline import Pipeline
 from app.wiring import build_engine
-from tests.unit.test_engine import FakeDetector as EngineFakeDetector
+from tests.support.fakes import FakeDetector as EngineFakeDetector
 
 IMGSZ = 64
 

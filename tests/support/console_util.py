@@ -11,8 +11,8 @@ from app.config import Settings
 from app.core.metrics import Metrics
 from app.rules.service.facade import RulesService
 from app.wiring import build_rules
-from tests.inprocess import IMGSZ, InProcess, inprocess_app
-from tests.unit.rules_util import EXAMPLE_SITE
+from tests.support.inprocess import IMGSZ, InProcess, inprocess_app
+from tests.support.rules_util import EXAMPLE_SITE
 
 
 @contextmanager

@@ -1,0 +1,59 @@
+"""A fake detector and an engine over it: the engine's mechanics without a model."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+
+from app.core.errors import OutOfMemory
+from app.core.metrics import Metrics
+from app.core.types import DeviceInfo, MemoryStats
+from app.inference.engine import EngineLimits, InferenceEngine
+from app.inference.pipeline import Pipeline
+
+
+class FakeDetector:
+    backend, provider, model_name, imgsz, precision = "fake", "fake", "fake", 32, "fp32"
+    names = {0: "person", 1: "car"}
+
+    def __init__(self, delay: float = 0.0, fail: set[int] | None = None, oom_above: int | None = None) -> None:
+        self.delay, self.fail, self.oom_above = delay, fail or set(), oom_above
+        self.calls: list[int] = []
+        self.releases = 0
+        self.lock = threading.Lock()
+
+    def infer(self, batch: np.ndarray) -> np.ndarray:
+        with self.lock:
+            call = len(self.calls)
+            self.calls.append(len(batch))
+        time.sleep(self.delay)
+        if call in self.fail:
+            raise RuntimeError("boom")
+        if self.oom_above is not None and len(batch) > self.oom_above:
+            raise OutOfMemory("fake OOM")
+        out = np.zeros((len(batch), 6, 21), np.float32)
+        out[:, :4, 0] = [16, 16, 8, 8]  # one box in the middle of each image
+        out[:, 4, 0] = 0.9
+        return out
+
+    def device_info(self) -> DeviceInfo:
+        return DeviceInfo("cpu", "fake", "cpu")
+
+    def memory(self) -> MemoryStats:
+        return MemoryStats(0, 0, None, "fake")
+
+    def release_cache(self) -> None:
+        self.releases += 1
+
+    def close(self) -> None:
+        pass
+
+
+def make_engine(detector: FakeDetector, **overrides) -> InferenceEngine:
+    limits = EngineLimits(**{"max_batch_size": 4, "max_queue_delay_ms": 50, "queue_size": 16, **overrides})
+    engine = InferenceEngine(Pipeline(detector, cache_clear_every=0), limits, Metrics())
+    engine.start()
+    engine.mark_ready()
+    return engine
