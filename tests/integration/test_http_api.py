@@ -18,8 +18,10 @@ from tests.support.faults import Faults, FaultSwitch
 
 @pytest.fixture(scope="module")
 def live_server(tmp_path_factory, weights):
-    """The real model at 640: these tests check what it finds on bus.jpg (accuracy is the point)."""
-    server = start_server(tmp_path_factory.mktemp("live640"), weights, imgsz=640)
+    """The real model at 640: these tests check what it finds on bus.jpg (accuracy is the point).
+    One warm-up inference: a burst of 16 is the first thing one test sends, and the admission
+    estimate must not come from a cold first batch."""
+    server = start_server(tmp_path_factory.mktemp("live640"), weights, imgsz=640, warmup_iters=1)
     yield server
     server.stop()
 
