@@ -28,7 +28,7 @@ WEIGHTS = Path(os.environ.get("CAMPUSGUARD_TEST_WEIGHTS", REPO.parent / "shared/
 DATASET = Path(os.environ.get("CAMPUSGUARD_TEST_DATASET", REPO.parent / "shared/datasets/coco-val128"))
 
 
-SERVER_FIXTURES = {"server_factory", "live_server"}
+SERVER_FIXTURES = {"server_factory", "live_server", "server"}  # fixtures that start `campusguard serve`
 
 
 def pytest_collection_modifyitems(config, items):

@@ -38,9 +38,15 @@ def test_bench_tiny_real_run(tmp_path, weights, dataset, onnx_cache):
     assert (out / "bench.md").read_text() == before
 
 
-@pytest.fixture
-def server(server_factory):
-    return server_factory(backend="onnx", imgsz=320, max_batch_size=4, max_queue_delay_ms=5)
+@pytest.fixture(scope="module")
+def server(tmp_path_factory, weights):
+    """One onnx server for the loadtest and the soak command."""
+    from tests.conftest import start_server
+
+    srv = start_server(tmp_path_factory.mktemp("bench-server"), weights, backend="onnx", max_batch_size=4,
+                       max_queue_delay_ms=5)
+    yield srv
+    srv.stop()
 
 
 def test_loadtest_tiny_real_run(tmp_path, server, dataset, weights, onnx_cache):

@@ -251,7 +251,7 @@ def test_readiness_is_503_until_warm(server_factory):
 
 
 def test_not_ready_detect_is_503(server_factory):
-    server = server_factory(wait=False, warmup_iters=40, imgsz=640)
+    server = server_factory(wait=False, warmup_iters=40)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         try:

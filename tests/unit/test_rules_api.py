@@ -30,8 +30,7 @@ def make_app(rules, keys=()) -> FastAPI:
     return app
 
 
-@pytest.fixture
-def rules(tmp_path):
+def service_with_three_events(tmp_path):
     path = tmp_path / "site.yaml"
     shutil.copy(EXAMPLE_SITE, path)
     svc = build_rules(Settings(site_config=path, events_db_url=f"sqlite:///{tmp_path}/e.db",
@@ -47,6 +46,20 @@ def rules(tmp_path):
         for t in range(11, 16):
             svc.evaluate("plaza-cam", at(base + t), (W, H), [], frame)
     svc.path_for_test = path
+    return svc
+
+
+@pytest.fixture
+def rules(tmp_path):
+    svc = service_with_three_events(tmp_path)
+    yield svc
+    svc.stop()
+
+
+@pytest.fixture(scope="module")
+def unchanged_rules(tmp_path_factory):
+    """One service for the tests whose requests are all refused (nothing in it changes)."""
+    svc = service_with_three_events(tmp_path_factory.mktemp("refused"))
     yield svc
     svc.stop()
 
@@ -81,7 +94,8 @@ def test_list_filter_paginate_and_get(rules):
     {"since": "9999-12-31T23:59:59-10:00"}, {"until": "0001-01-01T00:00:00+05:00"},
     {"offset": 9223372036854775808}, {"offset": 2**63 - 1}, {"until": "0.5"}, {"since": "99999999999999"},
     {"since": "\uff12\uff10\uff12\uff16-03-02T12:00:00Z"}])
-def test_bad_query_parameters(rules, params):
+def test_bad_query_parameters(unchanged_rules, params):
+    rules = unchanged_rules
     r = TestClient(make_app(rules)).get("/events", params=params)
     assert r.status_code == 422 and r.json()["error"] == "invalid_parameter"
 
@@ -134,7 +148,8 @@ def test_clip_route_serves_the_mp4_once_written(rules, tmp_path):
     assert client.get("/events/../clip.mp4", headers=key).status_code == 404
 
 
-def test_long_ids_are_not_echoed_whole(rules):
+def test_long_ids_are_not_echoed_whole(unchanged_rules):
+    rules = unchanged_rules
     r = TestClient(make_app(rules)).get("/events/" + "x" * 5000)
     assert r.status_code == 404 and len(r.json()["message"]) < 200
 def test_patch_acknowledge_false_positive_and_filters(rules):
@@ -168,7 +183,8 @@ def test_patch_acknowledge_false_positive_and_filters(rules):
 
 @pytest.mark.parametrize("body", [{}, {"acknowledged": "maybe"}, {"acknowledged": True, "colour": "red"},
                                   {"note": "x" * 2001}, {"operator": "bob"}, [1, 2], "text"])
-def test_patch_bad_body_is_422(rules, body):
+def test_patch_bad_body_is_422(unchanged_rules, body):
+    rules = unchanged_rules
     event_id = rules.query_events()[0][0]["id"]
     r = TestClient(make_app(rules)).patch(f"/events/{event_id}", json=body)
     assert r.status_code == 422 and r.json()["error"] == "invalid_parameter"
