@@ -51,10 +51,17 @@ def url_secrets(url: str) -> list[str]:
     return sorted({s for s in found if len(s) >= _MIN_SECRET}, key=len, reverse=True)
 
 
+def _redact_match(match: re.Match[str]) -> str:
+    """A URL found in text, redacted; punctuation after it (``url: reason``) is kept."""
+    token = match.group(0)
+    core = token.rstrip(":;,.)]")
+    return redact_url(core) + token[len(core):]
+
+
 def redact_text(text: str, secrets: Iterable[str] = ()) -> str:
     """Every URL in ``text`` redacted, then every known secret (and its percent-encoded
     form) replaced by ``***``: ffmpeg prints the input URL, and may print parts of it."""
-    out = _URL_IN_TEXT.sub(lambda m: redact_url(m.group(0)), text)
+    out = _URL_IN_TEXT.sub(_redact_match, text)
     for secret in sorted({s for s in secrets if len(s) >= _MIN_SECRET}, key=len, reverse=True):
         for form in {secret, quote(secret, safe="")}:
             out = out.replace(form, "***")

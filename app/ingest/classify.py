@@ -28,19 +28,21 @@ _PATTERNS: list[tuple[SourceState, re.Pattern[str]]] = [
 ]
 
 
-def classify(lines: Iterable[str]) -> SourceState | None:
-    """The state ffmpeg's stderr points to (the first class any line matches, in the order
-    auth > unreachable > bad stream: a 401 line is followed by a generic one), or None."""
-    text = "\n".join(lines)
+_CONTEXT = re.compile(r"^\[[^\]]* @ 0x[0-9a-f]+\]\s*")  # "[tcp @ 0x55d0...] "
+
+
+def explain(lines: Iterable[str]) -> tuple[SourceState | None, str | None]:
+    """The state ffmpeg's stderr points to and the line that says so.
+
+    Classes are tried in the order auth > unreachable > bad stream (a 401 line is followed
+    by generic ones); within a class the last matching line wins. Without a match: no
+    state, and ffmpeg's last line (its own summary, ``url: reason``)."""
+    lines = [_CONTEXT.sub("", line.strip()) for line in lines if line.strip()]
     for state, pattern in _PATTERNS:
-        if pattern.search(text):
-            return state
-    return None
-
-
-def last_error(lines: list[str]) -> str | None:
-    """The most telling line: the last one, ffmpeg's own summary (``url: reason``)."""
+        for line in reversed(lines):
+            if pattern.search(line):
+                return state, line[:300]
     for line in reversed(lines):
-        if line.strip() and not line.lstrip().startswith("Last message repeated"):
-            return line.strip()[:300]
-    return None
+        if not line.startswith("Last message repeated"):
+            return None, line[:300]
+    return None, None

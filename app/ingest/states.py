@@ -87,13 +87,15 @@ class CameraStats:
     dropped: dict[str, int] = field(default_factory=dict)
     last_frame_at: dt.datetime | None = None
     last_error: str | None = None
+    _announced: bool = False  # the first state is told to the listener even if unchanged
     _reads: deque = field(default_factory=lambda: deque(maxlen=256))
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def set_state(self, state: SourceState, error: str | None = None) -> None:
         """Enter ``state``; ``error`` (already redacted) becomes ``last_error`` when given."""
         with self._lock:
-            changed = state is not self.state
+            changed = state is not self.state or not self._announced
+            self._announced = True
             if changed:
                 self.state, self.since = state, _now()
             if error is not None:

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from app.core.urls import redact_url, url_secrets
-from app.ingest.classify import classify, last_error
+from app.ingest.classify import explain
 from app.ingest.command import build_command, describe_command
 from app.ingest.frames import Frame, FrameFormat
 from app.ingest.framing import FramingError
@@ -148,7 +148,7 @@ class CameraRunner:
                     if prev_read is not None:
                         return RunOutcome(SourceState.STALLED, f"no frame for {self.spec.stall_after_s:g} s",
                                           self._streamed(first_accepted))
-                    said = last_error(list(run.stderr_tail))
+                    said = explain(run.stderr_tail)[1]
                     return RunOutcome(SourceState.UNREACHABLE, f"no frame within {self.spec.stall_after_s:g} s"
                                       f" of connecting{f' ({said})' if said else ''}", 0.0)
             return RunOutcome(SourceState.BACKOFF, "stopped", self._streamed(first_accepted))
@@ -177,8 +177,9 @@ class CameraRunner:
     def _ended(self, run: FfmpegRun, first_accepted: float | None) -> RunOutcome:
         status = run.stop()
         lines = list(run.stderr_tail)
-        state = classify(lines) or SourceState.BACKOFF
-        error = last_error(lines) or f"ffmpeg exited with status {status}"
+        state, said = explain(lines)
+        error = said or f"ffmpeg exited with status {status}"
+        state = state or SourceState.BACKOFF
         return RunOutcome(state, error, self._streamed(first_accepted))
 
     @staticmethod
