@@ -24,7 +24,9 @@ _PATTERNS: list[tuple[SourceState, re.Pattern[str]]] = [
     (SourceState.BAD_STREAM, re.compile(
         r"invalid data found when processing input|unsupported codec|decoder .* not found"
         r"|could not find codec parameters|no decoder|unspecified size|moov atom not found"
-        r"|protocol not found|does not contain any stream|invalid argument|not supported", re.I)),
+        r"|protocol not found|does not contain any stream|invalid argument|not supported"
+        # hardware decode asked for and not available: ffmpeg does not fall back by itself
+        r"|no device available for decoder|device creation failed|device setup failed|cannot load libcuda", re.I)),
 ]
 
 

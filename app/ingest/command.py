@@ -59,7 +59,7 @@ def video_filter(spec: SourceSpec) -> str:
     return f"fps={fps},scale=w='trunc(min(iw,{spec.max_width})/2)*2':h=-2"
 
 
-def build_command(url: str, spec: SourceSpec, output: FrameFormat, *, key_frames_only: bool = False,
+def build_command(url: str, spec: SourceSpec, output: FrameFormat, *,
                   stall_backstop_s: float | None = None) -> list[str]:
     """The argv for one reader; ``url`` is the resolved URL (it holds the credentials, so
     the argv itself is never logged: see ``describe_command``)."""
@@ -67,8 +67,6 @@ def build_command(url: str, spec: SourceSpec, output: FrameFormat, *, key_frames
     source = str(file_path(url)) if url.lower().startswith("file:") else url
     cmd = [ffmpeg_binary(), "-hide_banner", "-nostdin", "-nostats", "-loglevel", "error",
            *input_options(url, spec, backstop)]
-    if key_frames_only:
-        cmd += ["-skip_frame", "nokey"]
     cmd += ["-i", source, "-an", "-sn", "-dn", "-vf", video_filter(spec)]
     if output is FrameFormat.JPEG:
         cmd += ["-c:v", "mjpeg", "-q:v", str(JPEG_QUALITY), "-f", "mpjpeg", "pipe:1"]

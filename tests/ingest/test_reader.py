@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -104,3 +105,10 @@ def test_password_never_in_a_log_record_or_a_state(walk_clip, ingest, caplog):
     assert any("401" in m for m in records) and any("Connection refused" in m for m in records)
     assert password not in shown and "guard" not in shown
     assert not [m for m in records if password in m or "guard:" in m]
+
+
+@pytest.mark.skipif(Path("/dev/dri/renderD128").exists(), reason="this machine has a VAAPI device")
+def test_hardware_decode_without_a_device_is_a_bad_stream(walk_clip, ingest):
+    supervisor, _ = ingest({"cam": SourceSpec(url=f"file://{walk_clip.path}", hwaccel="vaapi")})
+    assert wait_for(lambda: supervisor.states()["cam"].state.value == "bad_stream", 30), supervisor.states()
+    assert "device" in supervisor.states()["cam"].last_error.lower()
