@@ -92,3 +92,37 @@ def test_a_failing_sink_counts_and_continues():
     sender.offer(frame(2))
     assert wait_for(lambda: stats.snapshot().dropped == {"sink_error": 1, "http_422": 1}, 5)
     sender.stop()
+
+
+def test_async_sink_bridges_to_a_loop_and_maps_busy_errors():
+    import asyncio
+
+    from app.core.errors import InvalidTimestamp, QueueFull
+    from app.ingest.asyncsink import AsyncSink
+
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    answers = iter([None, QueueFull("full"), InvalidTimestamp("too old", reason="past"), RuntimeError("bug")])
+    seen: list[tuple[int, bool]] = []
+
+    async def feed(f: Frame) -> SinkResult:
+        seen.append((f.jpeg[0], asyncio.get_running_loop() is loop))
+        error = next(answers)
+        if error is not None:
+            raise error
+        return SinkResult.sent()
+
+    sink = AsyncSink(loop, feed)
+    try:
+        assert sink(frame(1)) == SinkResult.sent()
+        busy = sink(frame(2))
+        assert (busy.outcome, busy.reason, busy.retry_after_s) == ("busy", "queue_full", 1.0)
+        assert sink(frame(3)) == SinkResult.dropped("invalid_timestamp")
+        assert sink(frame(4)) == SinkResult.dropped("sink_error")
+        assert seen == [(1, True), (2, True), (3, True), (4, True)]  # ran on the service's loop
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(5)
+        loop.close()
+    assert sink(frame(5)) == SinkResult.dropped("stopping")
