@@ -85,14 +85,21 @@ class Sender:
             self._slot = frame
             self._cond.notify()
 
-    def stop(self, timeout: float = 5.0) -> None:
-        """No more frames; waits up to ``timeout`` for a frame in flight."""
+    def request_stop(self) -> None:
+        """No more frames (the one in flight, if any, finishes)."""
         with self._cond:
             self._stopping = True
             self._slot = None
             self._cond.notify()
+
+    def join(self, timeout: float) -> None:
         if self._thread.is_alive() and self._thread is not threading.current_thread():
             self._thread.join(timeout)
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """No more frames; waits up to ``timeout`` for a frame in flight."""
+        self.request_stop()
+        self.join(timeout)
 
     @property
     def in_flight(self) -> bool:

@@ -17,6 +17,7 @@ import datetime as dt
 import logging
 import socket
 import threading
+import time
 from collections.abc import Callable
 from urllib.parse import quote
 
@@ -45,6 +46,9 @@ class StateReporter:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._reported: set[str] = set()
+        self._dirty: set[str] = set()  # cameras whose state changed since the last round
+        self._everything = True
+        self._lock = threading.Lock()
         self._failing = False
         self.reports_sent = 0
         self._thread = threading.Thread(target=self._run, name="ingest-report", daemon=True)
@@ -52,8 +56,13 @@ class StateReporter:
     def start(self) -> None:
         self._thread.start()
 
-    def notify(self, _state: CameraState | None = None) -> None:
-        """Report soon (a state changed, or cameras were added or removed)."""
+    def notify(self, state: CameraState | None = None) -> None:
+        """Report ``state``'s camera now (a state change), or every camera (None: a reload)."""
+        with self._lock:
+            if state is None:
+                self._everything = True
+            else:
+                self._dirty.add(state.camera_id)
         self._wake.set()
 
     def stop(self, timeout: float = 5.0) -> None:
@@ -64,19 +73,28 @@ class StateReporter:
         self._client.close()
 
     def _run(self) -> None:
+        next_full = 0.0
         while not self._stop.is_set():
-            self.report_once()
-            self._wake.wait(self.interval_s)
+            now = time.monotonic()
+            with self._lock:
+                full = self._everything or now >= next_full
+                only, self._dirty, self._everything = (None if full else set(self._dirty)), set(), False
+            self.report_once(only)
+            if full:
+                next_full = now + self.interval_s
+            self._wake.wait(max(0.0, next_full - time.monotonic()))
             self._wake.clear()
         if not self._failing:  # a service that is down would only make shutdown wait
             self._withdraw(set(self._reported))
 
-    def report_once(self) -> None:
-        """PUT every camera's state and DELETE the cameras that are gone."""
+    def report_once(self, only: set[str] | None = None) -> None:
+        """PUT every camera's state (or those in ``only``) and DELETE the cameras that are gone."""
         states = self.states()
         now = dt.datetime.now(dt.timezone.utc).isoformat(timespec="milliseconds")
         ok = True
         for camera_id, state in states.items():
+            if only is not None and camera_id not in only:
+                continue
             body = {"gateway": self.gateway_id, "reported_at": now, "ttl_s": 3 * self.interval_s,
                     "source": state.as_dict()}
             ok &= self._send("PUT", camera_id, body)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -61,10 +62,11 @@ class _Camera:
 
     def request_stop(self) -> None:
         self.runner.request_stop()
+        self.sender.request_stop()
 
-    def join(self, timeout: float) -> None:
-        self.runner.join(timeout)
-        self.sender.stop(timeout)
+    def join(self, deadline: float) -> None:
+        self.runner.join(max(0.0, deadline - time.monotonic()))  # kills its ffmpeg even past the deadline
+        self.sender.join(max(0.0, deadline - time.monotonic()))
 
 
 class Supervisor:
@@ -122,8 +124,9 @@ class Supervisor:
     def _stop_cameras(cameras: list[_Camera], timeout: float = 10.0) -> None:
         for camera in cameras:  # all at once, then wait: N cameras stop in one poll, not N
             camera.request_stop()
+        deadline = time.monotonic() + timeout  # one deadline for all (a hung sink must not add up)
         for camera in cameras:
-            camera.join(timeout)
+            camera.join(deadline)
 
     def states(self) -> dict[str, CameraState]:
         """Every camera's source state now (for GET /cameras, metrics, the gateway's report)."""
