@@ -17,12 +17,20 @@ $(VENV)/.installed: pyproject.toml requirements/cpu.txt
 # Debian packages the tests use: promtool and the Prometheus server, nginx (deploy tests),
 # the PostgreSQL server (a throw-away cluster for the event-store tests, tests/support/pg.py), the
 # Mosquitto MQTT broker (a throw-away broker for the MQTT tests, tests/support/mqtt_broker.py), and
-# Chromium (the console's real-browser tests, tests/browser: Playwright drives Debian's build).
+# Chromium (the console's real-browser tests, tests/browser: Playwright drives Debian's build),
+# ffmpeg (camera ingest reads every stream through it) and GStreamer's RTSP server with the system
+# Python's GObject bindings (the ingest tests' real RTSP camera, tests/support/rtsp_server.py).
+GST_PROBE := import gi; gi.require_version('Gst', '1.0'); gi.require_version('GstRtspServer', '1.0'); \
+  from gi.repository import Gst, GstRtspServer; Gst.init(None); \
+  assert all(Gst.ElementFactory.find(e) for e in ('qtdemux', 'h264parse', 'rtph264pay', 'appsrc'))
 system-deps:
 	@command -v prometheus >/dev/null && command -v promtool >/dev/null && command -v nginx >/dev/null && \
 	  ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 && ls /usr/sbin/mosquitto >/dev/null 2>&1 && \
-	  command -v chromium >/dev/null && command -v chromedriver >/dev/null || \
-	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus nginx-light postgresql mosquitto chromium chromium-driver >/dev/null; }
+	  command -v chromium >/dev/null && command -v chromedriver >/dev/null && command -v ffmpeg >/dev/null && \
+	  /usr/bin/python3 -c "$(GST_PROBE)" >/dev/null 2>&1 || \
+	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus nginx-light postgresql mosquitto chromium chromium-driver \
+	      ffmpeg python3-gi gir1.2-gst-rtsp-server-1.0 gstreamer1.0-plugins-base gstreamer1.0-plugins-good \
+	      gstreamer1.0-plugins-bad gstreamer1.0-plugins-ugly gstreamer1.0-libav >/dev/null; }
 
 run: setup
 	$(VENV)/bin/campusguard serve

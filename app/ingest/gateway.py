@@ -1,0 +1,212 @@
+"""`campusguard gateway`: pull the site file's camera sources and POST frames to the service.
+
+    campusguard gateway --site site.yaml --service http://nginx:8000 [--shard i/n]
+                        [--api-key-file /run/secrets/camera-key] [--secrets-dir /run/secrets]
+
+For multi-replica deployments, where the detection replicas run with ingest off. Each
+gateway pulls the cameras of its shard (``sha256(camera id) mod n == i``, the same on every
+host), sends each frame with a ``camera``-role key and reports each camera's source state
+(report.py). SIGHUP reloads the site file (cameras added, changed, removed); SIGTERM or
+SIGINT stops every reader (no ffmpeg is left behind) and exits 0. A site file or option
+that cannot be used exits 2 with the field named.
+
+The site file is read with plain YAML here (only ``cameras[].id`` and ``.source``); the
+service's site-file loader takes over when the gateway is wired into the CLI.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+import threading
+from collections.abc import Mapping
+from pathlib import Path
+
+import yaml
+from pydantic import ValidationError
+
+from app.core.logs import configure_logging
+from app.core.urls import redact_url
+from app.ingest.command import FfmpegMissing
+from app.ingest.frames import FrameFormat
+from app.ingest.httpsink import HttpSink, parse_shard, shard_of
+from app.ingest.report import StateReporter
+from app.ingest.source import SourceError, SourceSpec
+from app.ingest.supervisor import Supervisor
+
+log = logging.getLogger("app.ingest.gateway")
+
+KEY_ENV = "CAMPUSGUARD_GATEWAY_API_KEY"
+
+
+class GatewayError(Exception):
+    """A site file, key or option the gateway cannot run with (exit 2)."""
+
+
+def load_sources(path: Path) -> dict[str, SourceSpec]:
+    """``cameras[].source`` of the site file, by camera id; every problem at once, field named."""
+    try:
+        doc = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as exc:
+        raise GatewayError(f"cannot read the site file {path}: {exc}") from None
+    cameras = doc.get("cameras") if isinstance(doc, dict) else None
+    if not isinstance(cameras, list):
+        raise GatewayError(f"{path}: no 'cameras' list")
+    sources: dict[str, SourceSpec] = {}
+    problems: list[str] = []
+    for index, camera in enumerate(cameras):
+        where = f"cameras[{index}]"
+        if not isinstance(camera, dict) or not isinstance(camera.get("id"), str):
+            problems.append(f"{where}.id: a camera needs an id")
+            continue
+        where = f"cameras[{index}] ({camera['id']}).source"
+        block = camera.get("source")
+        if block is None:
+            continue
+        try:
+            spec = SourceSpec.model_validate(block)
+        except ValidationError as exc:
+            for error in exc.errors(include_url=False, include_input=False):
+                field = ".".join(str(part) for part in error["loc"])
+                problems.append(f"{where}{'.' + field if field else ''}: {error['msg']}")
+            continue
+        if camera["id"] in sources:
+            problems.append(f"{where}: camera id {camera['id']!r} appears twice")
+        sources[camera["id"]] = spec
+    if problems:
+        raise GatewayError(f"{path}: " + "; ".join(problems))
+    return sources
+
+
+def select_shard(sources: Mapping[str, SourceSpec], index: int, total: int) -> dict[str, SourceSpec]:
+    return {cid: spec for cid, spec in sources.items() if shard_of(cid, total) == index}
+
+
+def read_api_key(key_file: Path | None, environ: Mapping[str, str]) -> str | None:
+    """The ``camera``-role key: from ``--api-key-file``, else ``$CAMPUSGUARD_GATEWAY_API_KEY``."""
+    if key_file is not None:
+        try:
+            key = Path(key_file).read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            raise GatewayError(f"cannot read the API key file {key_file}: {exc.strerror}") from None
+        if not key:
+            raise GatewayError(f"the API key file {key_file} is empty")
+        return key
+    return environ.get(KEY_ENV, "").strip() or None
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    env = os.environ.get
+    parser.add_argument("--site", type=Path, default=env("CAMPUSGUARD_SITE_CONFIG"),
+                        help="site file with cameras[].source (default: $CAMPUSGUARD_SITE_CONFIG)")
+    parser.add_argument("--service", required=True, help="the service's base URL, e.g. http://nginx:8000")
+    parser.add_argument("--shard", default="0/1", help="i/n: pull the cameras with sha256(id) mod n == i (default 0/1)")
+    parser.add_argument("--api-key-file", type=Path, default=env("CAMPUSGUARD_GATEWAY_API_KEY_FILE"),
+                        help=f"file holding a camera-role key (else ${KEY_ENV})")
+    parser.add_argument("--secrets-dir", type=Path, default=env("CAMPUSGUARD_SECRETS_DIR"),
+                        help="a file named VAR here fills ${VAR} in source URLs (after the environment)")
+    parser.add_argument("--report-every-s", type=float, default=10.0, help="source state report interval")
+    parser.add_argument("--timeout-s", type=float, default=10.0, help="HTTP timeout per frame")
+    parser.add_argument("--gateway-id", default=None, help="name in state reports (default: host name)")
+    parser.add_argument("--log-format", choices=["text", "json"], default=env("CAMPUSGUARD_LOG_FORMAT", "text"))
+    parser.add_argument("--log-level", default=env("CAMPUSGUARD_LOG_LEVEL", "INFO"))
+
+
+class _Signals:
+    """SIGTERM/SIGINT stop, SIGHUP reloads; the main thread waits on one event."""
+
+    def __init__(self) -> None:
+        self.wake = threading.Event()
+        self.stop = False
+        self.reload = False
+
+    def install(self) -> None:
+        signal.signal(signal.SIGTERM, self._on_stop)
+        signal.signal(signal.SIGINT, self._on_stop)
+        signal.signal(signal.SIGHUP, self._on_reload)
+
+    def _on_stop(self, *_: object) -> None:
+        self.stop = True
+        self.wake.set()
+
+    def _on_reload(self, *_: object) -> None:
+        self.reload = True
+        self.wake.set()
+
+
+def run(args: argparse.Namespace) -> int:
+    configure_logging(args.log_format, args.log_level)
+    try:
+        if args.site is None:
+            raise GatewayError("no site file: pass --site or set CAMPUSGUARD_SITE_CONFIG")
+        index, total = parse_shard(args.shard)
+        key = read_api_key(args.api_key_file, os.environ)
+        sources = select_shard(load_sources(args.site), index, total)
+    except (GatewayError, ValueError) as exc:
+        print(f"campusguard gateway: error: {exc}", file=sys.stderr)
+        return 2
+    if key is None:
+        log.warning("no API key (--api-key-file or %s): the service must accept frames without one", KEY_ENV)
+    sinks: dict[str, HttpSink] = {}
+
+    def sink_for(camera_id: str) -> HttpSink:
+        if camera_id not in sinks:
+            sinks[camera_id] = HttpSink(args.service, camera_id, key, timeout_s=args.timeout_s)
+        return sinks[camera_id]
+
+    reporter: StateReporter | None = None
+    supervisor = Supervisor(sink_for, output=FrameFormat.JPEG, secrets_dir=args.secrets_dir,
+                            listener=lambda state: reporter.notify(state) if reporter else None)
+    reporter = StateReporter(args.service, key, supervisor.states, gateway_id=args.gateway_id,
+                             interval_s=args.report_every_s)
+    signals = _Signals()
+    signals.install()
+    try:
+        supervisor.start(sources)
+    except (SourceError, FfmpegMissing) as exc:
+        print(f"campusguard gateway: error: {exc}", file=sys.stderr)
+        supervisor.stop()
+        return 2
+    reporter.start()
+    log.info("gateway: pulling %d cameras (shard %d/%d) for %s", len(sources), index, total,
+             redact_url(args.service))
+    try:
+        while not signals.stop:
+            signals.wake.wait()
+            signals.wake.clear()
+            if signals.reload and not signals.stop:
+                signals.reload = False
+                _reload(args.site, index, total, supervisor, sinks)
+                reporter.notify()
+    finally:
+        supervisor.stop()
+        reporter.stop()
+        for sink in sinks.values():
+            sink.close()
+        log.info("gateway stopped")
+    return 0
+
+
+def _reload(site: Path, index: int, total: int, supervisor: Supervisor, sinks: dict[str, HttpSink]) -> None:
+    """SIGHUP: apply the site file as it is now; a file that cannot be used changes nothing."""
+    try:
+        sources = select_shard(load_sources(site), index, total)
+        supervisor.update(sources)
+    except (GatewayError, SourceError) as exc:
+        log.error("site file not reloaded (the cameras keep running as before): %s", exc)
+        return
+    for camera_id in [cid for cid in sinks if cid not in sources]:
+        sinks.pop(camera_id).close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="campusguard gateway", description=__doc__.strip().splitlines()[0])
+    configure(parser)
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
