@@ -40,7 +40,8 @@ def server(tmp_path_factory, weights, receiver):
     site = tmp / "site.yaml"
     shutil.copy(EXAMPLE_SITE, site)
     srv = start_server(tmp, weights, site_config=site, events_db_url=f"sqlite:///{tmp}/events.db", snapshot_dir=tmp / "snaps",
-                       imgsz=320, warmup_iters=1, webhook_urls=receiver.url, site_watch_s=0.5,
+                       imgsz=320, warmup_iters=1, webhook_urls=receiver.url,
+                       webhook_secret="console-webhook-secret", site_watch_s=0.5,
                        api_keys=",".join(f"{role}:{key}" for role, key in KEYS.items()))
     srv.site = site
     yield srv
