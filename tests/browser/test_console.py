@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import hashlib
 import json
 import shutil
 import time
@@ -410,12 +411,31 @@ def test_status_page_shows_the_apps_own_data(server, api, open_page, bus, receiv
         assert time.monotonic() < deadline, (cells, want)
         page.wait_for_timeout(500)
     assert 1 <= want["delivered"] <= len(receiver.requests)  # the receiver counts before it answers
+    assert page.locator("#audit-latest").count() == 0  # a viewer does not see the audit trail
 
 
-def test_open_access_notice_without_keys(tmp_path, weights, browser, open_page):
-    """A server without keys: the page says so. The page needs no model, so the test does not
-    wait for it to load (only for the app to answer)."""
-    srv = start_server(tmp_path, weights, wait=False, imgsz=320, warmup_iters=0)
+def test_status_page_shows_the_latest_audit_records_to_an_admin(server, api, open_page):
+    """The zone edits made through the API appear in the status page's audit card, with the
+    key's name and the client address, newest first."""
+    with whole_frame_zone(api, "plaza-cam", "audit-zone"):
+        pass  # one zone.put, then one zone.delete
+    page = open_page(server.url, KEYS["admin"])
+    goto(page, "status")
+    rows = page.locator("#audit-latest tbody tr")
+    rows.first.wait_for()
+    cells = rows.first.locator("td").all_inner_texts()
+    admin = "key:" + hashlib.sha256(KEYS["admin"].encode()).hexdigest()[:8]
+    assert cells[1:] == [admin, "127.0.0.1", "zone.delete", "plaza-cam/audit-zone", "ok"], cells
+    assert rows.nth(1).locator("td").all_inner_texts()[3:5] == ["zone.put", "plaza-cam/audit-zone"]
+
+
+@pytest.mark.parametrize("auth", ["loopback", "off"])
+def test_open_access_notice_without_keys(tmp_path, weights, browser, open_page, auth):
+    """A server without keys: the page says so; with CAMPUSGUARD_AUTH=off a banner says that
+    authentication is off on purpose. The page needs no model, so the test does not wait for it
+    to load (only for the app to answer)."""
+    srv = start_server(tmp_path, weights, wait=False, imgsz=320, warmup_iters=0,
+                       **({"auth": "off"} if auth == "off" else {}))
     try:
         deadline = time.monotonic() + 60
         while True:
@@ -428,8 +448,13 @@ def test_open_access_notice_without_keys(tmp_path, weights, browser, open_page):
             time.sleep(0.2)
         page = open_page(srv.url)
         goto(page, "cameras")
-        notice = page.locator("#open-notice")
-        assert notice.is_visible() and "no API keys configured" in notice.inner_text()
+        notice, banner = page.locator("#open-notice"), page.locator("#auth-off")
+        if auth == "off":
+            assert banner.is_visible() and "Authentication is off (CAMPUSGUARD_AUTH=off)" in banner.inner_text()
+            assert notice.is_hidden()
+        else:
+            assert notice.is_visible() and "no API keys configured" in notice.inner_text()
+            assert banner.is_hidden()
         assert page.locator("#signout").is_hidden()
         page.get_by_text("Rules are off on this server").wait_for()
         page.close()  # before the server goes: a refused poll is logged as a console error
