@@ -82,7 +82,7 @@ def parse_min_confidence(raw: str | None) -> float:
 
 
 @router.post("/v1/vision/detection", response_model=DeepStackResponse, openapi_extra=BODY,
-             responses={code: {"model": DeepStackResponse} for code in (400, 401, 403, 413, 500, 503)},
+             responses={code: {"model": DeepStackResponse} for code in (400, 401, 403, 413, 429, 500, 503)},
              summary="DeepStack-compatible object detection")
 async def deepstack_detection(request: Request, header: Annotated[str | None, Depends(header_key)],
                               gate: GateDep, engine: EngineDep, options: OptionsDep,

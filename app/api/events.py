@@ -21,7 +21,7 @@ from app.core.roles import ANONYMOUS
 from app.core.timeutil import IsoDatetime
 from app.core.errors import NotFound, shorten
 
-router = APIRouter(tags=["events"], dependencies=[Read], responses=error_responses(401, 403, 404))
+router = APIRouter(tags=["events"], dependencies=[Read], responses=error_responses(401, 403, 404, 429))
 MAX_OFFSET = 1_000_000_000  # far beyond any real store; bigger values overflow the database's integer
 
 

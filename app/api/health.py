@@ -19,7 +19,7 @@ from app.inference.engine import InferenceEngine
 from app.core.errors import NotReady
 from app.rules.port import Rules
 
-router = APIRouter(tags=["health"], dependencies=[Read], responses=error_responses(401, 403))
+router = APIRouter(tags=["health"], dependencies=[Read], responses=error_responses(401, 403, 429))
 
 
 @router.get("/health/live", response_model=Status, summary="Liveness: the process answers")

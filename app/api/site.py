@@ -21,7 +21,7 @@ from app.core.errors import PayloadTooLarge
 from app.rules.port import Rules
 from app.rules.site.schema import Zone
 
-router = APIRouter(tags=["console"], responses=error_responses(401, 403))
+router = APIRouter(tags=["console"], responses=error_responses(401, 403, 429))
 MAX_ZONE_BYTES = 256 * 1024  # a zone with thousands of points fits; the site file stays readable
 EDIT_RESPONSES: dict[int | str, dict[str, Any]] = {
     404: {"model": ErrorBody, "description": "`unknown_camera`, `unknown_zone` (delete), `rules_disabled`"},

@@ -11,7 +11,7 @@ from app.api.deps import GateDep, MaybeDetectorDep, MaybeEngineDep, AnyRulesDep,
 from app.api.health import health_document
 from app.api.schemas import error_responses
 
-router = APIRouter(tags=["console"], dependencies=[Read], responses=error_responses(401, 403))
+router = APIRouter(tags=["console"], dependencies=[Read], responses=error_responses(401, 403, 429))
 
 
 @router.get("/status", response_model=StatusDocument, summary="Health, recent throughput and latency, deliveries")
