@@ -108,8 +108,8 @@ class Gate:
         if who is not None and (permission == "admin" or "admin" in route_permissions(request)):
             # a person tried to change something (the route's read check may be the one that refused)
             self.audit.record(AuditEntry(actor=who, client=client, action="auth.refused",
-                                                target=f"{request.method} {request.url.path}"[:512],
-                                                outcome="refused", after=reason))
+                                         target=f"{request.method} {request.url.path}"[:512],
+                                         outcome="refused", after=reason))
 
 
 def route_permissions(request: Request) -> set[str]:

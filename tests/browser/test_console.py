@@ -28,6 +28,11 @@ KEYS = {"viewer": "view-key-1", "operator": "op-key-1", "admin": "admin-key-1"}
 NEW_ZONE = "console-zone"
 
 
+def key_name(role: str) -> str:
+    """How a key of CAMPUSGUARD_API_KEYS is named in the console, logs and the audit trail."""
+    return "key:" + hashlib.sha256(KEYS[role].encode()).hexdigest()[:8]
+
+
 @pytest.fixture(scope="module")
 def receiver():
     rcv = Receiver()
@@ -124,7 +129,7 @@ def test_camera_tile_shows_latest_frame_status_and_zones(server, api, open_page,
     never = page.locator("article.tile[data-camera=door-cam]")
     assert never.locator(".badge").inner_text() == "Never seen"
     assert never.locator(".frame img").is_hidden()
-    assert page.locator("#role").inner_text() == "Role: viewer"
+    assert page.locator("#role").inner_text() == f"{key_name('viewer')} · Role: viewer"  # the key's name, never the key
     assert page.locator("#open-notice").is_hidden()
     post_frame(api, "lot-cam", bus)
     post_frame(api, "entrance-cam", zidane_jpg)
@@ -360,7 +365,7 @@ def test_key_prompt_role_and_sign_out(server, open_page):
     page.get_by_label("API key").fill(KEYS["operator"])
     page.get_by_role("button", name="Sign in").click()
     page.wait_for_selector("body[data-ready=true]")
-    assert page.locator("#role").inner_text() == "Role: operator"
+    assert page.locator("#role").inner_text() == f"{key_name('operator')} · Role: operator"
     assert page.evaluate("sessionStorage.getItem('campusguard.apiKey')") == KEYS["operator"]
     page.get_by_role("button", name="Sign out").click()
     dialog.wait_for(state="visible")
@@ -424,8 +429,7 @@ def test_status_page_shows_the_latest_audit_records_to_an_admin(server, api, ope
     rows = page.locator("#audit-latest tbody tr")
     rows.first.wait_for()
     cells = rows.first.locator("td").all_inner_texts()
-    admin = "key:" + hashlib.sha256(KEYS["admin"].encode()).hexdigest()[:8]
-    assert cells[1:] == [admin, "127.0.0.1", "zone.delete", "plaza-cam/audit-zone", "ok"], cells
+    assert cells[1:] == [key_name("admin"), "127.0.0.1", "zone.delete", "plaza-cam/audit-zone", "ok"], cells
     assert rows.nth(1).locator("td").all_inner_texts()[3:5] == ["zone.put", "plaza-cam/audit-zone"]
 
 

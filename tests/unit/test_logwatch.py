@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import subprocess
 import sys
+import tempfile
 import textwrap
 
 from app.config import Settings
@@ -23,6 +24,8 @@ def test_a_planted_secret_is_found_in_records_and_server_logs(tmp_path):
     logger.propagate = False
     try:
         logger.info("fine: key:%s", "1a2b3c4d")
+        logger.info("a folder named after a test: %s/pytest-of-x/test_planted-secret-value0/site.yaml",
+                    tempfile.gettempdir())
         assert watch.leaks() == []
         logger.info("oops %s", "planted-secret-value")
         try:
