@@ -1,4 +1,4 @@
-"""`campusguard serve | export | eval | detect | db | bench | loadtest | soak | parity | replay`.
+"""`campusguard serve | export | eval | detect | db | bench | loadtest | soak | parity | replay | keys`.
 
 Each command lives in its own module exposing ``configure(parser)`` and ``run(args) ->
 int``; this file only wires them together, so adding a command is one line in COMMANDS.
@@ -24,6 +24,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "soak": ("app.commands.soak", "long mixed-size run against a running server, tracking memory"),
     "parity": ("app.commands.parity", "detections on a device/precision against a stored CPU reference"),
     "replay": ("app.commands.replay", "re-run a site file's rules over the detection log, next to the recorded events"),
+    "keys": ("app.commands.keys", "API keys: make one (secret printed once, hashed line for the keys file), check a file"),
 }
 
 

@@ -21,6 +21,7 @@ from typing_extensions import Annotated
 
 from app.core.errors import ConfigError
 from app.core.imgsz import ImgSize, format_imgsz, input_hw, parse_imgsz
+from app.core.secrets import resolve_file_settings
 
 DEFAULT_WEIGHTS = Path("../shared/models/yolov8n.pt")
 ONNX_PROVIDER_ALIASES = {
@@ -32,6 +33,7 @@ ONNX_PROVIDER_ALIASES = {
 }
 MQTT_URL = TypeAdapter(Annotated[AnyUrl, UrlConstraints(allowed_schemes=["mqtt", "mqtts"], host_required=True)])
 _DEVICE_RE = re.compile(r"^(cpu|cuda(:\d+)?)$")
+FILE_SETTINGS = ("events_db_url", "webhook_secret", "mqtt_url")  # each has a <name>_file twin (app/core/secrets.py)
 
 
 def normalize_device(value: str) -> str:
@@ -97,9 +99,24 @@ class Settings(BaseSettings):
     max_pixels: int = Field(40_000_000, ge=1)
     max_batch_images: int = Field(16, ge=1)
 
-    # --- security / exposure -----------------------------------------------------------
+    # --- security / exposure (docs/security.md) -----------------------------------------
+    auth: Literal["on", "off"] = Field("on", description="off: serve every route without a key on any address "
+                                       "(warned at every start); on: keys required beyond loopback")
     api_keys: Annotated[list[SecretStr], NoDecode] = Field(
         default_factory=list, description="Comma list of [role:]key (viewer, operator, camera, admin; bare = admin)")
+    api_keys_file: Path | None = Field(None, description="YAML keys file: [{name, role, key | sha256}], re-read on change")
+    api_keys_watch_s: float = Field(2.0, ge=0, description="Seconds between checks of the keys file; 0 = SIGHUP only")
+    auth_fail_limit: int = Field(10, ge=1, description="Wrong keys from one address within auth_fail_window_s "
+                                 "before it is blocked")
+    auth_fail_window_s: float = Field(60.0, gt=0, description="Window in which wrong keys are counted per address")
+    auth_block_s: float = Field(300.0, ge=0, description="How long a blocked address is refused (429); 0 = never block")
+    forwarded_allow_ips: str = Field("127.0.0.1", description="Proxies whose X-Forwarded-For names the client "
+                                     "(uvicorn's forwarded_allow_ips; comma list, * = any)")
+    secrets_dir: Path | None = Field(None, description="Folder of secret files for ${VAR} in the site file "
+                                     "(file name = variable)")
+    events_db_url_file: Path | None = Field(None, description="File holding CAMPUSGUARD_EVENTS_DB_URL")
+    webhook_secret_file: Path | None = Field(None, description="File holding CAMPUSGUARD_WEBHOOK_SECRET")
+    mqtt_url_file: Path | None = Field(None, description="File holding CAMPUSGUARD_MQTT_URL")
     public_routes: Annotated[list[str], NoDecode] = Field(
         default_factory=lambda: ["/health/live", "/health/ready"],
         description="Routes answering without a key when keys are set (comma list of route paths)")
@@ -113,7 +130,7 @@ class Settings(BaseSettings):
     metrics_max_cameras: int = Field(100, ge=0)
 
     # --- server ------------------------------------------------------------------------
-    host: str = "0.0.0.0"
+    host: str = Field("127.0.0.1", description="Listen address; beyond loopback a key is required (or auth=off)")
     port: int = Field(8000, ge=0, le=65535)
 
     # --- rules (issue: campus-security rules) -------------------------------------------
@@ -134,6 +151,7 @@ class Settings(BaseSettings):
     events_retain_days: float = Field(30.0, gt=0, description="Delete events that ended longer ago (reviewed ones too)")
     snapshot_budget_mb: float = Field(1024.0, ge=0, description="Snapshot and clip disk budget; oldest deleted first; 0 = none")
     retention_sweep_s: float = Field(600.0, gt=0, description="Seconds between retention sweeps")
+    audit_retain_days: float = Field(365.0, gt=0, description="Delete audit records older than this")
     detection_log: bool = Field(False, description="Log every evaluated frame's detections for `campusguard replay`")
     detection_log_retention_days: float = Field(7.0, gt=0, description="Delete logged frames captured longer ago")
     detection_log_buffer_size: int = Field(50_000, ge=1, description="Logged frames kept in memory before they are written")
@@ -151,6 +169,15 @@ class Settings(BaseSettings):
     mqtt_ca_file: Path | None = Field(None, description="CA bundle for mqtts:// (default: the system's)")
     mqtt_client_id: str = Field("", description="MQTT client id; empty = campusguard-<host>-<pid> (unique per replica)")
     mqtt_discovery_prefix: str = Field("homeassistant", description="Home Assistant discovery prefix; empty = no discovery")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _secret_files(cls, data: Any) -> Any:
+        """``<SETTING>_FILE``: the setting's value from a file (Docker and Kubernetes secrets), read
+        here so the value is validated like one given directly (app/core/secrets.py)."""
+        if isinstance(data, dict):
+            data = resolve_file_settings(dict(data), FILE_SETTINGS, ENV_PREFIX)
+        return data
 
     @field_validator("onnx_providers", mode="before")
     @classmethod
@@ -244,6 +271,15 @@ class Settings(BaseSettings):
             raise ValueError(f"weights must be a .pt, .onnx or .yaml file, got {self.weights}")
         if self.backend == "torch" and suffix == ".onnx":
             raise ValueError("backend 'torch' cannot load an .onnx file; use backend=onnx")
+        if self.webhook_urls and not self.webhook_secret.get_secret_value():
+            raise ValueError("CAMPUSGUARD_WEBHOOK_URLS is set but CAMPUSGUARD_WEBHOOK_SECRET is empty: webhooks are "
+                             "always signed; set CAMPUSGUARD_WEBHOOK_SECRET (or CAMPUSGUARD_WEBHOOK_SECRET_FILE) to a "
+                             "long random value shared with the receivers (openssl rand -hex 32)")
+        if self.auth == "off" and (self.api_keys or self.api_keys_file is not None):
+            raise ValueError("CAMPUSGUARD_AUTH=off and API keys are both set: remove CAMPUSGUARD_AUTH=off to require "
+                             "the keys, or the keys to serve without them")
+        if self.secrets_dir is not None and not self.secrets_dir.is_dir():
+            raise ValueError(f"CAMPUSGUARD_SECRETS_DIR: {self.secrets_dir} is not a directory")
         return self
 
     @property
@@ -270,7 +306,7 @@ FOREIGN_PREFIXES: tuple[str, ...] = ("CAMPUSGUARD_TEST_",)  # the test suite's o
 GUESSES: dict[str, str] = {
     "MAX_QUEUE": "queue_size", "QUEUE": "queue_size", "QUEUE_LENGTH": "queue_size", "MAX_QUEUE_SIZE": "queue_size",
     "BATCH_SIZE": "max_batch_size", "BATCH": "max_batch_size", "MODEL": "weights", "MODEL_PATH": "weights",
-    "API_KEY": "api_keys", "KEYS": "api_keys", "GPU": "device", "TIMEOUT": "request_timeout_s",
+    "API_KEY": "api_keys", "KEYS": "api_keys", "KEYS_FILE": "api_keys_file", "API_KEY_FILE": "api_keys_file", "GPU": "device", "TIMEOUT": "request_timeout_s",
     "FP16": "half", "CONFIDENCE": "conf", "WORKERS": "preprocess_workers", "SITE": "site_config",
 }
 

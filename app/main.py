@@ -20,13 +20,17 @@ from fastapi.middleware.cors import CORSMiddleware
 
 from app import __version__
 from app.api import auth, deepstack, detect, health, status
+from app.api import audit as audit_route
 from app.api import metrics as metrics_route
+from app.api.access import Gate
 from app.api.docs import install_docs
 from app.api.errors import install_error_handlers
 from app.api.middleware import RequestGuard
 from app import wiring
 from app.config import Settings
+from app.core.audit import AuditEntry, summarize
 from app.core.imgsz import format_imgsz
+from app.core.keys import KeyChange
 from app.core.metrics import Metrics
 from app.core.types import GpuInventory
 from app.inference.backends.models import require_weights
@@ -72,14 +76,30 @@ def load_engine(app: FastAPI, settings: Settings, metrics: Metrics) -> None:
         os._exit(LOAD_FAILURE_EXIT_CODE)
 
 
-def log_auth(settings: Settings) -> None:
-    """Say at startup whether a key is needed, so an open server is never a surprise."""
-    if settings.api_keys:
-        roles = wiring.keyring(settings).counts()
-        log.info("auth on: %d API key(s) (%s); routes open without a key: %s", len(settings.api_keys),
-                 ", ".join(f"{n} {role}" for role, n in sorted(roles.items())), ", ".join(settings.public_routes) or "none")
+def log_auth(settings: Settings, gate: Gate) -> None:
+    """Say at every start whether a key is needed, so an open server is never a surprise."""
+    if gate.mode == "on":
+        roles = gate.keyring.counts()
+        log.info("auth on: %d API key(s) (%s)%s; routes open without a key: %s", len(gate.keyring.entries),
+                 ", ".join(f"{n} {role}" for role, n in sorted(roles.items())) or "none yet",
+                 f", keys file {settings.api_keys_file}" if settings.api_keys_file else "",
+                 ", ".join(settings.public_routes) or "none")
+    elif gate.mode == "off":
+        log.warning("AUTH IS OFF (CAMPUSGUARD_AUTH=off): every route answers without a key on %s:%d; anyone who can "
+                    "reach this address can edit zones, reset cameras, review and read events (docs/security.md)",
+                    settings.host, settings.port)
     else:
-        log.warning("auth off: CAMPUSGUARD_API_KEYS is empty, every route answers without a key")
+        log.warning("auth off: no API keys configured; listening on %s (loopback) only, so only this machine can "
+                    "connect. Beyond loopback keys are required (docs/security.md)", settings.host)
+
+
+def record_key_change(app: FastAPI, change: KeyChange) -> None:
+    """A keys-file reload in the audit trail: names and roles before and after, never a key."""
+    def names(pairs: tuple[tuple[str, str], ...]) -> str:
+        return ", ".join(f"{n} ({r})" for n, r in pairs) or "none"
+
+    app.state.gate.audit.record(AuditEntry(actor=f"system:{change.trigger}", action="keys.reload", target=change.path,
+                                      before=summarize(names(change.before)), after=summarize(names(change.after))))
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -89,10 +109,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         preflight(settings)
-        log_auth(settings)
+        log_auth(settings, gate)
         rules = wiring.build_rules(settings, metrics)
         rules.start()
         app.state.rules = rules
+        audit = wiring.build_audit(rules, metrics)
+        audit.start()
+        gate.audit = audit  # refusals, route changes and keys-file reloads are recorded there
+        gate.keys.start()
         loader = threading.Thread(target=load_engine, args=(app, settings, metrics), name="campusguard-load",
                                   daemon=True)
         loader.start()
@@ -101,6 +125,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         if engine is not None:
             engine.begin_drain()
             engine.stop()
+        gate.keys.stop()
+        audit.stop()  # its last records while the store is still open
         rules.stop()
         log.info("shut down cleanly")
 
@@ -115,7 +141,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.options = wiring.api_options(settings)
     app.state.metrics = metrics
-    app.state.keyring = wiring.keyring(settings)
+    gate = wiring.build_gate(settings, metrics)  # ConfigError: exposed without a key, bad keys file
+    gate.keys.on_change = lambda change: record_key_change(app, change)
+    app.state.gate = gate
     app.state.phase = "starting"
     app.state.started_at = time.time()
     app.state.rules = NoRules()
@@ -125,6 +153,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(deepstack.router)
     app.include_router(health.router)
     app.include_router(auth.router)
+    app.include_router(audit_route.router)
     app.include_router(status.router)
     app.include_router(metrics_route.router)
     if settings.site_config is not None:

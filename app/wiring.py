@@ -9,12 +9,18 @@ are null objects (``NoRules``, ``NoMqtt``, ``NoClips``, ``NoFrameLog``), never `
 
 from __future__ import annotations
 
+import ipaddress
 from typing import TYPE_CHECKING
 
+from app.api.access import Gate
 from app.api.options import ApiOptions
 from app.config import Settings
+from app.core.audit import AuditTrail, NoAudit
+from app.core.errors import ConfigError
+from app.core.keys import KeySource
 from app.core.metrics import Metrics
 from app.core.roles import Keyring
+from app.core.throttle import FailureThrottle, ThrottleOptions
 from app.inference.backends.base import BackendOptions, Detector
 from app.inference.engine import EngineLimits, InferenceEngine
 from app.inference.pipeline import DetectParams, Pipeline
@@ -63,7 +69,50 @@ def detect_defaults(settings: Settings) -> DetectParams:
 
 # --- HTTP ---------------------------------------------------------------------------------
 def keyring(settings: Settings) -> Keyring:
+    """The keys of CAMPUSGUARD_API_KEYS (those of the keys file come from ``key_source``)."""
     return Keyring.parse(k.get_secret_value() for k in settings.api_keys)
+
+
+def key_source(settings: Settings, metrics: Metrics) -> KeySource:
+    """CAMPUSGUARD_API_KEYS plus the keys file, re-read when it changes. A missing or invalid
+    keys file is a KeysFileError (exit 2 at startup)."""
+    return KeySource(keyring(settings), settings.api_keys_file, watch_s=settings.api_keys_watch_s,
+                     on_outcome=lambda trigger, outcome: metrics.key_reloads.labels(trigger, outcome).inc())
+
+
+def is_loopback(host: str) -> bool:
+    """127.0.0.0/8, ::1 and ``localhost``: addresses only this machine can reach."""
+    if host.strip().lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip().strip("[]")).is_loopback
+    except ValueError:
+        return False  # another host name: it may resolve to anything
+
+
+def auth_mode(settings: Settings) -> str:
+    """``on`` (keys required), ``off`` (CAMPUSGUARD_AUTH=off) or ``loopback`` (no keys, loopback only).
+
+    A server reachable beyond loopback without a key refuses to start (ConfigError: exit 2),
+    like PostgreSQL's image without a password: an open door must be chosen, never a default."""
+    if settings.api_keys or settings.api_keys_file is not None:
+        return "on"
+    if settings.auth == "off":
+        return "off"
+    if is_loopback(settings.host):
+        return "loopback"
+    raise ConfigError(
+        f"refusing to start: CAMPUSGUARD_HOST={settings.host} is reachable from other machines and no API key is "
+        "configured, so anyone on the network could change zones, reset cameras and read events. Set "
+        "CAMPUSGUARD_API_KEYS or CAMPUSGUARD_API_KEYS_FILE (make a key with `campusguard keys new --role admin "
+        "--name <you>`), or listen on 127.0.0.1, or set CAMPUSGUARD_AUTH=off to serve every route without a key "
+        "on purpose")
+
+
+def build_gate(settings: Settings, metrics: Metrics) -> Gate:
+    return Gate(key_source(settings, metrics), metrics, FailureThrottle(ThrottleOptions(
+        max_failures=settings.auth_fail_limit, window_s=settings.auth_fail_window_s, block_s=settings.auth_block_s)),
+        mode=auth_mode(settings))
 
 
 def api_options(settings: Settings) -> ApiOptions:
@@ -105,7 +154,8 @@ def build_rules(settings: Settings, metrics: Metrics | None = None) -> Rules:
         buffer_bytes=int(settings.clip_buffer_mb * 1024 * 1024), max_width=settings.clip_max_width))
     retention = RetentionSweeper(store, evidence, RetentionOptions(
         retain_days=settings.events_retain_days, budget_bytes=int(settings.snapshot_budget_mb * 1024 * 1024),
-        interval_s=settings.retention_sweep_s, frames_retain_days=settings.detection_log_retention_days), metrics)
+        interval_s=settings.retention_sweep_s, frames_retain_days=settings.detection_log_retention_days,
+        audit_retain_days=settings.audit_retain_days), metrics)
     frame_log = (FrameLog(store, capacity=settings.detection_log_buffer_size, metrics=metrics)
                  if settings.detection_log else NoFrameLog())
     service = RulesService(RulesParts(
@@ -117,6 +167,18 @@ def build_rules(settings: Settings, metrics: Metrics | None = None) -> Rules:
         watch_s=settings.site_watch_s))
     service.connect()
     return service
+
+
+def build_audit(rules: Rules, metrics: Metrics) -> AuditTrail:
+    """The audit trail in the rules' event store; ``NoAudit`` (log lines only) without one."""
+    if not rules.enabled:  # before any import: a server without a site file never loads SQLAlchemy
+        return NoAudit()
+    from app.rules.service.facade import RulesService
+    from app.rules.store.audit import StoreAudit
+
+    assert isinstance(rules, RulesService)
+    writer = rules.writer
+    return StoreAudit(rules.store.audit, store_up=lambda: writer.up, metrics=metrics)
 
 
 def mqtt_options(settings: Settings) -> "MqttOptions":

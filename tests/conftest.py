@@ -7,6 +7,7 @@ CAMPUSGUARD_TEST_DATASET to use other copies. Only their absence skips a test.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import signal
 import socket
@@ -20,6 +21,7 @@ import httpx
 import pytest
 
 from tests.support.faults import FaultSwitch
+from tests.support.logwatch import WATCH, watch_settings
 
 os.environ.setdefault("YOLO_OFFLINE", "1")
 
@@ -29,6 +31,45 @@ DATASET = Path(os.environ.get("CAMPUSGUARD_TEST_DATASET", REPO.parent / "shared/
 
 
 SERVER_FIXTURES = {"server_factory", "live_server", "server"}  # fixtures that start `campusguard serve`
+
+
+# --- no test secret in any log line of the session (tests/support/logwatch.py) -----------------
+def pytest_configure(config):
+    watch_settings()
+    WATCH.install()
+
+
+def _report_leaks(session, leaks: list[str]) -> None:
+    if not leaks:
+        return
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    lines = [f"SECRET IN LOGS: {len(leaks)} log line(s) hold a test secret (tests/support/logwatch.py)",
+             *(f"  {leak}" for leak in leaks[:50])]
+    for line in lines:
+        if reporter is not None:
+            reporter.write_line(line, red=True)
+        else:
+            print(line, file=sys.stderr)
+    session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    """xdist controller: collect what each worker's watch found."""
+    node.config._secret_leaks = getattr(node.config, "_secret_leaks", []) + \
+        list(getattr(node, "workeroutput", {}).get("secret_leaks", []))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionfinish(session, exitstatus):
+    """Every process checks its own logs; a worker hands its findings to the controller."""
+    leaks = WATCH.leaks()
+    if WATCH.handler not in logging.getLogger().handlers:
+        leaks.append("the secret watch's log handler was removed from the root logger: logs went unchecked")
+    if hasattr(session.config, "workeroutput"):
+        session.config.workeroutput["secret_leaks"] = leaks
+        return
+    _report_leaks(session, leaks + getattr(session.config, "_secret_leaks", []))
 
 
 def pytest_collection_modifyitems(config, items):
@@ -148,7 +189,8 @@ def start_server(tmp_path: Path, weights: Path, wait: bool = True, faults: Fault
     """
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("CAMPUSGUARD_")}
-    env.update({"CAMPUSGUARD_WEIGHTS": str(Path(weights).resolve()), "CAMPUSGUARD_HOST": "127.0.0.1",
+    # no CAMPUSGUARD_HOST: the default (127.0.0.1) is what `make run` gets, so every server test starts like it
+    env.update({"CAMPUSGUARD_WEIGHTS": str(Path(weights).resolve()),
                 "CAMPUSGUARD_PORT": str(port),
                 "CAMPUSGUARD_ONNX_CACHE_DIR": str(tmp_path / "onnx-cache"), "PYTHONUNBUFFERED": "1"})
     env.update({f"CAMPUSGUARD_{k.upper()}": str(v) for k, v in {**SERVER_DEFAULTS, **settings}.items()})
@@ -156,6 +198,8 @@ def start_server(tmp_path: Path, weights: Path, wait: bool = True, faults: Fault
         env.update(faults.env())
     entry = "tests.support.serve_with_faults" if faults is not None else "app.cli"
     log_path = tmp_path / f"server-{port}.log"
+    WATCH.learn_environment(env)
+    WATCH.watch_file(log_path)
     log = log_path.open("wb")
     proc = subprocess.Popen([sys.executable, "-m", entry, "serve"], cwd=REPO, env=env,
                             stdout=log, stderr=subprocess.STDOUT)

@@ -19,9 +19,13 @@ class AuthInfo(BaseModel):
     """Who the caller is, so a page can show or hide what the role may do."""
 
     auth_enabled: bool = Field(description="False: no API keys are configured and every route is open")
+    auth: str = Field("on", examples=["on"], description="on: keys required; off: CAMPUSGUARD_AUTH=off (open on "
+                      "purpose); loopback: no keys, the server listens on a loopback address only")
     role: str = Field(examples=["viewer"], description="viewer, operator, camera or admin")
+    name: str | None = Field(None, examples=["alice"], description="The key's name (keys file), or key:<first 8 hex "
+                             "of its SHA-256> for a key of CAMPUSGUARD_API_KEYS; null without keys")
     permissions: list[str] = Field(examples=[["read"]], description="Subset of read, review, detect, admin")
-    key_id: str | None = Field(None, examples=["key:1a2b3c4d"], description="First 8 hex of the key's SHA-256")
+    key_id: str | None = Field(None, examples=["alice"], description="Same as `name` (kept for older consoles)")
 
 
 class SiteDocument(BaseModel):

@@ -22,7 +22,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Request, Security
 
-from app.api.deps import EngineDep, KeyringDep, MetricsDep, OptionsDep, api_key_header
+from app.api.deps import EngineDep, GateDep, MetricsDep, OptionsDep, api_key_header
 from app.api.images import MAX_FORM_FIELDS, read_upload, require_images
 from app.api.schemas import DeepStackPrediction, DeepStackResponse
 from app.core.errors import InvalidParameter, shorten
@@ -58,10 +58,14 @@ def deepstack_error(status: int, message: str) -> tuple[int, dict]:
     return status, {"success": False, "error": message, "code": status}
 
 
-def header_key(keyring: KeyringDep, supplied: Annotated[str | None, Security(api_key_header)] = None) -> str | None:
-    """A key in the X-API-Key header is judged at once, before capacity and the body."""
-    if supplied:
-        keyring.authorize(supplied, "detect")
+def header_key(request: Request, gate: GateDep,
+               supplied: Annotated[str | None, Security(api_key_header)] = None) -> str | None:
+    """A key in the X-API-Key header is judged at once, before capacity and the body (and a
+    blocked address is refused before anything else)."""
+    if supplied or not gate.keyring.required:
+        gate.check(request, supplied, "detect")
+    else:
+        gate.check_throttle(request)
     return supplied
 
 
@@ -78,17 +82,17 @@ def parse_min_confidence(raw: str | None) -> float:
 
 
 @router.post("/v1/vision/detection", response_model=DeepStackResponse, openapi_extra=BODY,
-             responses={code: {"model": DeepStackResponse} for code in (400, 401, 403, 413, 500, 503)},
+             responses={code: {"model": DeepStackResponse} for code in (400, 401, 403, 413, 429, 500, 503)},
              summary="DeepStack-compatible object detection")
 async def deepstack_detection(request: Request, header: Annotated[str | None, Depends(header_key)],
-                              keyring: KeyringDep, engine: EngineDep, options: OptionsDep,
+                              gate: GateDep, engine: EngineDep, options: OptionsDep,
                               metrics: MetricsDep) -> DeepStackResponse:
     """Multipart `image`, optional `min_confidence` (text decimal, default 0.40) and `api_key`."""
     started = time.perf_counter()
     # up to MAX_FORM_FIELDS files so a keyless caller sending two images gets 401, not 400
     parsed = await read_upload(request, ("image",), MAX_FORM_FIELDS, options.max_body_bytes)
     if not header:
-        keyring.authorize(parsed.fields.get("api_key"), "detect")
+        gate.check(request, parsed.fields.get("api_key"), "detect")
     image = require_images(parsed, ("image",), 1).images[0]
     min_conf = parse_min_confidence(parsed.fields.get("min_confidence"))
     params = DetectParams(conf=min_conf, iou=options.defaults.iou, max_det=options.defaults.max_det)

@@ -10,16 +10,17 @@ Auth: every router or route declares the permission it needs (``dependencies=[Re
 
 from __future__ import annotations
 
-import hashlib
 from typing import Annotated, Any
 
 from fastapi import Depends, Request, Security
 from fastapi.security import APIKeyHeader
 
+from app.api.access import Gate, Recorder, principal_of
 from app.api.options import ApiOptions
+from app.core.audit import AuditTrail
 from app.core.errors import NotReady
 from app.core.metrics import Metrics
-from app.core.roles import Keyring, Permission
+from app.core.roles import Permission, Principal
 from app.inference.backends.base import Detector
 from app.inference.engine import InferenceEngine
 from app.rules.port import NoRules, Rules, disabled
@@ -27,7 +28,8 @@ from app.rules.port import NoRules, Rules, disabled
 # Declared once: OpenAPI lists it as the `ApiKey` security scheme, so Swagger UI's
 # "Authorize" button sends X-API-Key with "Try it out".
 api_key_header = APIKeyHeader(name="X-API-Key", scheme_name="ApiKey", auto_error=False,
-                              description="One of CAMPUSGUARD_API_KEYS (needed only when keys are set)")
+                              description="An API key (CAMPUSGUARD_API_KEYS or CAMPUSGUARD_API_KEYS_FILE; "
+                                          "needed only when keys are configured)")
 
 
 def get_options(request: Request) -> ApiOptions:
@@ -56,8 +58,13 @@ def get_rules(request: Request) -> Rules:
     return getattr(request.app.state, "rules", None) or NoRules()
 
 
-def get_keyring(request: Request) -> Keyring:
-    return request.app.state.keyring
+def get_gate(request: Request) -> Gate:
+    return request.app.state.gate
+
+
+def get_audit(request: Request) -> AuditTrail:
+    """The audit trail (``NoAudit`` without an event store); the gate holds it, as it records refusals."""
+    return request.app.state.gate.audit
 
 
 OptionsDep = Annotated[ApiOptions, Depends(get_options)]
@@ -66,7 +73,8 @@ MaybeEngineDep = Annotated[InferenceEngine | None, Depends(get_engine)]
 PhaseDep = Annotated[str, Depends(get_phase)]
 StartedAtDep = Annotated[float, Depends(get_started_at)]
 AnyRulesDep = Annotated[Rules, Depends(get_rules)]
-KeyringDep = Annotated[Keyring, Depends(get_keyring)]
+GateDep = Annotated[Gate, Depends(get_gate)]
+AuditDep = Annotated[AuditTrail, Depends(get_audit)]
 
 
 def get_detector(engine: MaybeEngineDep) -> Detector | None:
@@ -109,19 +117,18 @@ def is_public(request: Request, options: ApiOptions) -> bool:
 SuppliedKey = Annotated[str | None, Security(api_key_header)]
 
 
-def caller_role(keyring: KeyringDep, supplied: SuppliedKey = None) -> str:
-    """The caller's role (``admin`` when no keys are configured); 401 / 403 for a missing or unknown key."""
-    return keyring.role_of(supplied)
+def caller(request: Request, gate: GateDep, supplied: SuppliedKey = None) -> Principal:
+    """Any valid key (anonymous admin when no keys are configured); 401 / 403 / 429 otherwise."""
+    return gate.check(request, supplied, None)
 
 
 def require(permission: Permission) -> Any:
     """A dependency that lets the request through only for a role holding ``permission``
     (app/core/roles.py maps roles to permissions); routes in ``public_routes`` need no key."""
 
-    async def permitted(request: Request, keyring: KeyringDep, options: OptionsDep,
-                        supplied: SuppliedKey = None) -> None:
+    async def permitted(request: Request, gate: GateDep, options: OptionsDep, supplied: SuppliedKey = None) -> None:
         if not is_public(request, options):
-            keyring.authorize(supplied, permission)
+            gate.check(request, supplied, permission)
 
     permitted.__name__ = f"require_{permission}"
     return Depends(permitted)
@@ -131,13 +138,16 @@ def require(permission: Permission) -> Any:
 Read, Review, Detect, Admin = (require(p) for p in ("read", "review", "detect", "admin"))
 
 
-def key_id(keyring: KeyringDep, supplied: SuppliedKey = None) -> str | None:
-    """Who is calling, as far as the API keys tell: ``key:<first 8 hex of its SHA-256>`` (never
-    the key itself), or None when no keys are configured."""
-    if not keyring.enabled or not supplied:
-        return None
-    return "key:" + hashlib.sha256(supplied.encode()).hexdigest()[:8]
+def current_principal(request: Request) -> Principal:
+    """The caller the route's permission check let in (its name goes into reviews and the audit trail)."""
+    return principal_of(request)
 
 
-KeyIdDep = Annotated[str | None, Depends(key_id)]
-RoleDep = Annotated[str, Depends(caller_role)]
+def recorder(request: Request, audit: AuditDep) -> Recorder:
+    """``record(action, target, before=..., after=...)``: one audit record with the caller and address."""
+    return Recorder(request, audit)
+
+
+CallerDep = Annotated[Principal, Depends(caller)]
+PrincipalDep = Annotated[Principal, Depends(current_principal)]
+RecorderDep = Annotated[Recorder, Depends(recorder)]

@@ -24,7 +24,7 @@ from app.rules.port import Rules
 
 log = logging.getLogger("campusguard.api")
 router = APIRouter(tags=["detection"], dependencies=[Detect])
-ERRORS = error_responses(400, 401, 403, 413, 415, 422, 500, 503, 504)
+ERRORS = error_responses(400, 401, 403, 413, 415, 422, 429, 500, 503, 504)
 IMAGE_BODY = {
     "requestBody": {
         "required": True,

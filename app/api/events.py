@@ -12,14 +12,16 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import FileResponse, Response
 
-from app.api.deps import Admin, KeyIdDep, Read, Review, RulesDep
+from app.api.deps import Admin, PrincipalDep, Read, RecorderDep, Review, RulesDep
 from app.api.dryrun import OPENAPI_BODY, dry_run as dry_run_reload
 from app.api.schemas import (CameraOut, CountsOut, DryRunResult, ErrorBody, EventOut, EventPage, EventReview, ReloadResult,
                              ResetResult, error_responses)
+from app.core.audit import summarize
+from app.core.roles import ANONYMOUS
 from app.core.timeutil import IsoDatetime
 from app.core.errors import NotFound, shorten
 
-router = APIRouter(tags=["events"], dependencies=[Read], responses=error_responses(401, 403, 404))
+router = APIRouter(tags=["events"], dependencies=[Read], responses=error_responses(401, 403, 404, 429))
 MAX_OFFSET = 1_000_000_000  # far beyond any real store; bigger values overflow the database's integer
 
 
@@ -81,7 +83,7 @@ def get_clip(rules: RulesDep, event_id: str) -> FileResponse:
                        "config stays. Dry run: also `empty_window` (no logged frames) and bad window parameters."},
                  **error_responses(413, 415)})
 async def reload_site(
-    rules: RulesDep, request: Request,
+    rules: RulesDep, request: Request, record: RecorderDep,
     dry_run: Annotated[bool, Query(description="Validate the site file in the body and replay it over the detection "
                                                "log instead of applying anything (docs/rules.md)")] = False,
     window_h: Annotated[float, Query(gt=0, le=24 * 366, description="Dry run: hours before `until`")] = 24.0,
@@ -95,35 +97,47 @@ async def reload_site(
     logged frames of the window, next to the recorded events; nothing is applied."""
     if dry_run:
         return await dry_run_reload(rules, request, since, until, window_h)
+    before = rules.site_document()["version"]
     await asyncio.to_thread(rules.reload, "request")
+    record("site.reload", "site", before=before, after=rules.site_document()["version"])
     return ReloadResult(cameras=rules.camera_ids, loaded_at=rules.loaded_at)
 
 
 @router.post("/admin/cameras/{camera_id}/reset", response_model=ResetResult, summary="Reset one camera's rule state",
              dependencies=[Admin],
              responses={404: {"model": ErrorBody, "description": "`unknown_camera`: not in the site file; `rules_disabled`"}})
-async def reset_camera(camera_id: str, rules: RulesDep) -> ResetResult:
+async def reset_camera(camera_id: str, rules: RulesDep, record: RecorderDep) -> ResetResult:
     """Forget the camera's tracks, rule clock and open events without a restart (other cameras
     are untouched): the way out when a camera's state is wrong, e.g. after its clock was."""
     ended = await asyncio.to_thread(rules.reset_camera, camera_id)
+    record("camera.reset", camera_id, after=f"{ended} open event(s) ended")
     return ResetResult(camera_id=camera_id, ended_events=ended)
 
 
 @router.patch("/events/{event_id}", response_model=EventOut, summary="Acknowledge an event or mark it false positive",
               dependencies=[Review],
               responses=error_responses(422))
-def review_event(event_id: str, review: EventReview, rules: RulesDep, key: KeyIdDep) -> EventOut:
+def review_event(event_id: str, review: EventReview, rules: RulesDep, caller: PrincipalDep,
+                 record: RecorderDep) -> EventOut:
     """Record an operator's review: ``{"acknowledged": true, "note": "..."}`` or
-    ``{"false_positive": true}``; who (``operator`` and/or the API key's id) and when are stored.
-    Reviewed events are still deleted at retention (docs/rules.md)."""
+    ``{"false_positive": true}``; who (``operator`` and/or the API key's name) and when are stored,
+    and the change goes into the audit trail. Reviewed events are still deleted at retention (docs/rules.md)."""
+    named = caller.name != ANONYMOUS
     if review.operator:
-        by = f"{review.operator} ({key})" if key else review.operator
+        by = f"{review.operator} ({caller.name})" if named else review.operator
     else:
-        by = key or "anonymous"
-    event = rules.review_event(event_id, review.model_dump(exclude_none=True, exclude={"operator"}), by)
+        by = caller.name
+    old = rules.get_event(event_id)
+    changes = review.model_dump(exclude_none=True, exclude={"operator"})
+    event = rules.review_event(event_id, changes, by) if old is not None else None
     if event is None:
         raise NotFound(f"no event with id {shorten(event_id)}")
+    record("event.review", event_id, before=summarize({k: old[k] for k in REVIEW_FIELDS}),
+           after=summarize({**{k: event[k] for k in REVIEW_FIELDS}, "reviewed_by": by}))
     return EventOut(**event)
+
+
+REVIEW_FIELDS = ("acknowledged", "false_positive", "note")
 
 
 @router.get("/cameras", response_model=list[CameraOut], summary="Configured cameras and their health")

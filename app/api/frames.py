@@ -10,7 +10,7 @@ from fastapi.responses import Response
 from app.api.deps import Read, RulesDep
 from app.api.schemas import ErrorBody, error_responses
 
-router = APIRouter(tags=["console"], dependencies=[Read], responses=error_responses(401, 403))
+router = APIRouter(tags=["console"], dependencies=[Read], responses=error_responses(401, 403, 429))
 
 
 @router.get("/cameras/{camera_id}/frame.jpg", summary="The newest frame of a camera (JPEG)",

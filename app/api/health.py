@@ -12,14 +12,14 @@ import time
 from fastapi import APIRouter
 
 from app import __version__
-from app.api.deps import Read, MaybeDetectorDep, MaybeEngineDep, AnyRulesDep, PhaseDep, StartedAtDep
+from app.api.deps import GateDep, Read, MaybeDetectorDep, MaybeEngineDep, AnyRulesDep, PhaseDep, StartedAtDep
 from app.api.schemas import Health, Status, error_responses
 from app.inference.backends.base import Detector
 from app.inference.engine import InferenceEngine
 from app.core.errors import NotReady
 from app.rules.port import Rules
 
-router = APIRouter(tags=["health"], dependencies=[Read], responses=error_responses(401, 403))
+router = APIRouter(tags=["health"], dependencies=[Read], responses=error_responses(401, 403, 429))
 
 
 @router.get("/health/live", response_model=Status, summary="Liveness: the process answers")
@@ -46,18 +46,19 @@ async def ready(engine: MaybeEngineDep, phase: PhaseDep, rules: AnyRulesDep) -> 
 
 @router.get("/health", response_model=Health, summary="Status document")
 async def health(engine: MaybeEngineDep, detector: MaybeDetectorDep, phase: PhaseDep,
-                 started_at: StartedAtDep, rules: AnyRulesDep) -> Health:
-    """Backend, provider, device and its memory, model and classes, uptime and counters."""
-    return health_document(engine, detector, phase, started_at, rules)
+                 started_at: StartedAtDep, rules: AnyRulesDep, gate: GateDep) -> Health:
+    """Backend, provider, device and its memory, model and classes, uptime, counters, and whether
+    keys are required (``auth``: on, off = CAMPUSGUARD_AUTH=off, loopback = no keys on a loopback address)."""
+    return health_document(engine, detector, phase, started_at, rules, gate.mode)
 
 
 def health_document(engine: InferenceEngine | None, detector: Detector | None, phase: str, started_at: float,
-                    rules: Rules) -> Health:
+                    rules: Rules, auth: str = "on") -> Health:
     """The /health document (GET /status embeds it)."""
     out = Health(status="ready" if engine is not None and engine.ready else phase,
                  ready=bool(engine is not None and engine.ready), version=__version__,
                  uptime_s=round(time.time() - started_at, 3),
-                 event_store=rules.store_status())
+                 event_store=rules.store_status(), auth=auth)
     if engine is not None and detector is not None:
         info = detector.device_info()
         mem = detector.memory()

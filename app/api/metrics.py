@@ -12,7 +12,7 @@ from fastapi.responses import Response
 from app.api.deps import Read, MaybeDetectorDep, MetricsDep
 from app.api.schemas import error_responses
 
-router = APIRouter(tags=["metrics"], dependencies=[Read], responses=error_responses(401, 403))
+router = APIRouter(tags=["metrics"], dependencies=[Read], responses=error_responses(401, 403, 429))
 
 
 @router.get("/metrics", summary="Prometheus metrics", response_class=Response,

@@ -104,11 +104,14 @@ class RequestGuard:
         if is_detection(scope):
             self.metrics.recent.observe(elapsed, scope["state"].get("images", 0), state["status"] >= 500)
         extra = scope["state"]
+        principal = extra.get("principal")  # set by the auth check (app/api/access.py): a name, never a key
+        client = scope.get("client")
         access_log.info(
             "%s %s %s %.1fms", scope["method"], scope["path"], state["status"], elapsed * 1e3,
             extra={"route": route, "status": state["status"], "latency_ms": round(elapsed * 1e3, 2),
                    "method": scope["method"], "camera_id": extra.get("camera_id"),
-                   "detections": extra.get("detections")},
+                   "detections": extra.get("detections"), "key": getattr(principal, "name", None),
+                   "client": client[0] if client else None},
         )
 
     def _too_large(self) -> tuple[int, str, str, str]:

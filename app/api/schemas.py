@@ -90,6 +90,8 @@ class Health(BaseModel):
     cache_clears: int = 0
     queue_depth: int = 0
     event_store: str | None = Field(None, description="Rules on: `ok`, or why the event store is unavailable")
+    auth: str = Field("on", description="on: API keys required; off: CAMPUSGUARD_AUTH=off, every route open on "
+                      "purpose; loopback: no keys, listening on a loopback address only")
 
 
 class Status(BaseModel):

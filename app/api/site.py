@@ -14,12 +14,14 @@ from fastapi import APIRouter, Body, Depends, Header, Request
 from fastapi.responses import JSONResponse
 
 from app.api.console_schemas import SiteDocument, ZoneSaved
-from app.api.deps import Admin, Read, RulesDep
+from app.api.deps import Admin, Read, RecorderDep, RulesDep
 from app.api.schemas import ErrorBody, error_responses
+from app.core.audit import summarize
 from app.core.errors import PayloadTooLarge
+from app.rules.port import Rules
 from app.rules.site.schema import Zone
 
-router = APIRouter(tags=["console"], responses=error_responses(401, 403))
+router = APIRouter(tags=["console"], responses=error_responses(401, 403, 429))
 MAX_ZONE_BYTES = 256 * 1024  # a zone with thousands of points fits; the site file stays readable
 EDIT_RESPONSES: dict[int | str, dict[str, Any]] = {
     404: {"model": ErrorBody, "description": "`unknown_camera`, `unknown_zone` (delete), `rules_disabled`"},
@@ -65,16 +67,32 @@ def site_schema(rules: RulesDep) -> dict[str, Any]:
 @router.put("/admin/site/cameras/{camera_id}/zones/{zone_name}", response_model=ZoneSaved,
             summary="Create, replace or rename a zone", dependencies=[Admin, Depends(zone_body_size)],
             responses=EDIT_RESPONSES)
-async def put_zone(camera_id: str, zone_name: str, rules: RulesDep,
+async def put_zone(camera_id: str, zone_name: str, rules: RulesDep, record: RecorderDep,
                    zone: Annotated[dict[str, Any], ZONE_BODY], if_match: IfMatch = None) -> ZoneSaved:
     """Replace the zone ``zone_name`` of the camera (the body's ``name`` may differ: a rename),
     or add it when the camera has none by that name. The whole site is validated, written
-    atomically (previous version kept as ``<file>.bak``) and reloaded; the next frame uses it."""
-    return ZoneSaved(**await asyncio.to_thread(rules.put_zone, camera_id, zone_name, zone, if_match))
+    atomically (previous version kept as ``<file>.bak``) and reloaded; the next frame uses it.
+    The edit goes into the audit trail with the zone before and after."""
+    before = await asyncio.to_thread(zone_in_force, rules, camera_id, zone_name)
+    saved = await asyncio.to_thread(rules.put_zone, camera_id, zone_name, zone, if_match)
+    record("zone.put", f"{camera_id}/{zone_name}", before=summarize(before), after=summarize(saved.get("zone")))
+    return ZoneSaved(**saved)
 
 
 @router.delete("/admin/site/cameras/{camera_id}/zones/{zone_name}", response_model=ZoneSaved,
                summary="Delete a zone", dependencies=[Admin], responses=EDIT_RESPONSES)
-async def delete_zone(camera_id: str, zone_name: str, rules: RulesDep, if_match: IfMatch = None) -> ZoneSaved:
+async def delete_zone(camera_id: str, zone_name: str, rules: RulesDep, record: RecorderDep,
+                      if_match: IfMatch = None) -> ZoneSaved:
     """Remove the zone from the site file (written and reloaded as for PUT); its open events end."""
-    return ZoneSaved(**await asyncio.to_thread(rules.put_zone, camera_id, zone_name, None, if_match))
+    before = await asyncio.to_thread(zone_in_force, rules, camera_id, zone_name)
+    saved = await asyncio.to_thread(rules.put_zone, camera_id, zone_name, None, if_match)
+    record("zone.delete", f"{camera_id}/{zone_name}", before=summarize(before))
+    return ZoneSaved(**saved)
+
+
+def zone_in_force(rules: Rules, camera_id: str, zone_name: str) -> dict[str, Any] | None:
+    """The running config's zone (the audit record's "before"); None when there is none yet."""
+    for camera in rules.site_document()["config"].get("cameras", []):
+        if camera.get("id") == camera_id:
+            return next((z for z in camera.get("zones", []) if z.get("name") == zone_name), None)
+    return None

@@ -17,7 +17,8 @@ log = logging.getLogger("campusguard")
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--host", default=None, help="default: CAMPUSGUARD_HOST or 0.0.0.0")
+    parser.add_argument("--host", default=None, help="default: CAMPUSGUARD_HOST or 127.0.0.1 (any other address "
+                        "needs an API key, or CAMPUSGUARD_AUTH=off)")
     parser.add_argument("--port", type=int, default=None, help="default: CAMPUSGUARD_PORT or 8000")
 
 
@@ -25,28 +26,40 @@ def run(args: argparse.Namespace) -> int:
     tune_allocator()  # before any worker thread creates its own malloc arena
     overrides = {k: v for k, v in (("host", args.host), ("port", args.port)) if v is not None}
     settings = load_settings(**overrides)
+    from app.wiring import auth_mode
+
+    auth_mode(settings)  # exposed without a key: refuse (exit 2) before anything loads
     configure_logging(settings.log_format, settings.log_level)
     from app.main import create_app
 
     app = create_app(settings)
     config = uvicorn.Config(app, host=settings.host, port=settings.port, log_config=None, access_log=False,
-                            timeout_graceful_shutdown=settings.drain_timeout_s, lifespan="on")
+                            timeout_graceful_shutdown=settings.drain_timeout_s, lifespan="on",
+                            proxy_headers=True, forwarded_allow_ips=settings.forwarded_allow_ips)
     server = uvicorn.Server(config)
     # uvicorn re-raises SIGTERM after its graceful shutdown; a no-op handler underneath makes
     # a drained shutdown exit 0 (what orchestrators expect), not "killed by signal".
     signal.signal(signal.SIGTERM, lambda *_: None)
-    signal.signal(signal.SIGHUP, lambda *_: _reload_rules(app))
+    signal.signal(signal.SIGHUP, lambda *_: _reload(app))
     server.run()
     if not server.started:
         return 1  # lifespan startup failed (bad settings, device, site file): already logged
     return 0
 
 
-def _reload_rules(app) -> None:
+def _reload(app) -> None:
+    """SIGHUP: re-read the keys file and the site file, off the signal handler (reading and
+    validating files must not block the event loop)."""
+    threading.Thread(target=_reload_files, args=(app,), name="campusguard-reload", daemon=True).start()
+
+
+def _reload_files(app) -> None:
+    app.state.gate.keys.reload_or_log("signal")
     rules = app.state.rules
     if not rules.enabled:
         log.info("SIGHUP: no site configuration to reload")
         return
+    if rules.reload_or_log():
+        from app.core.audit import AuditEntry
 
-    # off the signal handler: reading and validating the file must not block the event loop
-    threading.Thread(target=rules.reload_or_log, name="campusguard-reload", daemon=True).start()
+        app.state.gate.audit.record(AuditEntry(actor="system:signal", action="site.reload", target="site"))

@@ -61,7 +61,9 @@ class Periodic:
         self._loop = BackgroundLoop(name, self._run)
 
     def start(self) -> None:
-        self._loop.start()
+        """Start calling ``job`` (an interval of 0 or less: never, the job is off)."""
+        if self.interval_s > 0:
+            self._loop.start()
 
     def stop(self) -> None:
         self._loop.stop()

@@ -96,6 +96,16 @@ class InsufficientRole(Forbidden):
     code = "insufficient_role"
 
 
+class TooManyAuthFailures(ServiceError):
+    """Too many wrong API keys from this client address: refused for a while, whatever the key."""
+
+    status, code = 429, "too_many_auth_failures"
+
+    def __init__(self, message: str, *, retry_after: float) -> None:
+        super().__init__(message)
+        self.retry_after = max(1.0, retry_after)
+
+
 class NotFound(ServiceError):
     """The resource does not exist."""
 

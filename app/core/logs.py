@@ -8,7 +8,7 @@ import re
 import sys
 import time
 
-_EXTRA_KEYS = ("route", "method", "status", "latency_ms", "camera_id", "detections")
+_EXTRA_KEYS = ("route", "method", "status", "latency_ms", "camera_id", "detections", "key", "client")
 
 
 class JsonFormatter(logging.Formatter):
@@ -49,6 +49,8 @@ class TextFormatter(logging.Formatter):
             camera = getattr(record, "camera_id", None)
             camera = escape_control(camera) if isinstance(camera, str) else camera
             line += f" camera={camera} detections={getattr(record, 'detections', None)}"
+        if getattr(record, "client", None) is not None:  # the access log: who, from where (a key's name, never a key)
+            line += f" client={escape_control(str(record.client))} key={escape_control(str(getattr(record, 'key', None) or '-'))}"
         return line
 
 

@@ -22,6 +22,7 @@ LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.
 BATCH_BUCKETS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 64)
 STAGES = ("decode", "queue_wait", "preprocess", "inference", "postprocess")
 OTHER_CAMERA = "_other"
+AUTH_FAILURE_REASONS = ("missing_key", "invalid_key", "insufficient_role", "throttled")
 
 
 class _PipelineCollector(Collector):
@@ -118,13 +119,26 @@ class Metrics:
         self.snapshot_bytes = Gauge("snapshot_bytes", "Disk used by event snapshots and clips (this replica)",
                                     namespace=ns, registry=r)
         self.retention_deleted = Counter("retention_deleted",
-                                         "Events, snapshot/clip files (kind=snapshots), logged frames (kind=frames) deleted by retention",
+                                         "Events, snapshot/clip files (kind=snapshots), logged frames (kind=frames) and "
+                                         "audit records (kind=audit) deleted by retention",
                                          ["kind"], namespace=ns, registry=r)
         self.event_buffer_dropped = Counter("event_buffer_dropped", "Event writes dropped because the buffer was full",
                                             namespace=ns, registry=r)
         self.detection_log_dropped = Counter("detection_log_dropped",
                                              "Detection-log frames dropped (buffer full, or a write failed)",
                                              namespace=ns, registry=r)
+        # authentication and the audit trail (docs/security.md)
+        self.auth_failures = Counter("auth_failures", "Refused authentications (401, 403, 429) by reason: missing_key, "
+                                     "invalid_key, insufficient_role, throttled (the client address is blocked)",
+                                     ["reason"], namespace=ns, registry=r)
+        self.auth_blocks = Counter("auth_blocks", "Client addresses blocked after repeated wrong keys",
+                                   namespace=ns, registry=r)
+        self.key_reloads = Counter("key_reloads", "Keys-file reloads by trigger (file_changed, signal) and outcome "
+                                   "(ok, refused: the running keys stayed)", ["trigger", "outcome"], namespace=ns, registry=r)
+        self.audit_dropped = Counter("audit_dropped", "Audit records dropped because the buffer was full (the event "
+                                     "store was unreachable for long); each is still in the log", namespace=ns, registry=r)
+        for reason in AUTH_FAILURE_REASONS:  # every series from the first scrape: alerts see a 0 before a burst
+            self.auth_failures.labels(reason)
         self._max_cameras = max_cameras
         self._cameras: set[str] = set()
         for stage in STAGES:  # so every stage series exists from the first scrape

@@ -1,16 +1,23 @@
-"""API-key roles and what each may do: the one table of who can call what.
+"""API-key roles and what each may do: the one table of who can call what, and the keyring.
 
-``CAMPUSGUARD_API_KEYS`` is a comma list of ``[role:]key`` entries. Routes declare the
-*permission* they need (``app.api.deps.require``); this module maps roles to permissions,
-so a new role or a stricter route is one line here or there, never a list of keys per route.
+Keys come from ``CAMPUSGUARD_API_KEYS`` (a comma list of ``[role:]key`` entries, shown as
+``key:<8 hex>``) and from the named keys file (app/core/keys.py: ``{name, role, key}`` or
+``{name, role, sha256}``). Routes declare the *permission* they need
+(``app.api.deps.require``); this module maps roles to permissions, so a new role or a
+stricter route is one line here or there, never a list of keys per route.
 
 A bare key (no known role prefix) is ``admin``: before roles existed every key could do
 everything, and an upgrade must not lock anybody out. Only a known role name followed by
 ``:`` is a prefix, so keys that contain ``:`` keep working.
+
+The keyring holds only SHA-256 digests, never a key: a supplied key is hashed once and
+compared with every digest in constant time (equal lengths, no early exit), so timing
+reveals neither which key matched nor its role, and a memory dump reveals no key.
 """
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -29,6 +36,7 @@ ROLE_PERMISSIONS: dict[str, frozenset[str]] = {
 }
 ROLES: tuple[str, ...] = tuple(ROLE_PERMISSIONS)
 DEFAULT_ROLE = "admin"
+ANONYMOUS = "anonymous"  # the caller's name when no key is needed (auth off, or a public route)
 ACTIONS: dict[str, str] = {  # "role viewer may not <action> (needs admin)"
     "read": "read events, cameras, site and status",
     "review": "review events",
@@ -53,46 +61,85 @@ def parse_key(entry: str) -> tuple[str, str]:
     return DEFAULT_ROLE, entry
 
 
+def digest(key: str) -> bytes:
+    """The SHA-256 of a key: what the keyring keeps and what a keys file's ``sha256`` holds."""
+    return hashlib.sha256(key.encode()).digest()
+
+
+def key_id(key: str) -> str:
+    """``key:<first 8 hex of its SHA-256>``: how an unnamed key (or a wrong one) appears in logs."""
+    return "key:" + hashlib.sha256(key.encode()).hexdigest()[:8]
+
+
+@dataclass(frozen=True, slots=True)
+class KeyEntry:
+    """One accepted key: who it is (``name``, shown in logs, reviews and the audit trail), its
+    role, and the SHA-256 of the secret."""
+
+    name: str
+    role: str
+    digest: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """Who is calling, as far as the keys tell."""
+
+    name: str
+    role: str
+
+
 @dataclass(frozen=True, slots=True)
 class Keyring:
-    """The configured keys with their roles. Empty: auth is off and every caller is admin."""
+    """The accepted keys. ``required``: a key is needed (keys are configured, even if a keys
+    file lists none right now); otherwise every caller is an anonymous admin."""
 
-    keys: tuple[tuple[str, bytes], ...] = ()
+    entries: tuple[KeyEntry, ...] = ()
+    required: bool = False
 
     @classmethod
     def parse(cls, entries: Iterable[str]) -> "Keyring":
-        return cls(tuple((role, key.encode()) for role, key in map(parse_key, entries)))
+        """From ``CAMPUSGUARD_API_KEYS`` entries (each ``[role:]key``)."""
+        parsed = tuple(KeyEntry(key_id(key), role, digest(key)) for role, key in map(parse_key, entries))
+        return cls(parsed, required=bool(parsed))
 
     @property
     def enabled(self) -> bool:
-        return bool(self.keys)
+        return self.required
 
-    def role_of(self, supplied: str | None) -> str:
-        """The caller's role: 401 without a key, 403 for an unknown one (constant time over
-        every key, so timing reveals neither which key matched nor its role)."""
-        if not self.keys:
-            return DEFAULT_ROLE
+    def identify(self, supplied: str | None) -> Principal:
+        """The caller: 401 without a key, 403 for an unknown one (constant time over every key)."""
+        if not self.required:
+            return Principal(ANONYMOUS, DEFAULT_ROLE)
         if not supplied:
             raise Unauthorized("an API key is required (X-API-Key header)")
-        candidate = supplied.encode()
-        found: str | None = None
-        for role, key in self.keys:  # no early exit
-            if hmac.compare_digest(candidate, key) and found is None:
-                found = role
+        candidate = digest(supplied)
+        found: KeyEntry | None = None
+        for entry in self.entries:  # no early exit
+            if hmac.compare_digest(candidate, entry.digest) and found is None:
+                found = entry
         if found is None:
             raise Forbidden("the API key is not valid")
-        return found
+        return Principal(found.name, found.role)
 
-    def authorize(self, supplied: str | None, permission: str) -> str:
-        """The caller's role if it holds ``permission``; 401 / 403 / 403 ``insufficient_role``."""
-        role = self.role_of(supplied)
-        if permission not in ROLE_PERMISSIONS[role]:
-            raise InsufficientRole(f"role {role} may not {ACTIONS[permission]} (needs {needed_role(permission)})")
-        return role
+    def role_of(self, supplied: str | None) -> str:
+        return self.identify(supplied).role
+
+    def authorize(self, supplied: str | None, permission: str) -> Principal:
+        """The caller if its role holds ``permission``; 401 / 403 / 403 ``insufficient_role``."""
+        principal = self.identify(supplied)
+        check_permission(principal, permission)
+        return principal
 
     def counts(self) -> dict[str, int]:
         """Keys per role (startup log)."""
         out: dict[str, int] = {}
-        for role, _ in self.keys:
-            out[role] = out.get(role, 0) + 1
+        for entry in self.entries:
+            out[entry.role] = out.get(entry.role, 0) + 1
         return out
+
+
+def check_permission(principal: Principal, permission: str) -> None:
+    """403 ``insufficient_role`` unless the principal's role holds ``permission``."""
+    if permission not in ROLE_PERMISSIONS[principal.role]:
+        raise InsufficientRole(f"role {principal.role} may not {ACTIONS[permission]} (needs {needed_role(permission)})")

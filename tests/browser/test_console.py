@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import hashlib
 import json
 import shutil
 import time
@@ -27,6 +28,11 @@ KEYS = {"viewer": "view-key-1", "operator": "op-key-1", "admin": "admin-key-1"}
 NEW_ZONE = "console-zone"
 
 
+def key_name(role: str) -> str:
+    """How a key of CAMPUSGUARD_API_KEYS is named in the console, logs and the audit trail."""
+    return "key:" + hashlib.sha256(KEYS[role].encode()).hexdigest()[:8]
+
+
 @pytest.fixture(scope="module")
 def receiver():
     rcv = Receiver()
@@ -40,7 +46,8 @@ def server(tmp_path_factory, weights, receiver):
     site = tmp / "site.yaml"
     shutil.copy(EXAMPLE_SITE, site)
     srv = start_server(tmp, weights, site_config=site, events_db_url=f"sqlite:///{tmp}/events.db", snapshot_dir=tmp / "snaps",
-                       imgsz=320, warmup_iters=1, webhook_urls=receiver.url, site_watch_s=0.5,
+                       imgsz=320, warmup_iters=1, webhook_urls=receiver.url,
+                       webhook_secret="console-webhook-secret", site_watch_s=0.5,
                        api_keys=",".join(f"{role}:{key}" for role, key in KEYS.items()))
     srv.site = site
     yield srv
@@ -122,7 +129,7 @@ def test_camera_tile_shows_latest_frame_status_and_zones(server, api, open_page,
     never = page.locator("article.tile[data-camera=door-cam]")
     assert never.locator(".badge").inner_text() == "Never seen"
     assert never.locator(".frame img").is_hidden()
-    assert page.locator("#role").inner_text() == "Role: viewer"
+    assert page.locator("#role").inner_text() == f"{key_name('viewer')} · Role: viewer"  # the key's name, never the key
     assert page.locator("#open-notice").is_hidden()
     post_frame(api, "lot-cam", bus)
     post_frame(api, "entrance-cam", zidane_jpg)
@@ -358,7 +365,7 @@ def test_key_prompt_role_and_sign_out(server, open_page):
     page.get_by_label("API key").fill(KEYS["operator"])
     page.get_by_role("button", name="Sign in").click()
     page.wait_for_selector("body[data-ready=true]")
-    assert page.locator("#role").inner_text() == "Role: operator"
+    assert page.locator("#role").inner_text() == f"{key_name('operator')} · Role: operator"
     assert page.evaluate("sessionStorage.getItem('campusguard.apiKey')") == KEYS["operator"]
     page.get_by_role("button", name="Sign out").click()
     dialog.wait_for(state="visible")
@@ -409,12 +416,30 @@ def test_status_page_shows_the_apps_own_data(server, api, open_page, bus, receiv
         assert time.monotonic() < deadline, (cells, want)
         page.wait_for_timeout(500)
     assert 1 <= want["delivered"] <= len(receiver.requests)  # the receiver counts before it answers
+    assert page.locator("#audit-latest").count() == 0  # a viewer does not see the audit trail
 
 
-def test_open_access_notice_without_keys(tmp_path, weights, browser, open_page):
-    """A server without keys: the page says so. The page needs no model, so the test does not
-    wait for it to load (only for the app to answer)."""
-    srv = start_server(tmp_path, weights, wait=False, imgsz=320, warmup_iters=0)
+def test_status_page_shows_the_latest_audit_records_to_an_admin(server, api, open_page):
+    """The zone edits made through the API appear in the status page's audit card, with the
+    key's name and the client address, newest first."""
+    with whole_frame_zone(api, "plaza-cam", "audit-zone"):
+        pass  # one zone.put, then one zone.delete
+    page = open_page(server.url, KEYS["admin"])
+    goto(page, "status")
+    rows = page.locator("#audit-latest tbody tr")
+    rows.first.wait_for()
+    cells = rows.first.locator("td").all_inner_texts()
+    assert cells[1:] == [key_name("admin"), "127.0.0.1", "zone.delete", "plaza-cam/audit-zone", "ok"], cells
+    assert rows.nth(1).locator("td").all_inner_texts()[3:5] == ["zone.put", "plaza-cam/audit-zone"]
+
+
+@pytest.mark.parametrize("auth", ["loopback", "off"])
+def test_open_access_notice_without_keys(tmp_path, weights, browser, open_page, auth):
+    """A server without keys: the page says so; with CAMPUSGUARD_AUTH=off a banner says that
+    authentication is off on purpose. The page needs no model, so the test does not wait for it
+    to load (only for the app to answer)."""
+    srv = start_server(tmp_path, weights, wait=False, imgsz=320, warmup_iters=0,
+                       **({"auth": "off"} if auth == "off" else {}))
     try:
         deadline = time.monotonic() + 60
         while True:
@@ -427,8 +452,13 @@ def test_open_access_notice_without_keys(tmp_path, weights, browser, open_page):
             time.sleep(0.2)
         page = open_page(srv.url)
         goto(page, "cameras")
-        notice = page.locator("#open-notice")
-        assert notice.is_visible() and "no API keys configured" in notice.inner_text()
+        notice, banner = page.locator("#open-notice"), page.locator("#auth-off")
+        if auth == "off":
+            assert banner.is_visible() and "Authentication is off (CAMPUSGUARD_AUTH=off)" in banner.inner_text()
+            assert notice.is_hidden()
+        else:
+            assert notice.is_visible() and "no API keys configured" in notice.inner_text()
+            assert banner.is_hidden()
         assert page.locator("#signout").is_hidden()
         page.get_by_text("Rules are off on this server").wait_for()
         page.close()  # before the server goes: a refused poll is logged as a console error

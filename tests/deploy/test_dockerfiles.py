@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import fnmatch
 import json
+import os
 import re
 import shlex
 import subprocess
@@ -112,6 +113,32 @@ def test_runtime_contract(flavor):
     (bake,) = [rest for op, rest in ins if op == "RUN" and "BAKE_MODEL" in rest]
     assert "from=bake" in bake and "campusguard export" in bake and ".onnx" in bake and "--dynamic-batch" in bake
     assert any(op == "FROM" and rest.strip() == "scratch AS bake" for op, rest in instructions(DOCKERFILES[flavor]))
+
+
+def image_settings(path) -> dict[str, str]:
+    """The CAMPUSGUARD_* variables the image's ENV lines set (those without build arguments)."""
+    env = {}
+    for op, rest in final_stage(instructions(path)):
+        if op == "ENV":
+            for item in shlex.split(rest):
+                key, _, value = item.partition("=")
+                if key.startswith("CAMPUSGUARD_") and "$" not in value:
+                    env[key] = value
+    return env
+
+
+@pytest.mark.parametrize("flavor", sorted(DOCKERFILES))
+def test_docker_run_without_a_key_exits_2(flavor, tmp_path):
+    """The images listen on 0.0.0.0, so `docker run` without a key refuses to start (exit 2,
+    naming the ways out): intended, like PostgreSQL's image without a password."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CAMPUSGUARD_")}
+    image = image_settings(DOCKERFILES[flavor])
+    assert image["CAMPUSGUARD_HOST"] == "0.0.0.0"
+    image.update(CAMPUSGUARD_DEVICE="cpu", CAMPUSGUARD_ONNX_CACHE_DIR=str(tmp_path))  # no GPU on the test machine
+    proc = subprocess.run([sys.executable, "-m", "app.cli", "serve"], cwd=REPO, env={**env, **image},
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert "CAMPUSGUARD_API_KEYS" in proc.stderr and "CAMPUSGUARD_AUTH=off" in proc.stderr
 
 
 @pytest.mark.parametrize("flavor", sorted(DOCKERFILES))

@@ -53,6 +53,7 @@ def test_alerts_required_by_the_issue_exist_and_are_tested():
         "CampusGuardVramHigh": "campusguard_device_memory_total_bytes",
         "CampusGuardReplicaNotReady": "campusguard_ready",
         "CampusGuardCacheClearsStalled": "campusguard_cache_clears_total",
+        "CampusGuardAuthFailureBurst": "campusguard_auth_failures_total",  # issue 30: a brute-force burst
     }
     for name, needle in required.items():
         assert needle in rules[name]["expr"], name

@@ -59,6 +59,7 @@ def test_two_replicas_one_database_behind_nginx(server_factory, tmp_path, datase
     rx = Receiver(hold_first=hold)
     site = site_copy(tmp_path)
     common = dict(site_config=site, events_db_url=pg_url, snapshot_dir=tmp_path / "snaps", webhook_urls=rx.url,
+                  webhook_secret="replicas-webhook-secret",
                   webhook_timeout_s=3, webhook_max_backoff_s=1)
     replicas = [server_factory(wait=False, **common) for _ in range(2)]
     nginx, killed, frames_done = None, [], threading.Event()

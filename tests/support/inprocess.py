@@ -22,7 +22,7 @@ from app.config import Settings
 from app.inference.engine import InferenceEngine
 from app.main import create_app
 from app.inference.pipeline import Pipeline
-from app.wiring import build_engine
+from app.wiring import build_audit, build_engine
 from tests.support.fakes import FakeDetector as EngineFakeDetector
 
 IMGSZ = 64
@@ -60,7 +60,8 @@ class InProcess:
 @contextmanager
 def inprocess_app(settings: Settings | None = None, *, ready: bool = True, rules=None) -> Iterator[InProcess]:
     """The production app with a fake-detector engine (``ready=False``: no engine, as while
-    loading) and, optionally, a rules service."""
+    loading) and, optionally, a rules service (with the audit trail in its event store, as the
+    lifespan builds it; its records are written when GET /audit reads)."""
     settings = settings or Settings(imgsz=IMGSZ, threads=1, preprocess_workers=1, warmup_iters=0)
     app = create_app(settings)
     engine = None
@@ -72,6 +73,7 @@ def inprocess_app(settings: Settings | None = None, *, ready: bool = True, rules
         app.dependency_overrides[get_engine] = lambda: engine
     if rules is not None:
         app.dependency_overrides[get_rules] = lambda: rules
+        app.state.gate.audit = build_audit(rules, app.state.metrics)
     try:
         yield InProcess(app, TestClient(app, raise_server_exceptions=False), engine)
     finally:

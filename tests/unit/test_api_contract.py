@@ -365,14 +365,17 @@ def test_slow_body_gets_408_and_is_not_read_further():
 
 
 def test_startup_log_says_whether_auth_is_on(caplog):
+    from app.core.metrics import Metrics
     from app.main import log_auth
+    from app.wiring import build_gate
 
     with caplog.at_level("INFO", logger="campusguard"):
-        log_auth(settings(api_keys=f"{KEY},key-2"))
-        log_auth(settings())
-    on, off = caplog.records[-2:]
+        for s in (settings(api_keys=f"{KEY},key-2"), settings(), settings(auth="off", host="0.0.0.0")):
+            log_auth(s, build_gate(s, Metrics()))
+    on, loopback, off = caplog.records[-3:]
     assert "auth on: 2 API key(s)" in on.getMessage() and "/health/live, /health/ready" in on.getMessage()
-    assert off.levelname == "WARNING" and "auth off" in off.getMessage()
+    assert loopback.levelname == "WARNING" and "listening on 127.0.0.1 (loopback) only" in loopback.getMessage()
+    assert off.levelname == "WARNING" and "AUTH IS OFF (CAMPUSGUARD_AUTH=off)" in off.getMessage()
     assert KEY not in caplog.text
 
 

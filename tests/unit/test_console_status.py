@@ -20,7 +20,8 @@ def test_status_document(tmp_path):
     receiver = Receiver(fail_first=1)
     hook = receiver.url.replace("http://", "http://user:pw@") + "?token=s3cret"
     try:
-        with site_app(tmp_path, webhook_urls=hook, webhook_max_backoff_s=0.2) as ip:
+        with site_app(tmp_path, webhook_urls=hook, webhook_secret="status-webhook-secret",
+                      webhook_max_backoff_s=0.2) as ip:
             ip.rules.start()
             c = ip.client
             for _ in range(3):

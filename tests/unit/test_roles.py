@@ -36,6 +36,7 @@ ROUTES: dict[tuple[str, str], str] = {
     ("PUT", "/admin/site/cameras/{camera_id}/zones/{zone_name}"): "admin",
     ("DELETE", "/admin/site/cameras/{camera_id}/zones/{zone_name}"): "admin",
     ("POST", "/admin/reload"): "admin", ("POST", "/admin/cameras/{camera_id}/reset"): "admin",
+    ("GET", "/audit"): "admin",
 }
 HOLDS = {"viewer": {"read"}, "operator": {"read", "review"}, "camera": {"detect"},
          "admin": {"read", "review", "detect", "admin"}}
@@ -46,8 +47,9 @@ def keyed(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("roles")
     site = tmp / "site.yaml"
     shutil.copy(EXAMPLE_SITE, site)
+    # every route is tried with a wrong key from one address: no throttling here (test_auth_throttle.py has it)
     s = Settings(imgsz=IMGSZ, threads=1, preprocess_workers=1, warmup_iters=0, api_keys=ENTRIES, site_config=site,
-                 events_db_url=f"sqlite:///{tmp}/e.db", snapshot_dir=tmp / "snaps")
+                 events_db_url=f"sqlite:///{tmp}/e.db", snapshot_dir=tmp / "snaps", auth_fail_limit=100_000)
     rules = build_rules(s, Metrics())
     with inprocess_app(s, rules=rules) as ip:
         yield ip
@@ -122,10 +124,12 @@ def test_auth_me(keyed):
         body = c.get("/auth/me", headers={"x-api-key": key}).json()
         assert body["auth_enabled"] is True and body["role"] == role
         assert set(body["permissions"]) == HOLDS[role] and body["key_id"].startswith("key:") and key not in str(body)
+        assert body["name"] == body["key_id"] and body["auth"] == "on"
     assert c.get("/auth/me").json()["error"] == "unauthorized"
     assert c.get("/auth/me", headers={"x-api-key": "wrong"}).json()["error"] == "forbidden"
     with inprocess_app() as ip:
-        assert ip.client.get("/auth/me").json() == {"auth_enabled": False, "role": "admin", "key_id": None,
+        assert ip.client.get("/auth/me").json() == {"auth_enabled": False, "auth": "loopback", "role": "admin",
+                                                    "name": None, "key_id": None,
                                                     "permissions": ["read", "review", "detect", "admin"]}
 
 

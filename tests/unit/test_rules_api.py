@@ -14,6 +14,7 @@ from app.api.events import router
 from app.config import Settings
 from app.api.options import ApiOptions
 from app.core.metrics import Metrics
+from app.api.access import Gate
 from app.core.roles import Keyring
 from app.rules.service.facade import RulesService
 from app.wiring import build_rules
@@ -24,7 +25,7 @@ def make_app(rules, keys=()) -> FastAPI:
     app = FastAPI()
     app.state.rules = rules
     app.state.options = ApiOptions()
-    app.state.keyring = Keyring.parse(keys)
+    app.state.gate = Gate.of(Keyring.parse(keys))
     install_error_handlers(app)
     app.include_router(router)
     return app

@@ -17,10 +17,9 @@ from app.api.errors import install_error_handlers
 from app.config import Settings
 from app.inference.engine import DetectResult
 from app.core.metrics import Metrics
-from app.core.roles import Keyring
 from app.rules.service.facade import RulesService
 from app.wiring import build_rules
-from app.wiring import api_options, keyring as keyring_of
+from app.wiring import api_options, build_gate
 from tests.support.rules_util import EXAMPLE_SITE, H, NAMES, W, people
 
 TIMINGS = dict.fromkeys(("decode_ms", "queue_wait_ms", "preprocess_ms", "inference_ms", "postprocess_ms",
@@ -55,7 +54,7 @@ def client(tmp_path):
                         api_keys="k1")
     app = FastAPI()
     app.state.settings, app.state.metrics = settings, Metrics()
-    app.state.keyring = keyring_of(settings)
+    app.state.gate = build_gate(settings, app.state.metrics)
     app.state.options = api_options(settings)
     app.state.engine, app.state.phase, app.state.started_at = FakeEngine(), "ready", 0.0
     app.state.rules = build_rules(settings, app.state.metrics)

@@ -21,6 +21,7 @@ from app.api.events import router as events_router
 from app.config import Settings
 from app.api.options import ApiOptions
 from app.core.metrics import Metrics
+from app.api.access import Gate
 from app.core.roles import Keyring
 from app.rules.store.errors import StoreUnavailable
 from app.rules.service.facade import RulesService
@@ -61,7 +62,7 @@ def set_connections(postgres, url: str, allowed: bool) -> None:
 
 def app_with(svc: RulesService) -> FastAPI:
     app = FastAPI()
-    app.state.rules, app.state.keyring, app.state.phase = svc, Keyring(), "ready"
+    app.state.rules, app.state.gate, app.state.phase = svc, Gate.of(Keyring()), "ready"
     app.state.engine = SimpleNamespace(ready=True, pipeline=SimpleNamespace(detector=None))  # no model: status only
     app.state.started_at = time.time()
     app.state.options, app.state.metrics = ApiOptions(), Metrics()
@@ -73,7 +74,7 @@ def app_with(svc: RulesService) -> FastAPI:
 
 def test_outage_buffers_and_writes_back_once_the_database_answers(tmp_path, postgres, pg_url):
     rx = Receiver()
-    svc = service(tmp_path, pg_url, webhook_urls=[rx.url])
+    svc = service(tmp_path, pg_url, webhook_urls=[rx.url], webhook_secret="outage-webhook-secret")
     svc.start()
     metrics, client = svc.metrics, TestClient(app_with(svc))
     try:

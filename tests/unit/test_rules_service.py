@@ -78,7 +78,7 @@ def test_bad_site_file_refused_at_start(tmp_path):
 
 
 def test_evaluate_returns_stores_counts_and_snapshots(make):
-    svc = make(webhook_urls=["http://127.0.0.1:9/hook"])
+    svc = make(webhook_urls=["http://127.0.0.1:9/hook"], webhook_secret="service-webhook-secret")
     assert svc.evaluate("unknown-cam", at(0), (W, H), people(5)) == []
     got = []
     for t in range(0, 12):
@@ -203,8 +203,8 @@ def test_site_file_watch_reloads_a_changed_file_and_remembers_a_refused_one(make
     caplog.set_level("ERROR", logger="campusguard.rules")
     assert svc.check_site_file() is False
     assert svc.check_site_file() is False  # the same refused version: not retried, not logged again
-    assert len([r for r in caplog.records if "refused" in r.getMessage()]) == 1
-    assert "at least 3 points" in caplog.records[0].getMessage()
+    refused = [r for r in caplog.records if "refused" in r.getMessage()]
+    assert len(refused) == 1 and "at least 3 points" in refused[0].getMessage()
     assert reloads(svc, "file_changed", "refused") == 1
     assert svc.camera_ids == ["cam-a", "cam-b", "cam-c"] and svc.version == running
     doc = svc.site_document()

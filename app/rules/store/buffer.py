@@ -54,9 +54,11 @@ class BufferedSink(Generic[T]):
     def start(self) -> None:
         self._loop.start()
 
-    def stop(self, timeout: float = 5.0) -> None:
-        """Stop the thread after one last flush (if the database answers)."""
+    def stop(self, timeout: float = 5.0) -> int:
+        """Stop the thread after one last flush (if the database answers); how many items are
+        still buffered (lost, unless the owner writes them elsewhere)."""
         self._loop.stop(timeout)
+        return len(self._items)
 
     def wake(self) -> None:
         self._loop.wake()

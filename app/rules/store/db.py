@@ -1,4 +1,4 @@
-"""The event store: one SQLAlchemy database holding three repositories.
+"""The event store: one SQLAlchemy database holding four repositories.
 
 SQLite by default (a file path in ``events_db_url``), PostgreSQL for several replicas
 (``postgresql+psycopg://...``). The schema is managed by Alembic migrations
@@ -15,6 +15,7 @@ from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
 from app.core.errors import ConfigError
+from app.rules.store.audit import AuditRepo
 from app.rules.store.events import EventsRepo
 from app.rules.store.frames import FramesRepo
 from app.rules.store.outbox import OutboxRepo
@@ -47,7 +48,7 @@ def make_engine(url: str) -> Engine:
 
 
 class EventStore:
-    """The database handle: ``events``, ``outbox`` and ``frames`` repositories on one engine."""
+    """The database handle: ``events``, ``outbox``, ``frames`` and ``audit`` repositories on one engine."""
 
     def __init__(self, url: str, *, migrate: bool = True) -> None:
         """``migrate``: apply pending migrations now (the service defers it to its writer
@@ -60,6 +61,7 @@ class EventStore:
         self.events = EventsRepo(self.engine)
         self.outbox = OutboxRepo(self.engine)
         self.frames = FramesRepo(self.engine)
+        self.audit = AuditRepo(self.engine)
         if migrate:
             self.migrate()
 

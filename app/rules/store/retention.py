@@ -15,7 +15,9 @@ Every ``interval_s``:
    events stop pointing at them;
 4. detection-log frames (app/rules/store/framelog.py) captured more than ``frames_retain_days``
    ago are deleted, whether the log is on or not (turning it off must not keep a week of
-   frames forever).
+   frames forever);
+5. audit records (app/rules/store/audit.py) older than ``audit_retain_days`` are deleted (the
+   only way a record ever leaves the trail).
 
 Every replica runs the sweep; the deletes are idempotent, so running it twice is harmless.
 """
@@ -51,6 +53,7 @@ class RetentionOptions:
     budget_bytes: int = 0  # 0 = no budget
     interval_s: float = 600.0
     frames_retain_days: float = 7.0
+    audit_retain_days: float = 365.0
 
 
 class RetentionSweeper:
@@ -59,6 +62,7 @@ class RetentionSweeper:
         self.store = store
         self.evidence = evidence
         self.frames_retain = dt.timedelta(days=options.frames_retain_days)
+        self.audit_retain = dt.timedelta(days=options.audit_retain_days)
         self.retain = dt.timedelta(days=options.retain_days)
         self.budget_bytes = options.budget_bytes
         self.metrics = metrics
@@ -86,14 +90,17 @@ class RetentionSweeper:
         files += self._expire_files(cutoff)
         over = self._enforce_budget()
         frames = self.store.frames.delete_before(now - self.frames_retain)
+        audit = self.store.audit.delete_before(now - self.audit_retain)
         self._count("events", len(deleted))
         self._count("snapshots", files + over)
         self._count("frames", frames)
-        if deleted or files or over or frames:
+        self._count("audit", audit)
+        if deleted or files or over or frames or audit:
             log.info("retention: deleted %d event(s) ended before %s, %d snapshot/clip file(s) by age, %d over the "
-                     "disk budget, %d logged frame(s)", len(deleted), cutoff.isoformat(timespec="seconds"), files, over,
-                     frames)
-        return {"events": len(deleted), "snapshots_expired": files, "snapshots_over_budget": over, "frames": frames}
+                     "disk budget, %d logged frame(s), %d audit record(s)", len(deleted),
+                     cutoff.isoformat(timespec="seconds"), files, over, frames, audit)
+        return {"events": len(deleted), "snapshots_expired": files, "snapshots_over_budget": over, "frames": frames,
+                "audit": audit}
 
     # --- snapshot files --------------------------------------------------------------------
     def _expire_files(self, cutoff: dt.datetime) -> int:

@@ -1,7 +1,7 @@
 """The event store's tables (one SQLAlchemy ``MetaData``; Alembic migrations build them).
 
-Three tables, one per repository: events (``events.py``), the delivery outbox
-(``outbox.py``) and the detection log (``frames.py``). Timestamps are aware UTC on every
+Four tables, one per repository: events (``events.py``), the delivery outbox
+(``outbox.py``), the detection log (``frames.py``) and the audit trail (``audit.py``). Timestamps are aware UTC on every
 backend (SQLite stores them naive); the detection log keeps integer microseconds.
 """
 
@@ -93,6 +93,23 @@ frames_table = Table(
     Column("names", Text, nullable=False),  # {"class id": "class name"} of this frame's detections (JSON)
     Column("detections", LargeBinary, nullable=False),
     Index("ix_campusguard_frames_time", "captured_us"),
+)
+
+# The audit trail (migration 0005): one row per change a person made, append-only (no code
+# path updates a row, and a trigger refuses UPDATE; only retention deletes). The id is the
+# paging cursor of GET /audit: it grows with every insert, so "before id N" pages stably.
+audit_table = Table(
+    "campusguard_audit", metadata,
+    Column("id", BigInteger().with_variant(Integer(), "sqlite"), primary_key=True, autoincrement=True),
+    Column("at", UTCDateTime(), nullable=False),
+    Column("actor", String(128), nullable=False),  # the key's name, never the key
+    Column("client", String(64), nullable=True),  # the client address
+    Column("action", String(32), nullable=False),
+    Column("target", String(512), nullable=False),
+    Column("outcome", String(16), nullable=False),
+    Column("before", Text, nullable=True),
+    Column("after", Text, nullable=True),
+    Index("ix_campusguard_audit_at", "at"),
 )
 
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)

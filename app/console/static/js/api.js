@@ -27,7 +27,9 @@ export function url(path, params) {
 }
 
 const listeners = new Set();
-/** Called with an ApiError on every 401 (no or wrong key): the app asks for a key. */
+/** Called with an ApiError on every 401 (no key) and 403 `forbidden` (a key removed on the server
+ * meanwhile): the app asks for a key instead of polling on with a dead one (the server blocks an
+ * address after repeated wrong keys). */
 export function onUnauthorized(fn) { listeners.add(fn); }
 
 /** fetch a route; JSON back (or the Response with raw); ApiError on any non-2xx. */
@@ -45,7 +47,7 @@ export async function api(path, { method = "GET", params, body, headers = {}, ra
     let data = null;
     try { data = await r.json(); } catch { /* not JSON (a proxy's page) */ }
     const err = new ApiError(r.status, data);
-    if (r.status === 401) listeners.forEach((fn) => fn(err));
+    if (r.status === 401 || (r.status === 403 && err.code === "forbidden")) listeners.forEach((fn) => fn(err));
     throw err;
   }
   if (raw) return r;

@@ -54,11 +54,14 @@ async function signIn() {
     } catch (err) {
       if (!(err instanceof ApiError) || (err.status !== 401 && err.status !== 403)) throw err;
       clearKey();
+      if (err.status === 429) throw err; // too many wrong keys from this address: asking again would not help
       await askKey(err.status === 401 ? "This server needs an API key." : "That key was not accepted. Try another.");
     }
   }
-  document.getElementById("role").textContent = me.auth_enabled ? `Role: ${me.role}` : "Role: admin (open access)";
-  document.getElementById("open-notice").hidden = me.auth_enabled;
+  document.getElementById("role").textContent = me.auth_enabled
+    ? `${me.name ? `${me.name} · ` : ""}Role: ${me.role}` : "Role: admin (open access)";
+  document.getElementById("open-notice").hidden = me.auth_enabled || me.auth === "off";
+  document.getElementById("auth-off").hidden = me.auth !== "off"; // CAMPUSGUARD_AUTH=off: a banner on every page
   document.getElementById("signout").hidden = !me.auth_enabled;
 }
 

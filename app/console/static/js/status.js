@@ -40,7 +40,36 @@ function facts(title, rows) {
     h("dl", { class: "facts-list" }, rows.filter(Boolean).map(([k, v]) => [h("dt", {}, k), h("dd", {}, v ?? "n/a")])));
 }
 
-function render(st) {
+const AUDIT_ROWS = 10;
+
+/** The latest records of the audit trail (admins only: GET /audit needs the admin role). */
+function auditCard(audit) {
+  if (audit === undefined) return null; // not an admin: the trail is not shown
+  const body = audit === null
+    ? h("p", { class: "muted" }, "Audit trail off: it is kept in the event store (rules need a site file).")
+    : audit.items.length
+      ? h("div", { class: "scroll" }, h("table", { class: "plain", id: "audit-latest" },
+        h("thead", {}, h("tr", {}, ["When", "Who", "From", "Action", "Target", "Outcome"].map(
+          (t) => h("th", { scope: "col" }, t)))),
+        h("tbody", {}, audit.items.map((a) => h("tr", {},
+          h("td", {}, new Date(a.at).toLocaleString()), h("td", {}, a.actor), h("td", {}, a.client || "-"),
+          h("td", {}, a.action), h("td", {}, a.target),
+          h("td", { class: a.outcome === "ok" ? "" : "refused" }, a.outcome))))))
+      : h("p", { class: "muted" }, "No changes recorded yet.");
+  return h("section", { class: "card" }, h("h2", {}, `Audit trail (latest ${AUDIT_ROWS})`), body);
+}
+
+async function latestAudit(ctx) {
+  if (!ctx.can("admin")) return undefined;
+  try {
+    return await api("/audit", { params: { limit: AUDIT_ROWS } });
+  } catch (err) {
+    if (err.status === 404) return null; // audit_disabled
+    throw err;
+  }
+}
+
+function render(st, audit) {
   const hl = st.health || {};
   const buckets = st.recent || [];
   const span = buckets.length ? 10 : 1; // 10 s buckets
@@ -78,7 +107,8 @@ function render(st) {
             h("td", {}, String(w.failed)), h("td", {}, w.last_success_at ? new Date(w.last_success_at).toLocaleString() : "never"),
             h("td", {}, w.last_error || "none"))))))
         : h("p", { class: "muted" }, "No webhooks configured.")),
-  ];
+    auditCard(audit),
+  ].filter(Boolean);
 }
 
 export function mount(main, ctx) {
@@ -89,8 +119,8 @@ export function mount(main, ctx) {
   async function refresh() {
     try {
       if (document.hidden) return; // a background tab does not poll the server
-      const st = await api("/status");
-      if (!stopped) replace(body, render(st));
+      const [st, audit] = await Promise.all([api("/status"), latestAudit(ctx)]);
+      if (!stopped) replace(body, render(st, audit));
       ctx.alert("");
     } catch (err) {
       if (err.status === 404) { // an older server: its health document at least

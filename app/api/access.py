@@ -1,0 +1,135 @@
+"""The door: who is calling, whether they may, and what a refusal costs and leaves behind.
+
+Every route that needs a key asks the ``Gate`` (through ``app.api.deps.require``). It
+
+* refuses at once (429 ``too_many_auth_failures``, Retry-After) an address that sent too many
+  wrong keys lately (app/core/throttle.py), before the key is even looked at;
+* identifies the caller from the current keyring (app/core/keys.py: re-read when the keys
+  file changes) and checks the route's permission (app/core/roles.py);
+* on a refusal: counts it in ``campusguard_auth_failures_total{reason}``, logs it with the
+  client address and the key's id (``key:<8 hex>`` of a wrong key, the name of a valid one;
+  never the key), and records a refused *admin* attempt in the audit trail;
+* on success: remembers the caller in ``request.state.principal`` for the access log, event
+  reviews and the audit trail (``Recorder``).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass, field
+
+from starlette.requests import Request
+
+from app.core.audit import AuditEntry, AuditTrail, NoAudit
+from app.core.errors import Forbidden, InsufficientRole, TooManyAuthFailures, Unauthorized
+from app.core.keys import KeySource
+from app.core.metrics import Metrics
+from app.core.roles import ANONYMOUS, DEFAULT_ROLE, Keyring, Principal, check_permission, key_id
+from app.core.throttle import FailureThrottle
+
+log = logging.getLogger("campusguard.auth")
+OPEN = Principal(ANONYMOUS, DEFAULT_ROLE)
+AUTH_MODES = ("on", "off", "loopback")  # keys required | CAMPUSGUARD_AUTH=off | no keys, listening on loopback only
+
+
+def client_address(request: Request) -> str:
+    """The client's address as uvicorn saw it (behind a proxy listed in
+    CAMPUSGUARD_FORWARDED_ALLOW_IPS: the X-Forwarded-For client)."""
+    return request.client.host if request.client is not None else "unknown"
+
+
+def principal_of(request: Request) -> Principal:
+    """The caller the gate let in (anonymous admin on an open server or a public route)."""
+    return getattr(request.state, "principal", None) or OPEN
+
+
+@dataclass
+class Gate:
+    keys: KeySource
+    metrics: Metrics
+    throttle: FailureThrottle = field(default_factory=FailureThrottle)
+    mode: str = "on"  # what /health and /auth/me report (AUTH_MODES)
+    audit: AuditTrail = field(default_factory=NoAudit)  # the lifespan puts the event store's trail here
+
+    @classmethod
+    def of(cls, keyring: Keyring, metrics: Metrics | None = None, mode: str | None = None) -> "Gate":
+        """A gate over fixed keys (tests; servers without a keys file)."""
+        return cls(KeySource.fixed(keyring), metrics or Metrics(), mode=mode or ("on" if keyring.required else "loopback"))
+
+    @property
+    def keyring(self) -> Keyring:
+        return self.keys.keyring
+
+    def check(self, request: Request, supplied: str | None, permission: str | None) -> Principal:
+        """The caller if it may use ``permission`` (None: any valid key); else 401 / 403 / 429."""
+        keyring = self.keys.keyring
+        if not keyring.required:
+            request.state.principal = OPEN
+            return OPEN
+        client = self.check_throttle(request)
+        principal: Principal | None = None
+        try:
+            principal = keyring.identify(supplied)
+            if permission is not None:
+                check_permission(principal, permission)
+        except InsufficientRole:
+            assert principal is not None
+            self._refused(request, client, "insufficient_role", principal.name, permission)
+            raise
+        except Forbidden:
+            self._refused(request, client, "invalid_key", key_id(supplied or ""), permission)
+            blocked = self.throttle.failed(client)
+            if blocked:
+                self.metrics.auth_blocks.inc()
+                log.warning("auth: %s blocked for %.0f s after %d wrong API keys", client, blocked,
+                            self.throttle.options.max_failures)
+            raise
+        except Unauthorized:
+            self._refused(request, client, "missing_key", None, permission)
+            raise
+        request.state.principal = principal
+        return principal
+
+    def check_throttle(self, request: Request) -> str:
+        """The client's address, or 429 while it is blocked for sending wrong keys."""
+        client = client_address(request)
+        wait = self.throttle.blocked_for(client)
+        if wait > 0:
+            self.metrics.auth_failures.labels("throttled").inc()
+            raise TooManyAuthFailures(f"too many wrong API keys from this address; try again in {math.ceil(wait)} s",
+                                      retry_after=wait)
+        return client
+
+    def _refused(self, request: Request, client: str, reason: str, who: str | None, permission: str | None) -> None:
+        self.metrics.auth_failures.labels(reason).inc()
+        log.warning("auth refused (%s): %s %s from %s, key %s", reason, request.method, request.url.path, client,
+                    who or "none")
+        if who is not None and (permission == "admin" or "admin" in route_permissions(request)):
+            # a person tried to change something (the route's read check may be the one that refused)
+            self.audit.record(AuditEntry(actor=who, client=client, action="auth.refused",
+                                         target=f"{request.method} {request.url.path}"[:512],
+                                         outcome="refused", after=reason))
+
+
+def route_permissions(request: Request) -> set[str]:
+    """The permissions the matched route declares (``require_<permission>`` dependencies)."""
+    route = request.scope.get("route")
+    dependant = getattr(route, "dependant", None)
+    names = {getattr(d.call, "__name__", "") for d in getattr(dependant, "dependencies", ())}
+    return {n.removeprefix("require_") for n in names if n.startswith("require_")}
+
+
+class Recorder:
+    """Records one change in the audit trail, with the caller and the client address already
+    known: ``record("zone.put", "gate-cam/gate", before=old, after=new)``."""
+
+    def __init__(self, request: Request, audit: AuditTrail) -> None:
+        self.request = request
+        self.audit = audit
+
+    def __call__(self, action: str, target: str, *, before: str | None = None, after: str | None = None,
+                 outcome: str = "ok") -> None:
+        principal = principal_of(self.request)
+        self.audit.record(AuditEntry(actor=principal.name, client=client_address(self.request), action=action,
+                                     target=target[:512], outcome=outcome, before=before, after=after))

@@ -1,0 +1,96 @@
+"""The audit trail's vocabulary: one record per change a person makes, and where it goes.
+
+A record says who (the key's *name*, never the key), from where (the client address), what
+(``action`` on ``target``), how it ended (``ok`` or ``refused``), a short before/after and
+when. The HTTP layer records through ``AuditTrail.record`` (one call per change); the event
+store keeps the records (app/rules/store/audit.py). ``NoAudit`` stands in when there is no
+event store (no site file): records then go to the log only.
+
+Every record is also one log line (``campusguard.audit``), so a trail exists even while the
+database is unreachable or the store is off.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from app.core.errors import NotFound
+from app.core.timeutil import utcnow
+
+log = logging.getLogger("campusguard.audit")
+MAX_SUMMARY = 2000  # a zone with hundreds of points is cut, not stored whole twice per edit
+
+# The actions recorded (the `action` column), for docs and filters.
+ACTIONS: dict[str, str] = {
+    "zone.put": "a zone created, replaced or renamed in the zone editor",
+    "zone.delete": "a zone deleted in the zone editor",
+    "site.reload": "the site file reloaded (POST /admin/reload or SIGHUP)",
+    "camera.reset": "a camera's rule state reset",
+    "event.review": "an event acknowledged, marked false positive or annotated",
+    "keys.reload": "the keys file reloaded (changed on disk, or SIGHUP)",
+    "auth.refused": "an admin route refused: a wrong key, or a role without the admin permission",
+}
+
+
+def summarize(value: Any, limit: int = MAX_SUMMARY) -> str | None:
+    """A short, stable text of a before/after value (compact JSON, cut to ``limit``)."""
+    if value is None:
+        return None
+    text = value if isinstance(value, str) else json.dumps(value, separators=(",", ":"), sort_keys=True, default=str)
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+@dataclass(frozen=True, slots=True)
+class AuditEntry:
+    actor: str  # the key's name, key:<8 hex>, anonymous, or system:<trigger>
+    action: str
+    target: str
+    client: str | None = None
+    outcome: str = "ok"  # ok | refused
+    before: str | None = None
+    after: str | None = None
+    at: dt.datetime = field(default_factory=utcnow)
+
+    def log_line(self) -> None:
+        log.info("audit: %s from %s %s %s: %s", self.actor, self.client or "-", self.action, self.target, self.outcome)
+
+
+class AuditTrail(Protocol):
+    enabled: bool
+
+    def record(self, entry: AuditEntry) -> None: ...
+
+    def page(self, *, cursor: int | None, limit: int, action: str | None = None,
+             actor: str | None = None) -> tuple[list[dict[str, Any]], int | None]: ...
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+
+def audit_disabled() -> NotFound:
+    return NotFound("the audit trail is kept in the event store, which is off without CAMPUSGUARD_SITE_CONFIG "
+                    "(audit records go to the log only)", code="audit_disabled")
+
+
+class NoAudit:
+    """No event store: each record is a log line, and GET /audit answers 404 ``audit_disabled``."""
+
+    enabled = False
+
+    def record(self, entry: AuditEntry) -> None:
+        entry.log_line()
+
+    def page(self, *, cursor: int | None, limit: int, action: str | None = None,
+             actor: str | None = None) -> tuple[list[dict[str, Any]], int | None]:
+        raise audit_disabled()
+
+    def start(self) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass

@@ -1,0 +1,104 @@
+"""Secrets from files: ``<SETTING>_FILE`` variables and ``${VAR}`` references.
+
+Why files: a value in an environment variable shows in ``docker inspect``, in
+``/proc/<pid>/environ`` and in every child process; Docker and Kubernetes secrets are files
+mounted read-only (``/run/secrets/...``). So each secret-bearing setting has a ``_FILE``
+twin that names a file holding the value (``CAMPUSGUARD_EVENTS_DB_URL_FILE``, ...), and a
+``${VAR}`` in the site file (a camera URL's credentials) is read from
+``CAMPUSGUARD_SECRETS_DIR/VAR`` or, failing that, from the environment.
+
+Every error names the variable or the file, never the value: nothing here ever puts a
+secret into a message, and so into a log line.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+
+from app.core.errors import ConfigError
+
+MAX_SECRET_BYTES = 64 * 1024  # a URL, a key or a certificate fits; a wrongly named log file does not
+_VAR = re.compile(r"\$\{([^}]*)\}")
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+class SecretError(ConfigError):
+    """A secret could not be read (the message names the variable or file, never a value)."""
+
+    code = "secret_error"
+
+
+def read_secret_file(path: str | os.PathLike[str], what: str) -> str:
+    """The content of a secret file with one trailing newline removed (``echo x > file``
+    writes one). ``what`` names the setting in the error (``CAMPUSGUARD_WEBHOOK_SECRET_FILE``)."""
+    path = Path(path)
+    try:
+        with path.open("rb") as fh:
+            data = fh.read(MAX_SECRET_BYTES + 1)
+    except OSError as exc:
+        raise SecretError(f"{what}: cannot read {path}: {exc.strerror or exc.__class__.__name__}") from None
+    if len(data) > MAX_SECRET_BYTES:
+        raise SecretError(f"{what}: {path} is larger than {MAX_SECRET_BYTES} bytes; is it the right file?")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise SecretError(f"{what}: {path} is not UTF-8 text") from None
+    text = text[:-2] if text.endswith("\r\n") else text[:-1] if text.endswith("\n") else text
+    if not text.strip():
+        raise SecretError(f"{what}: {path} is empty")
+    if "\n" in text or "\0" in text:
+        raise SecretError(f"{what}: {path} holds more than one line (one value per file)")
+    return text
+
+
+def resolve_file_settings(data: dict, names: tuple[str, ...], prefix: str) -> dict:
+    """For each setting ``name`` whose ``name_file`` is given, put the file's content in
+    ``name`` (a settings validator's input). Giving both is refused: which one wins would be
+    a guess."""
+    for name in names:
+        path = data.get(f"{name}_file")
+        if path is None or str(path) == "":
+            continue
+        if data.get(name) not in (None, ""):
+            raise SecretError(f"{prefix}{name.upper()} and {prefix}{name.upper()}_FILE are both set; set one")
+        data[name] = read_secret_file(str(path), f"{prefix}{name.upper()}_FILE")
+    return data
+
+
+def resolve_vars(text: str, environ: Mapping[str, str], secrets_dir: str | os.PathLike[str] | None) -> str:
+    """``text`` with every ``${NAME}`` replaced: the file ``secrets_dir/NAME`` when it exists,
+    else ``environ[NAME]``; anything else is a SecretError naming NAME (and never a value).
+
+    For the site file's credentials (camera source URLs): ``rtsp://${GATE_USER}:${GATE_PW}@10.0.0.5/stream``.
+    ``$${`` stands for a literal ``${``. Names are ``[A-Za-z_][A-Za-z0-9_]*``, so a reference
+    cannot reach outside ``secrets_dir``.
+    """
+    directory = Path(secrets_dir) if secrets_dir else None
+    parts: list[str] = []
+    pos = 0
+    for match in _VAR.finditer(text):
+        start = match.start()
+        if start > 0 and text[start - 1] == "$":  # $${ -> a literal ${
+            parts.append(text[pos:start - 1] + match.group(0))
+            pos = match.end()
+            continue
+        name = match.group(1)
+        if not _NAME.fullmatch(name):
+            raise SecretError(f"${{{name[:64]}}} is not a variable name (letters, digits and _, not first a digit)")
+        parts.append(text[pos:start])
+        parts.append(_lookup(name, environ, directory))
+        pos = match.end()
+    parts.append(text[pos:])
+    return "".join(parts)
+
+
+def _lookup(name: str, environ: Mapping[str, str], directory: Path | None) -> str:
+    if directory is not None and (directory / name).is_file():
+        return read_secret_file(directory / name, f"${{{name}}}")
+    if name in environ:
+        return environ[name]
+    where = f"no file {directory / name} and no" if directory is not None else "no CAMPUSGUARD_SECRETS_DIR set and no"
+    raise SecretError(f"${{{name}}} is not defined: {where} environment variable {name}")
