@@ -61,6 +61,7 @@ from app.rules.store.writer import EventWriter
 if TYPE_CHECKING:
     from app.core.metrics import Metrics
     from app.rules.service.replay import Comparison
+    from app.rules.store.events import EventPage
 
 log = logging.getLogger("campusguard.rules")
 
@@ -293,7 +294,7 @@ class RulesService:
     def get_event(self, event_id: str) -> dict[str, Any] | None:
         return self._store_call(self.store.events.get, event_id)
 
-    def query_events(self, **filters) -> tuple[list[dict[str, Any]], int]:
+    def query_events(self, **filters) -> "EventPage":
         return self._store_call(self.store.events.query, **filters)
 
     def review_event(self, event_id: str, changes: dict[str, Any], by: str) -> dict[str, Any] | None:
