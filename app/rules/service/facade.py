@@ -301,10 +301,11 @@ class RulesService:
         """An operator's acknowledgement / false-positive mark / note; None for an unknown event."""
         return self._store_call(self.store.events.review, event_id, changes, by, utcnow())
 
-    @staticmethod
-    def _store_call(fn, *args, **kwargs):
-        """A request-time store call; an outage is a 503 ``event_store_unavailable``, not a 500."""
+    def _store_call(self, fn, *args, **kwargs):
+        """A request-time store call, after the events buffered so far are written (a client finds
+        in the store what it saw in a reply); an outage is a 503 ``event_store_unavailable``."""
         try:
+            self.writer.settle()
             return fn(*args, **kwargs)
         except Exception as exc:
             if is_outage(exc):
@@ -322,6 +323,7 @@ class RulesService:
         """The clip could not be written: the stored event stops pointing at it (best effort;
         during a store outage the URL stays and answers 404)."""
         try:
+            self.writer.settle()  # the event's start (with the clip's URL) is in the store first
             self.store.events.clear_files("clip", [event_id])
         except Exception as exc:
             log.warning("could not clear the clip URL of event %s: %s", event_id, describe(exc))

@@ -43,30 +43,35 @@ class EventsRepo:
         self.engine = engine
 
     def record(self, event: dict[str, Any], deliveries: list[tuple[str, str, bytes]] = ()) -> None:
-        """Insert or update an event and enqueue its webhook deliveries, atomically.
+        """Insert or update an event and enqueue its deliveries, atomically.
 
         ``deliveries`` are (url, idempotency_key, payload) tuples.
         """
-        values = {"camera_id": event["camera_id"], "zone": event["zone"], "rule": event["rule"],
-                  "rule_type": event.get("rule_type", event["rule"]),
-                  "started_at": parse_time(event["started_at"]), "ended_at": parse_time(event.get("ended_at")),
-                  "objects": event.get("objects") or [], "max_count": int(event.get("max_count") or 0),
-                  "snapshot": event.get("snapshot"), "clip": event.get("clip")}
+        self.record_many([(event, list(deliveries))])
+
+    def record_many(self, writes: list[tuple[dict[str, Any], list[tuple[str, str, bytes]]]]) -> None:
+        """Several ``record`` calls in one transaction, in order (the event writer's batches)."""
         now = utcnow()
         with self.engine.begin() as conn:
-            exists = conn.execute(select(events_table.c.id).where(events_table.c.id == event["id"])).first()
-            if exists:
-                conn.execute(update(events_table).where(events_table.c.id == event["id"]).values(**values))
-            else:
-                conn.execute(events_table.insert().values(id=event["id"], **values))
-            for url, key, payload in deliveries:
-                dup = conn.execute(select(outbox_table.c.id).where(
-                    outbox_table.c.url == url, outbox_table.c.idempotency_key == key)).first()
-                if dup:
-                    continue
-                conn.execute(outbox_table.insert().values(
-                    event_id=event["id"], url=url, idempotency_key=key, payload=payload.decode(),
-                    attempts=0, next_attempt_at=now, created_at=now))
+            for event, deliveries in writes:
+                values = {"camera_id": event["camera_id"], "zone": event["zone"], "rule": event["rule"],
+                          "rule_type": event.get("rule_type", event["rule"]),
+                          "started_at": parse_time(event["started_at"]), "ended_at": parse_time(event.get("ended_at")),
+                          "objects": event.get("objects") or [], "max_count": int(event.get("max_count") or 0),
+                          "snapshot": event.get("snapshot"), "clip": event.get("clip")}
+                exists = conn.execute(select(events_table.c.id).where(events_table.c.id == event["id"])).first()
+                if exists:
+                    conn.execute(update(events_table).where(events_table.c.id == event["id"]).values(**values))
+                else:
+                    conn.execute(events_table.insert().values(id=event["id"], **values))
+                for url, key, payload in deliveries:
+                    dup = conn.execute(select(outbox_table.c.id).where(
+                        outbox_table.c.url == url, outbox_table.c.idempotency_key == key)).first()
+                    if dup:
+                        continue
+                    conn.execute(outbox_table.insert().values(
+                        event_id=event["id"], url=url, idempotency_key=key, payload=payload.decode(),
+                        attempts=0, next_attempt_at=now, created_at=now))
 
     def get(self, event_id: str) -> dict[str, Any] | None:
         with self.engine.connect() as conn:
