@@ -56,7 +56,7 @@ events_table = Table(
     Column("reviewed_at", UTCDateTime(), nullable=True),
     Column("clip", String(512), nullable=True),  # evidence clip (migration 0003)
     Index("ix_campusguard_events_ended", "ended_at"),
-    # migration 0005: every filter of GET /events walks an index in the list's order
+    # migration 0006: every filter of GET /events walks an index in the list's order
     # (started_at, id), so a page and its capped count never scan the table (they replace
     # the single-column started_at and (camera_id, started_at) indexes of 0001)
     Index("ix_campusguard_events_order", "started_at", "id"),
@@ -81,7 +81,7 @@ outbox_table = Table(
     Column("last_error", Text, nullable=True),
     UniqueConstraint("url", "idempotency_key", name="uq_campusguard_outbox_key"),
     Index("ix_campusguard_outbox_pending", "delivered_at", "url", "id"),
-    Index("ix_campusguard_outbox_event", "event_id"),  # migration 0005: retention deletes by event
+    Index("ix_campusguard_outbox_event", "event_id"),  # migration 0006: retention deletes by event
 )
 
 
@@ -100,7 +100,7 @@ frames_table = Table(
     Column("fresh", Boolean, nullable=False),  # the first frame of a new rule state (start, reset, offline, reload)
     Column("names", Text, nullable=False),  # {"class id": "class name"} of this frame's detections (JSON)
     Column("detections", LargeBinary, nullable=False),
-    Index("ix_campusguard_frames_order", "captured_us", "id"),  # migration 0005 (was captured_us alone): replay's keyset chunks
+    Index("ix_campusguard_frames_order", "captured_us", "id"),  # migration 0006 (was captured_us alone): replay's keyset chunks
 )
 
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
