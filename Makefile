@@ -15,7 +15,7 @@ $(VENV)/.installed: pyproject.toml requirements/cpu.txt
 	touch $@
 
 # Debian packages the tests use: promtool and the Prometheus server, nginx (deploy tests),
-# the PostgreSQL server (a throw-away cluster for the event-store tests, tests/support/pg.py), the
+# the PostgreSQL server (a throw-away cluster for the event-store tests, app/tooling/pgcluster.py), the
 # Mosquitto MQTT broker (a throw-away broker for the MQTT tests, tests/support/mqtt_broker.py), and
 # Chromium (the console's real-browser tests, tests/browser: Playwright drives Debian's build),
 # ffmpeg (camera ingest reads every stream through it) and GStreamer's RTSP server with the system

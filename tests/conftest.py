@@ -248,9 +248,9 @@ def require_system_package(found, what: str, package: str):
 
 @pytest.fixture(scope="session")
 def postgres():
-    """A real PostgreSQL cluster for the session (tests/support/pg.py). Skipped only when the server is
+    """A real PostgreSQL cluster for the session (app/tooling/pgcluster.py). Skipped only when the server is
     not installed and we cannot install it (not root); CI installs it (`make system-deps`)."""
-    from tests.support.pg import PostgresCluster, find_bin_dir
+    from app.tooling.pgcluster import PostgresCluster, find_bin_dir
 
     bin_dir = require_system_package(find_bin_dir(), "PostgreSQL server", "postgresql")
     cluster = PostgresCluster(bin_dir, free_port()).start()

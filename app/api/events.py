@@ -7,6 +7,9 @@ When rules are disabled (no ``site_config``) every route answers 404 with code `
 from __future__ import annotations
 
 import asyncio
+import base64
+import json
+from datetime import datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Request
@@ -18,11 +21,11 @@ from app.api.schemas import (CameraOut, CountsOut, DryRunResult, ErrorBody, Even
                              ResetResult, error_responses)
 from app.core.audit import summarize
 from app.core.roles import ANONYMOUS
-from app.core.timeutil import IsoDatetime
-from app.core.errors import NotFound, shorten
+from app.core.timeutil import IsoDatetime, as_utc, iso
+from app.core.errors import InvalidParameter, NotFound, shorten
 
 router = APIRouter(tags=["events"], dependencies=[Read], responses=error_responses(401, 403, 404, 429))
-MAX_OFFSET = 1_000_000_000  # far beyond any real store; bigger values overflow the database's integer
+MAX_OFFSET = 10_000  # offset paging reads every row it skips: beyond the first pages, use the cursor
 
 
 @router.get("/events", response_model=EventPage, summary="List rule events",
@@ -37,13 +40,37 @@ def list_events(
     acknowledged: Annotated[bool | None, Query(description="Only (un)acknowledged events")] = None,
     false_positive: Annotated[bool | None, Query(description="Only events (not) marked false positive")] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
-    offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
+    offset: Annotated[int, Query(ge=0, le=MAX_OFFSET, description=(
+        "Events to skip (the first 10,000 only; further pages by `cursor`)"))] = 0,
+    cursor: Annotated[str | None, Query(max_length=200, description=(
+        "`next_cursor` of the previous page: the next page, at the same cost however deep"))] = None,
 ) -> EventPage:
     """Events filtered by camera, zone, rule, start-time range and review state, newest first, paginated."""
-    items, total = rules.query_events(camera_id=camera_id, zone=zone, rule=rule, since=since, until=until,
-                                      acknowledged=acknowledged, false_positive=false_positive,
-                                      limit=limit, offset=offset)
-    return EventPage(items=items, total=total, limit=limit, offset=offset)
+    page = rules.query_events(camera_id=camera_id, zone=zone, rule=rule, since=since, until=until,
+                              acknowledged=acknowledged, false_positive=false_positive,
+                              limit=limit, offset=offset, after=decode_cursor(cursor))
+    return EventPage(items=page.items, total=page.total, total_exact=page.total_exact, limit=limit, offset=offset,
+                     next_cursor=encode_cursor(page.next))
+
+
+def encode_cursor(key: tuple[datetime, str] | None) -> str | None:
+    """(started_at, id) of a page's last event as an opaque, URL-safe token."""
+    if key is None:
+        return None
+    return base64.urlsafe_b64encode(json.dumps([iso(key[0]), key[1]]).encode()).decode().rstrip("=")
+
+
+def decode_cursor(token: str | None) -> tuple[datetime, str] | None:
+    if token is None:
+        return None
+    try:
+        started, event_id = json.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
+        when = as_utc(datetime.fromisoformat(started.replace("Z", "+00:00")))
+        if not isinstance(event_id, str) or len(event_id) > 64:
+            raise ValueError("bad id")
+        return when, event_id
+    except Exception:
+        raise InvalidParameter(f"cursor {shorten(token)} is not a cursor this server gave out") from None
 
 
 @router.get("/events/{event_id}", response_model=EventOut, summary="Get one event")

@@ -210,12 +210,16 @@ class CountsOut(BaseModel):
 
 
 class EventPage(BaseModel):
-    """A page of events, newest first."""
+    """A page of events, newest first (then by id)."""
 
     items: list[EventOut]
-    total: int = Field(description="Events matching the filters (all pages)")
+    total: int = Field(description="Events matching the filters (all pages): exact up to 10,000, then 10,000 "
+                                   "with total_exact false (the store never counts millions of rows per poll)")
+    total_exact: bool = Field(True, description="false: at least `total` events match")
     limit: int
     offset: int
+    next_cursor: str | None = Field(None, description="Pass as `cursor` for the next page (null: this is the last); "
+                                                      "paging by cursor costs the same on every page")
 
 
 class ReloadResult(BaseModel):

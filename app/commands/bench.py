@@ -73,6 +73,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="measure nothing: rewrite the CSV, Markdown and plots from bench.json in --out")
     parser.add_argument("--no-plots", action="store_true")
     parser.add_argument("--no-progress", action="store_true")
+    kinds = parser.add_subparsers(dest="bench_kind", metavar="[scale]",
+                                  help="`campusguard bench scale`: the event store and the rules at site scale")
+    from app.commands import bench_scale
+
+    scale = kinds.add_parser("scale", help="event store and rules at site scale",
+                             description=(bench_scale.__doc__ or "").strip().splitlines()[0])
+    bench_scale.configure(scale)
+    scale.set_defaults(_run=bench_scale.run)
 
 
 def validate(args: argparse.Namespace) -> None:

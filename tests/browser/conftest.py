@@ -9,6 +9,7 @@ counted, a 5xx is.
 
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
 import tempfile
@@ -21,8 +22,11 @@ from tests.conftest import REPO, require_system_package
 CHROMIUM = os.environ.get("CAMPUSGUARD_TEST_CHROMIUM", "/usr/bin/chromium")
 # The README's screenshots are refreshed on request only (UPDATE_SCREENSHOTS=1 make test, then look
 # at them before committing); otherwise they go to a temporary folder and the tree stays clean.
-SHOTS = REPO / "docs" / "console" if os.environ.get("UPDATE_SCREENSHOTS") == "1" else \
-    Path(tempfile.mkdtemp(prefix="campusguard-screenshots-"))
+if os.environ.get("UPDATE_SCREENSHOTS") == "1":
+    SHOTS = REPO / "docs" / "console"
+else:
+    SHOTS = Path(tempfile.mkdtemp(prefix="campusguard-screenshots-"))
+    atexit.register(shutil.rmtree, SHOTS, ignore_errors=True)
 DESKTOP = {"width": 1280, "height": 800}
 PHONE = {"width": 390, "height": 844}
 HANDLED_HTTP = "Failed to load resource: the server responded with a status of 4"

@@ -186,7 +186,22 @@ def test_patch_acknowledge_false_positive_and_filters(rules):
                                   {"note": "x" * 2001}, {"operator": "bob"}, [1, 2], "text"])
 def test_patch_bad_body_is_422(unchanged_rules, body):
     rules = unchanged_rules
-    event_id = rules.query_events()[0][0]["id"]
+    event_id = rules.query_events().items[0]["id"]
     r = TestClient(make_app(rules)).patch(f"/events/{event_id}", json=body)
     assert r.status_code == 422 and r.json()["error"] == "invalid_parameter"
     assert rules.get_event(event_id)["reviewed_at"] is None
+
+
+def test_cursor_pages_to_the_end_and_bad_cursors_are_422(rules):
+    client = TestClient(make_app(rules))
+    first = client.get("/events", params={"limit": 2}).json()
+    assert first["total"] == 3 and first["total_exact"] is True and first["next_cursor"]
+    second = client.get("/events", params={"limit": 2, "cursor": first["next_cursor"]}).json()
+    assert second["next_cursor"] is None and len(second["items"]) == 1
+    everything = client.get("/events").json()["items"]
+    assert [e["id"] for e in first["items"] + second["items"]] == [e["id"] for e in everything]
+    for bad in ("nope", "W10", "WyJ4IiwgMV0", "x" * 201):  # not base64 JSON, [], ["x", 1], too long
+        r = client.get("/events", params={"cursor": bad})
+        assert r.status_code == 422 and r.json()["error"] == "invalid_parameter", (bad, r.text)
+    deep = client.get("/events", params={"offset": 10_001})
+    assert deep.status_code == 422 and "offset" in deep.text

@@ -68,12 +68,12 @@ def test_silent_camera_goes_offline_and_comes_back(tmp_path):
         assert svc.health.monitor.status("plaza-cam") == "offline" and svc.health.monitor.status("gate-cam") == "never_seen"
         crowd_event = svc.get_event(started[0]["id"])
         assert crowd_event["state"] == "ended" and crowd_event["ended_at"] == "2026-03-02T12:00:10Z"  # its last frame
-        offline = svc.query_events(rule="camera_offline")[0]
+        offline = svc.query_events(rule="camera_offline").items
         assert len(offline) == 1 and offline[0]["state"] == "started" and offline[0]["camera_id"] == "plaza-cam"
         cams = {c["id"]: c for c in client.get("/cameras").json()}
         assert cams["plaza-cam"]["status"] == "offline" and cams["plaza-cam"]["open_events"] == []
         svc.health.check_offline()  # once offline, nothing more is raised
-        assert svc.query_events(rule="camera_offline")[1] == 1
+        assert svc.query_events(rule="camera_offline").total == 1
 
         clock.t += 100
         back = crowd(svc, 300, 1)
@@ -102,7 +102,7 @@ def test_background_sweep_and_per_camera_threshold(tmp_path):
         svc.evaluate("gate-cam", at(0), (W, H), [])  # site default 60 s: stays online
         assert wait_for(lambda: svc.health.monitor.status("plaza-cam") == "offline", timeout=5)  # no frame needed
         assert svc.health.monitor.status("gate-cam") == "online"
-        assert wait_for(lambda: svc.query_events(rule="camera_offline")[1] == 1, timeout=5)
+        assert wait_for(lambda: svc.query_events(rule="camera_offline").total == 1, timeout=5)
     finally:
         svc.stop()
 

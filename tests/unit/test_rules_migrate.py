@@ -57,7 +57,8 @@ def test_from_empty_to_head_matches_the_models(db_url):
     assert current_revision(engine) == head_revision()
     assert schema(engine) == {t.name: sorted(c.name for c in t.columns) for t in metadata.tables.values()}
     indexes = {i["name"] for i in inspect(engine).get_indexes("campusguard_events")}
-    assert {"ix_campusguard_events_started", "ix_campusguard_events_camera"} <= indexes
+    assert {"ix_campusguard_events_order", "ix_campusguard_events_camera_order", "ix_campusguard_events_acknowledged"} <= indexes
+    assert "ix_campusguard_events_started" not in indexes  # superseded in 0006
     with engine.connect() as conn:  # the migrations build what the models describe (autogenerate sees no diff)
         assert compare_metadata(MigrationContext.configure(conn), metadata) == []
     assert upgrade(engine) == (head_revision(), head_revision())  # idempotent

@@ -188,6 +188,7 @@ def test_broker_restart_mid_stream_loses_no_event(service, subscribe, mosquitto)
     for i in range(3):  # raised while the broker is down: they wait in the outbox
         during += crowd_event(svc, 10 + 10 * i)
     assert len(during) == 6
+    svc.writer.settle()  # events are written off the frame path
     assert svc.store.outbox.depth([svc.mqtt.url]) == 6
     mosquitto.start()
 

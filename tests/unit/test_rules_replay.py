@@ -64,6 +64,7 @@ def record(tmp) -> tuple[RulesService, Settings]:
     for t, dets in enumerate(GATE):
         svc.evaluate("gate", at(t), (W, H), dets)
     svc.frame_log.flush()
+    svc.writer.settle()  # events are written off the frame path
     return svc, settings
 
 
@@ -188,6 +189,7 @@ def test_a_camera_reset_is_replayed_as_a_fresh_state(tmp_path):
             assert svc.reset_camera("plaza") == 1  # the crowd that started at 5 ends at 11
         svc.evaluate("plaza", at(t), (W, H), people(4))
     svc.frame_log.flush()
+    svc.writer.settle()  # events are written off the frame path
     try:
         stored = svc.store.events.event_spans(["plaza"], T0, at(60))
         assert [(s - T0).total_seconds() for _, _, _, s, _ in stored] == [5, 17]

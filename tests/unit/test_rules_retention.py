@@ -62,7 +62,7 @@ def test_sweep_deletes_by_age_and_keeps_the_budget(db_url, tmp_path):
         got = sweeper.sweep()
         assert got == {"events": 2, "snapshots_expired": 4, "snapshots_over_budget": 1, "frames": 0,
                        "audit": 0}
-        left = {e["id"] for e in store.events.query(limit=500)[0]}
+        left = {e["id"] for e in store.events.query(limit=500).items}
         assert left == {"openold", "recent1", "recent2", "recent3"}
         # by age: the two deleted events' files, the open event's 50-day-old file, the orphan;
         # budget 2500 B for three 1000 B files: the oldest (recent1) goes and its event forgets it

@@ -11,6 +11,10 @@ from app.rules.store.db import EventStore
 from tests.support.rules_util import T0
 
 
+def astuple_page(page):
+    return page.items, page.total
+
+
 def event(i: int, camera="cam-a", zone="plaza", rule="crowd", ended=False) -> dict:
     start = T0 + dt.timedelta(minutes=i)
     return {"id": f"ev{i:03d}", "camera_id": camera, "zone": zone, "rule": rule, "rule_type": rule,
@@ -40,28 +44,55 @@ def test_round_trip_and_update_on_end(store):
 
 
 def test_filters(store):
-    items, total = store.events.query(camera_id="cam-b", limit=500)
+    items, total = astuple_page(store.events.query(camera_id="cam-b", limit=500))
     assert total == 10 and {e["camera_id"] for e in items} == {"cam-b"}
-    items, total = store.events.query(camera_id="cam-a", zone="plaza", rule="crowd", limit=500)
+    items, total = astuple_page(store.events.query(camera_id="cam-a", zone="plaza", rule="crowd", limit=500))
     expected = [i for i in range(30) if i % 3 and i % 2 and i % 5]
     assert total == len(expected) and sorted(int(e["id"][2:]) for e in items) == expected
 
 
 def test_time_range_is_on_started_at(store):
     since, until = T0 + dt.timedelta(minutes=10), T0 + dt.timedelta(minutes=20)
-    items, total = store.events.query(since=since, until=until, limit=500)
+    items, total = astuple_page(store.events.query(since=since, until=until, limit=500))
     assert total == 10 and sorted(int(e["id"][2:]) for e in items) == list(range(10, 20))
     # other zones than UTC mean the same instant
     berlin = dt.timezone(dt.timedelta(hours=1))
-    items2, _ = store.events.query(since=since.astimezone(berlin), until=until.astimezone(berlin), limit=500)
+    items2, _ = astuple_page(store.events.query(since=since.astimezone(berlin), until=until.astimezone(berlin), limit=500))
     assert [e["id"] for e in items2] == [e["id"] for e in items]
 
 
 def test_pagination_newest_first(store):
     pages = [store.events.query(limit=7, offset=o) for o in range(0, 35, 7)]
-    ids = [e["id"] for items, _ in pages for e in items]
-    assert all(total == 30 for _, total in pages)
+    ids = [e["id"] for page in pages for e in page.items]
+    assert all(page.total == 30 and page.total_exact for page in pages)
     assert ids == [f"ev{i:03d}" for i in range(29, -1, -1)]
+
+
+def test_keyset_pages_reach_the_end_in_order_with_ties(store):
+    """The cursor is (started_at, id) of a page's last event: ties on started_at are ordered
+    by id, nothing is skipped or repeated, and the last page says there is no next."""
+    same = dt.datetime(2026, 5, 1, 12, 0, 0, tzinfo=dt.timezone.utc)
+    for i in range(5):  # five events starting at the same instant
+        store.events.record({**event(100 + i), "started_at": same.isoformat()})
+    seen, after, pages = [], None, 0
+    while True:
+        page = store.events.query(limit=4, after=after)
+        seen += [e["id"] for e in page.items]
+        pages += 1
+        if page.next is None:
+            break
+        after = page.next
+    everything = store.events.query(limit=500).items
+    assert seen == [e["id"] for e in everything] and len(seen) == len(set(seen)) == 35
+    assert pages == 9  # 35 events, 4 a page
+
+
+def test_counts_are_capped_and_say_so(store, monkeypatch):
+    monkeypatch.setattr("app.rules.store.events.COUNT_CAP", 10)
+    page = store.events.query(limit=3)
+    assert (page.total, page.total_exact) == (10, False)
+    page = store.events.query(camera_id="cam-b", zone="gate", limit=3)
+    assert page.total_exact and page.total == len(store.events.query(camera_id="cam-b", zone="gate", limit=500).items) == 5
 
 
 def test_outbox_rows_written_with_the_event_once_per_key(db_url):

@@ -1,8 +1,9 @@
 """Persisting events and fanning them out to every delivery target, in one step.
 
 An event start or end is written to the store together with one outbox row per target
-(each webhook URL, the MQTT broker) in one transaction (app/rules/store/writer.py buffers it
-while the database is down); the targets' outbox workers are then woken to deliver. The
+(each webhook URL, the MQTT broker) in one transaction, by the writer's thread, off the
+frame path (app/rules/store/writer.py); the targets' outbox workers are woken once it is
+stored. The
 envelope is the same for every target, and its ``idempotency_key`` (``<event id>:<kind>``)
 lets receivers drop the duplicate a crash between delivery and marking can cause.
 """
@@ -36,8 +37,7 @@ class EventSink:
         if targets:
             payload = dumps({"type": f"event.{kind}", "idempotency_key": key, "event": data})
             deliveries = [(url, key, payload) for url in targets]
-        if self.writer.write(data, deliveries) and targets:
-            self.notify()
+        self.writer.write(data, deliveries)  # the writer wakes the workers once it is stored
 
     def notify(self) -> None:
         self.webhooks.notify()

@@ -61,6 +61,7 @@ from app.rules.store.writer import EventWriter
 if TYPE_CHECKING:
     from app.core.metrics import Metrics
     from app.rules.service.replay import Comparison
+    from app.rules.store.events import EventPage
 
 log = logging.getLogger("campusguard.rules")
 
@@ -293,17 +294,18 @@ class RulesService:
     def get_event(self, event_id: str) -> dict[str, Any] | None:
         return self._store_call(self.store.events.get, event_id)
 
-    def query_events(self, **filters) -> tuple[list[dict[str, Any]], int]:
+    def query_events(self, **filters) -> "EventPage":
         return self._store_call(self.store.events.query, **filters)
 
     def review_event(self, event_id: str, changes: dict[str, Any], by: str) -> dict[str, Any] | None:
         """An operator's acknowledgement / false-positive mark / note; None for an unknown event."""
         return self._store_call(self.store.events.review, event_id, changes, by, utcnow())
 
-    @staticmethod
-    def _store_call(fn, *args, **kwargs):
-        """A request-time store call; an outage is a 503 ``event_store_unavailable``, not a 500."""
+    def _store_call(self, fn, *args, **kwargs):
+        """A request-time store call, after the events buffered so far are written (a client finds
+        in the store what it saw in a reply); an outage is a 503 ``event_store_unavailable``."""
         try:
+            self.writer.settle()
             return fn(*args, **kwargs)
         except Exception as exc:
             if is_outage(exc):
@@ -321,6 +323,7 @@ class RulesService:
         """The clip could not be written: the stored event stops pointing at it (best effort;
         during a store outage the URL stays and answers 404)."""
         try:
+            self.writer.settle()  # the event's start (with the clip's URL) is in the store first
             self.store.events.clear_files("clip", [event_id])
         except Exception as exc:
             log.warning("could not clear the clip URL of event %s: %s", event_id, describe(exc))

@@ -34,7 +34,7 @@ class BufferedSink(Generic[T]):
     """
 
     def __init__(self, name: str, write: Callable[[list[T]], None], *, capacity: int, batch: int = 500,
-                 interval_s: float = 1.0, ready: Callable[[], bool] = lambda: True,
+                 wake_at: int | None = None, interval_s: float = 1.0, ready: Callable[[], bool] = lambda: True,
                  on_drop: Callable[[int], None] = lambda n: None, on_depth: Callable[[int], None] = lambda n: None,
                  on_outage: Callable[[BaseException], None] = lambda exc: None,
                  on_written: Callable[[int], None] = lambda n: None) -> None:
@@ -42,6 +42,7 @@ class BufferedSink(Generic[T]):
         self.write = write
         self.capacity = capacity
         self.batch = batch
+        self.wake_at = wake_at if wake_at is not None else batch  # items that wake the thread at once
         self.interval_s = interval_s
         self.ready = ready
         self.on_drop, self.on_depth, self.on_outage, self.on_written = on_drop, on_depth, on_outage, on_written
@@ -71,7 +72,7 @@ class BufferedSink(Generic[T]):
         """Append (on the frame path: nothing else); full: the oldest item goes."""
         with self._lock:
             self._append(item)
-            full = len(self._items) >= self.batch
+            full = len(self._items) >= self.wake_at
         if full:
             self._loop.wake()
 

@@ -6,13 +6,25 @@ written (``outbox.py`` drains them), so a crash can never record an event and lo
 from __future__ import annotations
 
 import datetime as dt
+from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import delete, func, select, update
+from sqlalchemy import delete, func, literal_column, select, tuple_, update
 from sqlalchemy.engine import Engine
 
 from app.core.timeutil import iso, utcnow
 from app.rules.store.schema import events_table, outbox_table, parse_time
+
+
+COUNT_CAP = 10_000  # GET /events counts exactly up to here, then says "at least"
+
+
+@dataclass(frozen=True, slots=True)
+class EventPage:
+    items: list[dict[str, Any]]
+    total: int  # matching events, exact or (total_exact false) at least this many
+    total_exact: bool
+    next: tuple[dt.datetime, str] | None  # (started_at, id) of the last item when more follow
 
 
 def row_to_event(row) -> dict[str, Any]:
@@ -31,30 +43,35 @@ class EventsRepo:
         self.engine = engine
 
     def record(self, event: dict[str, Any], deliveries: list[tuple[str, str, bytes]] = ()) -> None:
-        """Insert or update an event and enqueue its webhook deliveries, atomically.
+        """Insert or update an event and enqueue its deliveries, atomically.
 
         ``deliveries`` are (url, idempotency_key, payload) tuples.
         """
-        values = {"camera_id": event["camera_id"], "zone": event["zone"], "rule": event["rule"],
-                  "rule_type": event.get("rule_type", event["rule"]),
-                  "started_at": parse_time(event["started_at"]), "ended_at": parse_time(event.get("ended_at")),
-                  "objects": event.get("objects") or [], "max_count": int(event.get("max_count") or 0),
-                  "snapshot": event.get("snapshot"), "clip": event.get("clip")}
+        self.record_many([(event, list(deliveries))])
+
+    def record_many(self, writes: list[tuple[dict[str, Any], list[tuple[str, str, bytes]]]]) -> None:
+        """Several ``record`` calls in one transaction, in order (the event writer's batches)."""
         now = utcnow()
         with self.engine.begin() as conn:
-            exists = conn.execute(select(events_table.c.id).where(events_table.c.id == event["id"])).first()
-            if exists:
-                conn.execute(update(events_table).where(events_table.c.id == event["id"]).values(**values))
-            else:
-                conn.execute(events_table.insert().values(id=event["id"], **values))
-            for url, key, payload in deliveries:
-                dup = conn.execute(select(outbox_table.c.id).where(
-                    outbox_table.c.url == url, outbox_table.c.idempotency_key == key)).first()
-                if dup:
-                    continue
-                conn.execute(outbox_table.insert().values(
-                    event_id=event["id"], url=url, idempotency_key=key, payload=payload.decode(),
-                    attempts=0, next_attempt_at=now, created_at=now))
+            for event, deliveries in writes:
+                values = {"camera_id": event["camera_id"], "zone": event["zone"], "rule": event["rule"],
+                          "rule_type": event.get("rule_type", event["rule"]),
+                          "started_at": parse_time(event["started_at"]), "ended_at": parse_time(event.get("ended_at")),
+                          "objects": event.get("objects") or [], "max_count": int(event.get("max_count") or 0),
+                          "snapshot": event.get("snapshot"), "clip": event.get("clip")}
+                exists = conn.execute(select(events_table.c.id).where(events_table.c.id == event["id"])).first()
+                if exists:
+                    conn.execute(update(events_table).where(events_table.c.id == event["id"]).values(**values))
+                else:
+                    conn.execute(events_table.insert().values(id=event["id"], **values))
+                for url, key, payload in deliveries:
+                    dup = conn.execute(select(outbox_table.c.id).where(
+                        outbox_table.c.url == url, outbox_table.c.idempotency_key == key)).first()
+                    if dup:
+                        continue
+                    conn.execute(outbox_table.insert().values(
+                        event_id=event["id"], url=url, idempotency_key=key, payload=payload.decode(),
+                        attempts=0, next_attempt_at=now, created_at=now))
 
     def get(self, event_id: str) -> dict[str, Any] | None:
         with self.engine.connect() as conn:
@@ -64,29 +81,36 @@ class EventsRepo:
     def query(self, *, camera_id: str | None = None, zone: str | None = None, rule: str | None = None,
               since: dt.datetime | None = None, until: dt.datetime | None = None,
               acknowledged: bool | None = None, false_positive: bool | None = None,
-              limit: int = 50, offset: int = 0) -> tuple[list[dict[str, Any]], int]:
-        """Events whose ``started_at`` is in [since, until), newest first; and the total count."""
+              limit: int = 50, offset: int = 0, after: tuple[dt.datetime, str] | None = None) -> EventPage:
+        """Events whose ``started_at`` is in [since, until), newest first (then by id).
+
+        ``after`` is a keyset cursor: the (started_at, id) of the last event of the previous
+        page, so paging to the end reads one page of index entries each time, never the
+        rows before it (``offset`` does, and is for the first pages only). The count is exact
+        up to ``COUNT_CAP`` matches and capped beyond (``total_exact`` false): a poll of a
+        store with millions of events never counts them all."""
         t = events_table.c
         conds = []
-        if camera_id is not None:
-            conds.append(t.camera_id == camera_id)
-        if zone is not None:
-            conds.append(t.zone == zone)
-        if rule is not None:
-            conds.append(t.rule == rule)
+        for column, value in ((t.camera_id, camera_id), (t.zone, zone), (t.rule, rule),
+                              (t.acknowledged, acknowledged), (t.false_positive, false_positive)):
+            if value is not None:
+                conds.append(column == value)
         if since is not None:
             conds.append(t.started_at >= since)
         if until is not None:
             conds.append(t.started_at < until)
-        if acknowledged is not None:
-            conds.append(t.acknowledged.is_(acknowledged))
-        if false_positive is not None:
-            conds.append(t.false_positive.is_(false_positive))
+        page = [*conds]
+        if after is not None:
+            page.append(tuple_(t.started_at, t.id) < tuple_(parse_time(after[0]), after[1]))
         with self.engine.connect() as conn:
-            total = conn.execute(select(func.count()).select_from(events_table).where(*conds)).scalar_one()
-            rows = conn.execute(select(events_table).where(*conds)
-                                .order_by(t.started_at.desc(), t.id.desc()).limit(limit).offset(offset)).all()
-        return [row_to_event(r) for r in rows], int(total)
+            matching = select(literal_column("1")).select_from(events_table).where(*conds).limit(COUNT_CAP + 1)
+            total = int(conn.execute(select(func.count()).select_from(matching.subquery())).scalar_one())
+            rows = conn.execute(select(events_table).where(*page)
+                                .order_by(t.started_at.desc(), t.id.desc()).limit(limit + 1).offset(offset)).all()
+        more = len(rows) > limit
+        rows = rows[:limit]
+        last = (rows[-1].started_at, rows[-1].id) if more and rows else None
+        return EventPage([row_to_event(r) for r in rows], min(total, COUNT_CAP), total <= COUNT_CAP, last)
 
     def review(self, event_id: str, changes: dict[str, Any], by: str, at: dt.datetime) -> dict[str, Any] | None:
         """Set ``acknowledged`` / ``false_positive`` / ``note`` and who/when; the event, or None if unknown."""
@@ -97,10 +121,12 @@ class EventsRepo:
         return self.get(event_id) if res.rowcount else None
 
     # --- retention ------------------------------------------------------------------------
-    def delete_ended_before(self, cutoff: dt.datetime, batch: int = 500) -> list[tuple[str, str | None]]:
+    def delete_ended_before(self, cutoff: dt.datetime, batch: int = 2000) -> list[tuple[str, str | None]]:
         """Delete events that ended before ``cutoff`` (reviewed or not) with their delivered outbox
         rows, and any delivered row older than it; the (id, snapshot) of the deleted events.
-        Open events and undelivered rows are kept."""
+        Open events and undelivered rows are kept. Every transaction deletes at most ``batch``
+        events (the outbox rows by their event, through its index) or ``batch`` rows, so
+        writers wait at most one short batch, however much is due."""
         t, o = events_table.c, outbox_table.c
         deleted: list[tuple[str, str | None]] = []
         while True:
@@ -110,11 +136,14 @@ class EventsRepo:
                 if not rows:
                     break
                 ids = [r.id for r in rows]
-                conn.execute(delete(events_table).where(t.id.in_(ids)))
                 conn.execute(delete(outbox_table).where(o.event_id.in_(ids), o.delivered_at.is_not(None)))
+                conn.execute(delete(events_table).where(t.id.in_(ids)))
             deleted.extend((r.id, r.snapshot) for r in rows)
-        with self.engine.begin() as conn:
-            conn.execute(delete(outbox_table).where(o.delivered_at.is_not(None), o.delivered_at < cutoff))
+        while True:
+            with self.engine.begin() as conn:
+                old = select(o.id).where(o.delivered_at.is_not(None), o.delivered_at < cutoff).limit(batch)
+                if conn.execute(delete(outbox_table).where(o.id.in_(old.scalar_subquery()))).rowcount < batch:
+                    break
         return deleted
 
     def clear_files(self, column: str, event_ids: list[str]) -> None:

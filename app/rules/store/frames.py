@@ -7,7 +7,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from sqlalchemy import and_, delete, func, or_, select
+from sqlalchemy import delete, func, select, tuple_
 from sqlalchemy.engine import Engine
 
 from app.rules.store.schema import frames_table, to_us
@@ -42,8 +42,8 @@ class FramesRepo:
         last: tuple[int, int] | None = None
         while True:
             conds = [f.camera_id.in_(camera_ids), f.captured_us >= to_us(since), f.captured_us < to_us(until)]
-            if last is not None:
-                conds.append(or_(f.captured_us > last[0], and_(f.captured_us == last[0], f.id > last[1])))
+            if last is not None:  # a row-value comparison: both databases walk the (captured_us, id) index
+                conds.append(tuple_(f.captured_us, f.id) > tuple_(last[0], last[1]))
             with self.engine.connect() as conn:
                 rows = conn.execute(select(frames_table).where(*conds)
                                     .order_by(f.captured_us, f.id).limit(chunk)).all()

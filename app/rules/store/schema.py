@@ -55,9 +55,16 @@ events_table = Table(
     Column("reviewed_by", String(256), nullable=True),
     Column("reviewed_at", UTCDateTime(), nullable=True),
     Column("clip", String(512), nullable=True),  # evidence clip (migration 0003)
-    Index("ix_campusguard_events_started", "started_at"),
-    Index("ix_campusguard_events_camera", "camera_id", "started_at"),
     Index("ix_campusguard_events_ended", "ended_at"),
+    # migration 0006: every filter of GET /events walks an index in the list's order
+    # (started_at, id), so a page and its capped count never scan the table (they replace
+    # the single-column started_at and (camera_id, started_at) indexes of 0001)
+    Index("ix_campusguard_events_order", "started_at", "id"),
+    Index("ix_campusguard_events_camera_order", "camera_id", "started_at", "id"),
+    Index("ix_campusguard_events_zone", "zone", "started_at", "id"),
+    Index("ix_campusguard_events_rule", "rule", "started_at", "id"),
+    Index("ix_campusguard_events_acknowledged", "acknowledged", "started_at", "id"),
+    Index("ix_campusguard_events_false_positive", "false_positive", "started_at", "id"),
 )
 
 outbox_table = Table(
@@ -74,6 +81,7 @@ outbox_table = Table(
     Column("last_error", Text, nullable=True),
     UniqueConstraint("url", "idempotency_key", name="uq_campusguard_outbox_key"),
     Index("ix_campusguard_outbox_pending", "delivered_at", "url", "id"),
+    Index("ix_campusguard_outbox_event", "event_id"),  # migration 0006: retention deletes by event
 )
 
 
@@ -92,7 +100,7 @@ frames_table = Table(
     Column("fresh", Boolean, nullable=False),  # the first frame of a new rule state (start, reset, offline, reload)
     Column("names", Text, nullable=False),  # {"class id": "class name"} of this frame's detections (JSON)
     Column("detections", LargeBinary, nullable=False),
-    Index("ix_campusguard_frames_time", "captured_us"),
+    Index("ix_campusguard_frames_order", "captured_us", "id"),  # migration 0006 (was captured_us alone): replay's keyset chunks
 )
 
 # The audit trail (migration 0005): one row per change a person made, append-only (no code

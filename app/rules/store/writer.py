@@ -1,18 +1,19 @@
-"""Event writes that survive a database outage: written at once while the store is up,
-buffered in memory (bounded, in order) while it is down, and written when it is back.
+"""Event writes that never wait on the database: every write goes into a bounded, in-order
+buffer (app/rules/store/buffer.py) that one thread drains at once, in batches, into the
+store; while the database is down the buffer holds them, and they are written when it is back.
 
-Why a buffer rather than failing the frame: detection and rule evaluation need nothing
-from the database, so a PostgreSQL restart or a network cut must not cost the cameras
-their answers, and events seen meanwhile should still reach the store and the webhooks.
-Why bounded: a long outage must not grow the process without limit; past
-``capacity`` the *oldest* buffered writes are dropped (counted in a metric and logged),
-since the newest describe the situation now. A dropped ``started`` whose ``ended`` is
-kept still leaves the event in the store (each write carries the whole event).
-
-While the store is down every write goes to the buffer (app/rules/store/buffer.py)
-without touching the database, so only the write that discovered the outage waits for a
-connection timeout; the buffer's thread retries (migrations first, if they have not run
-yet) every ``retry_s`` and drains it in order, oldest first.
+Why off the frame path: a frame's reply carries its events whatever the database does, and
+on a GPU replica a synchronous write per event (~2 ms on SQLite) would bound the rules
+rate. Readers that need what was just written (the events API, reviews) call ``settle``
+first: it writes what is buffered, so a client that sees an event in a reply finds it in
+``GET /events`` right after. Why a buffer rather than failing the frame: detection and
+rule evaluation need nothing from the database, so a PostgreSQL restart or a network cut
+must not cost the cameras their answers. Why bounded: a long outage must not grow the
+process without limit; past ``capacity`` the *oldest* buffered writes are dropped (counted
+in a metric and logged), since the newest describe the situation now. A dropped
+``started`` whose ``ended`` is kept still leaves the event in the store (each write
+carries the whole event). The thread retries an unreachable database every ``retry_s``
+(migrations first, if they have not run yet).
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ class EventWriter:
         self.error: str | None = "not connected yet"
         self._migrated = False
         self.buffer: BufferedSink[Write] = BufferedSink(
-            "event-writer", self._write_buffered, capacity=capacity, batch=1, interval_s=retry_s,
+            "event-writer", self._write_buffered, capacity=capacity, batch=100, wake_at=1, interval_s=retry_s,
             ready=self._reconnect, on_drop=self._dropped, on_depth=self._gauge, on_outage=self._outage,
             on_written=self._drained)
 
@@ -70,23 +71,14 @@ class EventWriter:
                         len(self.buffer), self.error)
 
     # --- writes ---------------------------------------------------------------------------
-    def write(self, event: dict[str, Any], deliveries: list[tuple[str, str, bytes]]) -> bool:
-        """Record an event (and its outbox rows); True if it is in the store now, False if buffered."""
-        if not (self.up and not len(self.buffer)):
-            self.buffer.add((event, deliveries))
-            return False
-        try:
-            self.store.events.record(event, deliveries)
-            return True
-        except Exception as exc:
-            if not is_outage(exc):
-                log.exception("could not store event %s; dropped", event.get("id"))
-                return False
-            self.buffer.put_front([(event, deliveries)])  # before anything queued meanwhile
-            self._down(f"event store unreachable: {describe(exc)}")
-            log.error("%s; buffering events in memory (up to %d)", self.error, self.buffer.capacity)
-            self.buffer.wake()
-            return False
+    def write(self, event: dict[str, Any], deliveries: list[tuple[str, str, bytes]]) -> None:
+        """Queue an event (and its outbox rows) for the store; the writer thread stores it now."""
+        self.buffer.add((event, deliveries))
+
+    def settle(self) -> None:
+        """Write what is buffered before a read that must see it (nothing while the store is down)."""
+        if self.up and len(self.buffer):
+            self.buffer.flush()
 
     @property
     def buffered(self) -> int:
@@ -100,8 +92,7 @@ class EventWriter:
 
     # --- internals ------------------------------------------------------------------------
     def _write_buffered(self, items: list[Write]) -> None:
-        for event, deliveries in items:
-            self.store.events.record(event, deliveries)
+        self.store.events.record_many(items)
 
     def _reconnect(self) -> bool:
         """Every retry interval: migrate if needed and check the database; then drain."""
@@ -123,7 +114,8 @@ class EventWriter:
         return True
 
     def _drained(self, written: int) -> None:
-        log.info("wrote %d buffered event write(s) to the event store", written)
+        if not self.up:
+            log.info("wrote %d buffered event write(s) to the event store", written)
         self.buffer.empty_then(self._set_up)
         if self.on_stored is not None:
             self.on_stored()

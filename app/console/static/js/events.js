@@ -57,7 +57,9 @@ export function mount(main, ctx) {
       detail));
 
   const thumbs = new Map(); // event id -> object URL
-  let offset = 0;
+  // keyset paging: cursors[i] is the cursor of page i (null: the first), so page 900 costs what page 1 does
+  let cursors = [null];
+  let pageIndex = 0;
   let timer = null;
   let stopped = false;
   let seen = null; // ids already shown (null before the first load: nothing is "new" then)
@@ -104,7 +106,8 @@ export function mount(main, ctx) {
   }
 
   async function load() {
-    const page = await api("/events", { params: { ...filters(), limit: PAGE, offset } });
+    const cursor = cursors[pageIndex];
+    const page = await api("/events", { params: { ...filters(), limit: PAGE, ...(cursor ? { cursor } : {}) } });
     if (stopped) return;
     const key = JSON.stringify(page);
     if (key !== lastKey) {
@@ -117,10 +120,12 @@ export function mount(main, ctx) {
       page.items.forEach((e) => seen.add(e.id));
       if (page.items.length) replace(tbody, page.items.map(row));
       else replace(tbody, h("tr", {}, h("td", { colspan: 8 }, "No events match.")));
-      const last = Math.min(offset + page.items.length, page.total);
-      summary.textContent = page.total ? `${offset + 1}–${last} of ${page.total} events` : "0 events";
-      prev.disabled = offset === 0;
-      next.disabled = offset + PAGE >= page.total;
+      const first = pageIndex * PAGE;
+      cursors[pageIndex + 1] = page.next_cursor;
+      const total = page.total_exact ? `${page.total}` : `more than ${page.total.toLocaleString("en")}`;
+      summary.textContent = page.items.length ? `${first + 1}–${first + page.items.length} of ${total} events` : "0 events";
+      prev.disabled = pageIndex === 0;
+      next.disabled = !page.next_cursor;
     }
     if (selected && !detail.hidden) {
       const fresh = page.items.find((e) => e.id === selected.id);
@@ -218,11 +223,12 @@ export function mount(main, ctx) {
     if (focus) heading.focus();
   }
 
-  form.addEventListener("submit", (ev) => { ev.preventDefault(); offset = 0; restart(); });
-  form.addEventListener("change", () => { offset = 0; restart(); });
-  form.addEventListener("reset", () => setTimeout(() => { offset = 0; restart(); }));
-  prev.addEventListener("click", () => { offset = Math.max(0, offset - PAGE); restart(); });
-  next.addEventListener("click", () => { offset += PAGE; restart(); });
+  const firstPage = () => { cursors = [null]; pageIndex = 0; restart(); };
+  form.addEventListener("submit", (ev) => { ev.preventDefault(); firstPage(); });
+  form.addEventListener("change", firstPage);
+  form.addEventListener("reset", () => setTimeout(firstPage));
+  prev.addEventListener("click", () => { pageIndex = Math.max(0, pageIndex - 1); restart(); });
+  next.addEventListener("click", () => { if (cursors[pageIndex + 1]) { pageIndex += 1; restart(); } });
 
   api("/cameras").then((cams) => {
     const sel = form.elements.camera_id;

@@ -1,8 +1,9 @@
-"""A throw-away PostgreSQL cluster for the tests (Debian's ``postgresql`` package).
+"""A throw-away PostgreSQL cluster (Debian's ``postgresql`` package) for the tests and for
+``campusguard bench scale``: never for production data.
 
-One cluster per test session on a free loopback port, its socket in a temp folder, data
-in a temp folder owned by ``postgres`` when the tests run as root (the server refuses to
-run as root), fsync off for speed. Each test gets a database of its own.
+One cluster on a free loopback port, its socket in a temp folder, data in a temp folder
+owned by ``postgres`` when run as root (the server refuses to run as root), fsync off for
+speed. Each caller gets a database of its own (``new_database``).
 """
 
 from __future__ import annotations
@@ -72,3 +73,12 @@ class PostgresCluster:
         with psycopg.connect(self.admin_dsn(), autocommit=True) as conn:
             conn.execute(f'CREATE DATABASE "{name}" TEMPLATE template0')
         return self.url(name)
+
+
+def free_port() -> int:
+    """A free loopback port for the cluster."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
