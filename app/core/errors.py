@@ -142,6 +142,13 @@ class SiteReadOnly(ServiceError):
     status, code = 409, "site_read_only"
 
 
+class Conflict(ServiceError):
+    """The request cannot be served in the resource's present state (e.g. a camera view
+    accepted before any frame of it was checked); ``code`` says which state."""
+
+    status, code = 409, "conflict"
+
+
 class DeadlineExceeded(ServiceError):
     """The request waited longer than its deadline before inference started."""
 

@@ -13,7 +13,8 @@ from pydantic import ValidationError
 from app.config import Settings
 from app.core.errors import ConfigError
 from app.core.metrics import Metrics
-from app.rules.delivery.mqtt import BrokerTarget, MqttBridge, Topics, event_messages, topic_part
+from app.rules.delivery.mqtt import BrokerTarget, MqttBridge, event_messages
+from app.rules.delivery.topics import Topics, topic_part
 from app.rules.store.db import EventStore
 from app.core.jsonutil import dumps
 from app.rules.service.facade import RulesService
@@ -22,6 +23,7 @@ from app.wiring import mqtt_options
 from tests.support.mqtt_broker import Mosquitto, Subscriber, find_mosquitto
 from tests.conftest import free_port
 from tests.support.rules_util import H, W, at, people
+from tests.support.viewcheck import Camera, tape
 
 SITE = {"cameras": [{"id": "gate-cam", "name": "North gate", "zones": [
     {"name": "plaza", "polygon": [[0, 0.5], [1, 0.5], [1, 1], [0, 1]],
@@ -33,9 +35,9 @@ REQUIRED_HA_KEYS = ("name", "unique_id", "state_topic", "device", "availability"
 def service(tmp_path, mosquitto):
     made = []
 
-    def factory(**settings) -> RulesService:
+    def factory(site: dict = SITE, **settings) -> RulesService:
         path = tmp_path / "site.yaml"
-        path.write_text(yaml.safe_dump(SITE))
+        path.write_text(yaml.safe_dump(site))
         s = Settings(site_config=path, events_db_url=f"sqlite:///{tmp_path}/events.db", snapshot_dir=tmp_path / "s",
                      clips=False, mqtt_url=mosquitto.url, webhook_max_backoff_s=1.0, webhook_timeout_s=2.0,
                      **settings)
@@ -154,7 +156,7 @@ def test_late_subscriber_gets_retained_state_and_valid_discovery(service, subscr
     late = subscribe("#")
     got = late.wait_for(lambda m: {"campusguard/gate-cam/status", "campusguard/gate-cam/plaza/occupancy",
                                    "campusguard/availability", "campusguard/gate-cam/plaza/crowd/state"}
-                        <= {t for t, *_ in m} and sum(t.startswith("homeassistant/") for t, *_ in m) == 2)
+                        <= {t for t, *_ in m} and sum(t.startswith("homeassistant/") for t, *_ in m) == 3)
     retained = {t: p for t, p, r in got if r}
     assert retained["campusguard/availability"] == b"online"
     assert retained["campusguard/gate-cam/status"] == b"online"
@@ -173,7 +175,10 @@ def test_late_subscriber_gets_retained_state_and_valid_discovery(service, subscr
     assert (rule["payload_on"], rule["payload_off"]) == ("ON", "OFF")
     assert camera["device_class"] == "connectivity" and camera["state_topic"] == "campusguard/gate-cam/status"
     assert (camera["payload_on"], camera["payload_off"]) == ("online", "offline")
-    assert len({c["unique_id"] for c in configs.values()}) == 2
+    view = configs["homeassistant/binary_sensor/campusguard/gate-cam_view/config"]  # view checks: on by default
+    assert all(view.get(k) for k in REQUIRED_HA_KEYS) and view["device_class"] == "problem"
+    assert view["state_topic"] == "campusguard/gate-cam/view/problem" and view["device"] == camera["device"]
+    assert len({c["unique_id"] for c in configs.values()}) == 3
 
 
 def test_broker_restart_mid_stream_loses_no_event(service, subscribe, mosquitto):
@@ -282,3 +287,52 @@ def test_availability_last_will_and_graceful_offline(service, subscribe):
     sub.wait_for(lambda m: sub.on("campusguard/availability")[seen:] == [b"offline", b"online"])
     svc.stop()
     sub.wait_for(lambda m: sub.on("campusguard/availability")[-1:] == [b"offline"])
+
+
+def test_a_view_problem_is_the_cameras_problem_sensor_and_an_event(service, subscribe, dataset):
+    """Covered, then back: the camera_view event's start and end on the event topics (with the
+    before/after snapshot's URL), the camera's retained view/problem topic ON then OFF, and no
+    per-rule state topic for it."""
+    site = {"cameras": [{**SITE["cameras"][0], "view_checks": {"learn_s": 10, "interval_s": 1, "persist_s": 3}}]}
+    sub = subscribe("campusguard/#")
+    svc = service(site=site)
+    sub.wait_for(lambda m: any(t == "campusguard/availability" and p == b"online" for t, p, _ in m))
+    camera = Camera.on(dataset, 3)
+    events = []
+    for t in range(0, 32):
+        frame = camera.frame(tape if 14 <= t < 22 else None)
+        events += svc.evaluate("gate-cam", at(t), (frame.shape[1], frame.shape[0]), [], frame)
+    view = [e for e in events if e["rule"] == "camera_view"]
+    assert [(e["state"], e["objects"][0]["kind"]) for e in view] == [("started", "covered"), ("ended", "covered")]
+    sub.wait_for(lambda m: len(sub.on("campusguard/gate-cam/camera_view")) == 2)
+    got = envelopes(sub.on("campusguard/gate-cam/camera_view"))
+    assert [g["type"] for g in got] == ["event.started", "event.ended"]
+    assert got[0]["event"]["snapshot"] == f"/events/{view[0]['id']}/snapshot"
+    assert got[1]["event"]["objects"][0]["reason"] == "healthy"
+    sub.wait_for(lambda m: sub.on("campusguard/gate-cam/view/problem")[-1:] == [b"OFF"]
+                 and b"ON" in sub.on("campusguard/gate-cam/view/problem"))
+    assert sub.on("campusguard/gate-cam/view/problem")[-2:] == [b"ON", b"OFF"]
+    assert not [t for t, *_ in sub.messages if t.endswith("/camera_view/state")]
+
+
+def test_discovery_ids_are_injective():
+    """Readable ids can collide (camera a.b and a_b; camera x_y's status and camera x's zone y
+    with a rule named status); those entities get distinct ids, every other keeps its own."""
+    from app.rules.delivery.topics import discovery_messages
+    from app.rules.site.loader import parse_site_config
+
+    square = [[0, 0], [1, 0], [1, 1]]
+    config = parse_site_config({"cameras": [
+        {"id": "a.b"}, {"id": "a_b"}, {"id": "x_y"},
+        {"id": "x", "zones": [{"name": "y", "polygon": square, "rules": [{"type": "intrusion", "name": "status"}]}]},
+        {"id": "gate-cam", "zones": [{"name": "plaza", "polygon": square, "rules": [{"type": "crowd", "min_count": 2}]}]},
+    ]})
+    configs = [json.loads(p) for _, p, _ in discovery_messages(Topics("campusguard"), config)]
+    ids = [c["unique_id"] for c in configs]
+    assert len(ids) == len(set(ids)) == 5 + 5 + 2  # a status and a view sensor per camera, one per rule
+    assert len({c["object_id"] for c in configs}) == len(configs)
+    devices = {c["device"]["identifiers"][0] for c in configs}
+    assert len(devices) == 5  # one device per camera, never two cameras merged
+    assert {"campusguard_gate-cam_status", "campusguard_gate-cam_view", "campusguard_gate-cam_plaza_crowd",
+            "campusguard_x_view"} <= set(ids)  # ids that collide with nothing stay readable
+    assert "campusguard_a_b_status" not in ids and "campusguard_x_y_status" not in ids

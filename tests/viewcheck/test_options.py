@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from app.rules.logic.view import KINDS, ViewCheckConfigError, ViewCheckOptions, parse_options
-from app.rules.logic.view.options import THRESHOLDS
+from app.rules.site.viewchecks import THRESHOLDS
 
 
 def test_defaults_are_on_with_every_check():

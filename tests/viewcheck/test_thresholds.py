@@ -13,7 +13,7 @@ from app.rules.logic.view.checks import Verdict, judge
 from app.rules.logic.view.features import analyse
 from app.tooling.viewcheck import effects
 from app.tooling.viewcheck.scenes import View, coco_images, read_image
-from app.rules.logic.view.options import THRESHOLDS
+from app.rules.site.viewchecks import THRESHOLDS
 from app.rules.logic.view.reference import Reference
 from tests.support.viewcheck import Camera, feed, learned, started
 

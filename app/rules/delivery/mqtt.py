@@ -9,16 +9,7 @@ order) and replicas sharing one PostgreSQL deliver each row once (the outbox lea
 replica killed between the broker's ack and the row's mark re-publishes once: every
 payload carries its ``idempotency_key`` for subscribers that must de-duplicate.
 
-Topics (``<prefix>`` = ``mqtt_topic_prefix``; camera, zone and rule names with ``/``,
-``+`` or ``#`` have those replaced by ``_``)::
-
-    <prefix>/availability                   online / offline (retained; offline is the LWT)
-    <prefix>/events                         every event start and end (JSON envelope)
-    <prefix>/<camera>/<rule>                the same envelope, per camera and rule
-    <prefix>/<camera>/<zone>/<rule>/state   ON while an event of that rule is open (retained)
-    <prefix>/<camera>/status                online / offline (retained, camera health)
-    <prefix>/<camera>/<zone>/occupancy      objects in the zone now (retained, on change)
-    homeassistant/binary_sensor/<node>/<object>/config   discovery (retained)
+Topics and the Home Assistant discovery configs: app/rules/delivery/topics.py.
 
 Retained state (availability, status, occupancy, discovery) is live state, not history:
 it is published directly (best effort) and re-published in full on every (re)connect,
@@ -46,16 +37,16 @@ from paho.mqtt.enums import CallbackAPIVersion
 from app.core.errors import ConfigError
 from app.rules.store.db import EventStore
 from app.rules.store.outbox import OutboxItem
-from app.core.jsonutil import dumps
 from app.rules.delivery.outbox import OutboxWorker
+from app.rules.delivery.topics import Message, Topics, discovery_messages
 
 if TYPE_CHECKING:
     from app.rules.site.schema import SiteConfig
 
 log = logging.getLogger("campusguard.mqtt")
 
-Message = tuple[str, bytes, bool]  # (topic, payload, retain)
 CAMERA_EVENTS = ("camera_offline", "camera_online")
+NO_RULE_SENSOR = (*CAMERA_EVENTS, "camera_view")  # their state is a retained camera topic, not a rule's
 
 
 class PublishFailed(Exception):
@@ -93,87 +84,16 @@ class BrokerTarget:
         return cls(parts.hostname, port, parts.scheme == "mqtts", user, secret)
 
 
-def topic_part(name: str) -> str:
-    """A name as one topic level: the MQTT separators and wildcards cannot appear in it."""
-    return "".join("_" if c in "/+#\0" else c for c in name) or "_"
-
-
-@dataclass(frozen=True, slots=True)
-class Topics:
-    prefix: str
-    discovery_prefix: str = "homeassistant"
-
-    @property
-    def node(self) -> str:
-        """Home Assistant node id: the prefix, so every replica announces the same entities."""
-        return "".join(c if c.isalnum() or c in "_-" else "_" for c in self.prefix)
-
-    @property
-    def availability(self) -> str:
-        return f"{self.prefix}/availability"
-
-    @property
-    def events(self) -> str:
-        return f"{self.prefix}/events"
-
-    def event(self, camera: str, rule: str) -> str:
-        return f"{self.prefix}/{topic_part(camera)}/{topic_part(rule)}"
-
-    def state(self, camera: str, zone: str, rule: str) -> str:
-        return f"{self.prefix}/{topic_part(camera)}/{topic_part(zone)}/{topic_part(rule)}/state"
-
-    def status(self, camera: str) -> str:
-        return f"{self.prefix}/{topic_part(camera)}/status"
-
-    def occupancy(self, camera: str, zone: str) -> str:
-        return f"{self.prefix}/{topic_part(camera)}/{topic_part(zone)}/occupancy"
-
-    def discovery(self, object_id: str) -> str:
-        return f"{self.discovery_prefix}/binary_sensor/{self.node}/{object_id}/config"
-
-
 def event_messages(topics: Topics, payload: bytes) -> list[Message]:
     """The publishes of one outbox row (a webhook envelope): the event twice, and the
-    ON/OFF state of its binary sensor (retained). Camera health events have no sensor of
-    their own: their state is the retained status topic."""
+    ON/OFF state of its binary sensor (retained). Camera health and view events have no
+    sensor of their own: their state is the retained status and view/problem topics."""
     envelope = json.loads(payload)
     event = envelope["event"]
     out: list[Message] = [(topics.events, payload, False), (topics.event(event["camera_id"], event["rule"]), payload, False)]
-    if event["rule"] not in CAMERA_EVENTS:
+    if event["rule"] not in NO_RULE_SENSOR:
         on = envelope["type"] == "event.started"
         out.append((topics.state(event["camera_id"], event["zone"], event["rule"]), b"ON" if on else b"OFF", True))
-    return out
-
-
-def _object_id(*names: str) -> str:
-    return "_".join("".join(c if c.isalnum() or c in "_-" else "_" for c in n) for n in names)
-
-
-def discovery_messages(topics: Topics, config: "SiteConfig") -> list[Message]:
-    """Retained Home Assistant discovery configs: a binary sensor per camera/zone/rule
-    (ON while an event is open) and a connectivity sensor per camera (its status topic)."""
-    if not topics.discovery_prefix:
-        return []
-    out: list[Message] = []
-    for camera in config.cameras:
-        device = {"identifiers": [f"{topics.node}_{_object_id(camera.id)}"], "name": camera.name or camera.id,
-                  "manufacturer": "CampusGuard", "model": "CampusGuard Detector"}
-        availability = [{"topic": topics.availability}]
-        entities = [(_object_id(camera.id, "status"), {
-            "name": f"{camera.name or camera.id} camera", "device_class": "connectivity",
-            "state_topic": topics.status(camera.id), "payload_on": "online", "payload_off": "offline"})]
-        for zone in camera.zones:
-            for rule in zone.rules:
-                name = rule.rule_name
-                entities.append((_object_id(camera.id, zone.name, name), {
-                    "name": f"{zone.name} {name}", "state_topic": topics.state(camera.id, zone.name, name),
-                    "payload_on": "ON", "payload_off": "OFF",
-                    "json_attributes_topic": topics.event(camera.id, name),
-                    "json_attributes_template": "{{ value_json.event | tojson }}"}))
-        for object_id, entity in entities:
-            body = {**entity, "unique_id": f"{topics.node}_{object_id}", "object_id": f"{topics.node}_{object_id}",
-                    "device": device, "availability": availability}
-            out.append((topics.discovery(object_id), dumps(body), True))
     return out
 
 
@@ -365,22 +285,30 @@ class MqttBridge:
         for zone, n in counts.items():
             self.publisher.set_state(self.topics.occupancy(camera_id, zone), str(n).encode())
 
+    def view_problem(self, camera_id: str, on: bool) -> None:
+        """The camera's view-problem sensor: ON while any view problem is open."""
+        self.publisher.set_state(self.topics.view_problem(camera_id), b"ON" if on else b"OFF")
+
     def announce(self, config: "SiteConfig") -> None:
         """Re-publish discovery after a reload (new cameras, zones or rules appear in HA)."""
         for topic, payload, _ in discovery_messages(self.topics, config):
             self.publisher.set_state(topic, payload)
 
     def snapshot(self, config: "SiteConfig", status: Callable[[str], str], counts: dict[str, dict[str, int]],
-                 open_rules: set[tuple[str, str, str]]) -> list[Message]:
+                 open_rules: set[tuple[str, str, str]], view_problems: set[str] = frozenset()) -> list[Message]:
         """Everything retained, as of now: discovery, then per seen camera its status,
-        occupancy and the ON/OFF of each rule. Cameras this replica never saw are left
-        alone (another replica may be serving them)."""
+        occupancy, the ON/OFF of each rule and of its view (``view_problems``: cameras with an
+        open view problem). Cameras this replica never saw are left alone (another replica
+        may be serving them)."""
         out = discovery_messages(self.topics, config)
         for camera in config.cameras:
             state = status(camera.id)
             if state not in ("online", "offline"):
                 continue
             out.append((self.topics.status(camera.id), state.encode(), True))
+            if camera.view_checks.enabled:
+                on = camera.id in view_problems
+                out.append((self.topics.view_problem(camera.id), b"ON" if on else b"OFF", True))
             for zone, n in counts.get(camera.id, {}).items():
                 out.append((self.topics.occupancy(camera.id, zone), str(n).encode(), True))
             for zone in camera.zones:
@@ -411,6 +339,9 @@ class NoMqtt:
         pass
 
     def occupancy(self, camera_id: str, counts: dict[str, int]) -> None:
+        pass
+
+    def view_problem(self, camera_id: str, on: bool) -> None:
         pass
 
     def announce(self, config: "SiteConfig") -> None:

@@ -30,7 +30,7 @@ from app.tooling.viewcheck.markdown import report_markdown
 from app.tooling.viewcheck.scenarios import SCENARIOS
 from app.tooling.viewcheck.sequences import build
 from app.tooling.viewcheck.summary import PARTS, part_summary, sequence_record
-from app.rules.logic.view.options import ViewCheckConfigError, parse_options
+from app.rules.site.viewchecks import ViewCheckConfigError, parse_options
 
 DEFAULT_DATASET = Path(os.environ.get("CAMPUSGUARD_TEST_DATASET", "../shared/datasets/coco-val128"))
 

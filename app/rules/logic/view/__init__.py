@@ -8,7 +8,7 @@ reference. ``ViewCheckOptions`` / ``parse_options`` validate a camera's ``view_c
 """
 
 from app.rules.logic.view.monitor import ViewCheckError, ViewMonitor
-from app.rules.logic.view.options import KINDS, Kind, ViewCheckConfigError, ViewCheckOptions, parse_options
+from app.rules.site.viewchecks import KINDS, Kind, ViewCheckConfigError, ViewCheckOptions, parse_options
 from app.rules.logic.view.render import render_transition, side_by_side
 from app.rules.logic.view.state import KindState, ViewState, ViewTransition
 

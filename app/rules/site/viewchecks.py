@@ -1,5 +1,9 @@
 """Per-camera view-check options: the site file's ``view_checks:`` block, validated.
 
+It lives with the site file's schema (``Camera.view_checks`` in schema.py embeds
+``ViewCheckOptions``) so that the site layer validates it with everything else; the view
+checks themselves (app/rules/logic/view/) read it from here.
+
 Strict (no type coercion, unknown keys refused, bounds checked), on by default, and every
 error names its field, so the site loader can report ``view_checks.persist_s: ...``
 exactly as it reports zone errors. Thresholds are not options: ``sensitivity`` picks one of
