@@ -142,11 +142,11 @@ class SiteReadOnly(ServiceError):
     status, code = 409, "site_read_only"
 
 
-class Conflict(ServiceError):
-    """The request cannot be served in the resource's present state (e.g. a camera view
-    accepted before any frame of it was checked); ``code`` says which state."""
+class ViewCheckConflict(ServiceError):
+    """A camera's view checks cannot do that now: no frame of it was checked yet
+    (``view_not_checked``), or its view checks are off (``view_checks_disabled``)."""
 
-    status, code = 409, "conflict"
+    status, code = 409, "view_not_checked"
 
 
 class DeadlineExceeded(ServiceError):

@@ -95,6 +95,7 @@ def test_covered_view_one_event_with_its_pair_the_badge_and_the_end(server, api,
     badge = tile.locator(".view-problem")
     badge.wait_for(state="visible")  # the page refreshes by itself
     assert badge.inner_text() == "View: covered"
+    assert tile.locator(".open-events").inner_text() == "1 open event"  # the camera_view event counts
     accept = tile.get_by_role("button", name="Accept this view as the new reference")
     assert accept.is_disabled() and "may not accept a camera view (needs operator)" in accept.get_attribute("title")
     assert page.locator("article.tile[data-camera=hall-cam] .view-problem").is_hidden()
@@ -121,6 +122,7 @@ def test_covered_view_one_event_with_its_pair_the_badge_and_the_end(server, api,
     goto(page, "cameras")
     page.locator("article.tile[data-camera=yard-cam] .frame img").wait_for(state="visible")
     assert page.locator("article.tile[data-camera=yard-cam] .view-problem").is_hidden()
+    assert page.locator("article.tile[data-camera=yard-cam] .open-events").inner_text() == "0 open events"
     metrics = api.get("/metrics").text
     assert 'campusguard_camera_view_problem{camera_id="yard-cam",kind="covered"} 0.0' in metrics
     assert 'campusguard_camera_view_problems_total{camera_id="yard-cam",kind="covered"} 1.0' in metrics

@@ -2,7 +2,7 @@
 real COCO photo posted to /detect with their capture times (``timestamp=``); the camera_view
 event with its before/after snapshot, webhooks, metrics and the camera's view state, a
 changing resolution, reload and reset, the accept route (roles, audit trail, 404/409) and
-invalid ``view_checks``. The real model and process: tests/integration/test_view_checks_e2e.py."""
+invalid ``view_checks``. The real model, process and console: tests/browser/test_console_view_checks.py."""
 
 from __future__ import annotations
 
@@ -260,3 +260,19 @@ def test_invalid_view_checks_are_refused_with_the_field_named(env, view_checks, 
     assert env.view("cam-b")["enabled"] is True
     # the zone editor's schema is the zone's: view checks are not part of it
     assert "view_checks" not in env.client.get("/site/schema").text
+
+
+def test_without_a_site_file_nothing_is_view_checked(camera):
+    """Checks run for the cameras of the site file only: rules off, a camera posting taped
+    frames is never checked, and there is no accept route (the rules' routes are not mounted)."""
+    with inprocess_app() as ip:
+        t0 = dt.datetime.now(dt.timezone.utc).replace(microsecond=0) - dt.timedelta(hours=1)
+        for s in range(20):
+            frame = camera.frame(tape) if s >= 12 else camera.frame()
+            r = ip.client.post("/detect", files={"image": ("f.jpg", encode(frame), "image/jpeg")},
+                               params={"camera_id": "cam-a", "timestamp": (t0 + dt.timedelta(seconds=s)).isoformat()})
+            assert r.status_code == 200 and r.json().get("events", []) == [], r.text
+        accept = ip.client.post("/cameras/cam-a/view/accept")
+        assert accept.status_code == 404 and accept.json()["error"] in ("not_found", "rules_disabled")
+        registry = ip.app.state.metrics.registry
+        assert not registry.get_sample_value("campusguard_view_check_seconds_count")

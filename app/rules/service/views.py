@@ -33,7 +33,7 @@ from typing import Any, cast
 
 import numpy as np
 
-from app.core.errors import Conflict, NotFound, shorten
+from app.core.errors import NotFound, ViewCheckConflict, shorten
 from app.core.timeutil import iso, utcnow
 from app.core.types import Detection
 from app.rules.delivery.mqtt import MqttBridge, NoMqtt
@@ -109,12 +109,12 @@ class ViewChecks:
         view = self._view(camera_id)
         with view.lock:
             if not view.monitor.options.enabled:
-                raise Conflict(f"view checks are off for camera {shorten(camera_id)} (view_checks.enabled: false)",
+                raise ViewCheckConflict(f"view checks are off for camera {shorten(camera_id)} (view_checks.enabled: false)",
                                code="view_checks_disabled")
             try:
                 transitions = view.monitor.accept()
             except ViewCheckError:
-                raise Conflict(f"no frame of camera {shorten(camera_id)} was view-checked by this replica yet: "
+                raise ViewCheckConflict(f"no frame of camera {shorten(camera_id)} was view-checked by this replica yet: "
                                "there is no view to accept", code="view_not_checked") from None
             ended = self._apply(camera_id, view, transitions)
             state = view.monitor.state()

@@ -6,7 +6,7 @@ zidane.jpg), runs one monitor per sequence with the default options (or
 scenario the sequences that met the target and the time to alarm / to clear, per kind
 the sequences raised in time and the false alarms, and the per-frame confusion table.
 Then the per-check cost on one core (``--no-bench`` skips it). ``--json PATH`` writes it
-all, ``--markdown PATH`` the tables for docs/view-checks.md. Exit status 0 when every
+all, ``--markdown PATH`` the tables for docs/rules.md ("Camera view checks"). Exit status 0 when every
 target is met, 1 when not, 2 on bad arguments.
 """
 

@@ -67,7 +67,8 @@ export function mount(main, ctx) {
     parts.status.textContent = STATUS_TEXT[cam.status] || cam.status;
     parts.status.className = `badge status-${cam.status}`;
     parts.age.textContent = cam.last_frame_at ? `last frame ${age(cam.seconds_since_last_frame)}` : "";
-    const n = (cam.open_events || []).length;
+    // the rules' open events and the camera's open view problems (camera_view events) alike
+    const n = (cam.open_events || []).length + Object.keys((cam.view || {}).open_events || {}).length;
     parts.open.textContent = `${n} open event${n === 1 ? "" : "s"}`;
     parts.open.className = n ? "open-events alert-count" : "open-events";
     const problem = problemText(cam.view); // covered, moved, ...: the camera still sends frames, but sees nothing useful

@@ -4,7 +4,7 @@ Pure per-camera logic on numpy / OpenCV / pydantic, driven by the frames' captur
 ``ViewMonitor(options).observe(when, frame, boxes)`` returns the problems that started or
 ended; ``state()`` says where each check stands; ``accept()`` makes the current view the
 reference. ``ViewCheckOptions`` / ``parse_options`` validate a camera's ``view_checks:``;
-``render_transition`` draws the before/after pair. docs/view-checks.md has the details.
+``render_transition`` draws the before/after pair. docs/rules.md ("Camera view checks") has the details.
 """
 
 from app.rules.logic.view.monitor import ViewCheckError, ViewMonitor

@@ -59,12 +59,14 @@ def blinded(f: FrameFeatures, baseline: float, th: Thresholds) -> bool:
 
 def covered(f: FrameFeatures, ref: Reference, still: float, th: Thresholds) -> tuple[bool, dict[str, float]]:
     """The layout is gone and so is the structure (tape, a hand), or the structure is gone
-    and what is left is smeared and dim for its brightness (paint)."""
+    and what is left is smeared, dim for its brightness and darker than the reference
+    (paint: a lens knocked out of focus smears as much but keeps its brightness)."""
     detail = f.detail / ref.detail
     tex = texture(f) / ref.texture
+    dim = max(f.mean, 8.0) / max(ref.mean, 8.0)
     hit = (still < th.covered_still and detail < th.covered_detail) or \
-          (detail < th.smeared_detail and tex < th.smeared_texture)
-    return hit, {"still": still, "detail": detail, "texture": tex}
+          (detail < th.smeared_detail and tex < th.smeared_texture and dim < th.smeared_dim)
+    return hit, {"still": still, "detail": detail, "texture": tex, "brightness": dim}
 
 
 def judge(f: FrameFeatures, ref: Reference | None, fallback: Reference | None, boxes: Sequence[Box],

@@ -63,7 +63,7 @@ def checked_boxes(boxes: Iterable[Box]) -> list[Box]:
 
 
 class ViewMonitor:
-    """View checks of one camera. See the module docstring and docs/view-checks.md."""
+    """View checks of one camera. See the module docstring and docs/rules.md ("Camera view checks")."""
 
     def __init__(self, options: ViewCheckOptions | None = None):
         self._options = options or ViewCheckOptions()

@@ -42,6 +42,7 @@ class Reference:
     motion: MotionReference
     detail: float
     texture: float  # detail per unit of brightness
+    mean: float  # brightness (mean grey level)
     sharpness: float
     saturated: float
     image: np.ndarray  # what the operator sees as "before"
@@ -59,6 +60,7 @@ class Reference:
         return cls(grey=grey, motion=MotionReference(grey),
                    detail=max(float(np.median([s.detail for s in samples])), 0.5),
                    texture=max(float(np.median([texture(s) for s in samples])), 1e-3),
+                   mean=float(np.median([s.mean for s in samples])),
                    sharpness=max(float(np.median([s.sharpness for s in samples])), 1e-3),
                    saturated=float(np.median([s.saturated for s in samples])),
                    image=image, learned_at=when, rebuilt_at=when)
@@ -69,6 +71,7 @@ class Reference:
         cv2.addWeighted(self.grey, 1 - a, f.grey.astype(np.float32), a, 0, dst=self.grey)
         self.detail += a * (f.detail - self.detail)
         self.texture += a * (texture(f) - self.texture)
+        self.mean += a * (f.mean - self.mean)
         self.sharpness += a * (f.sharpness - self.sharpness)
         self.saturated += a * (f.saturated - self.saturated)
         if (when - self.rebuilt_at).total_seconds() >= REBUILD_S:
