@@ -43,6 +43,7 @@ from urllib.parse import unquote, urlsplit
 import paho.mqtt.client as mqtt
 from paho.mqtt.enums import CallbackAPIVersion
 
+from app.core import redact
 from app.core.errors import ConfigError
 from app.rules.store.db import EventStore
 from app.rules.store.outbox import OutboxItem
@@ -81,7 +82,7 @@ class BrokerTarget:
         """``mqtt://[user[:pass]@]host[:1883]`` or ``mqtts://...[:8883]``; separate user/password win."""
         parts = urlsplit(url.strip())
         if parts.scheme not in ("mqtt", "mqtts") or not parts.hostname:
-            raise ConfigError(f"mqtt_url must look like mqtt://host:1883 or mqtts://host:8883, got {parts.scheme or url!r}")
+            raise ConfigError(f"mqtt_url must look like mqtt://host:1883 or mqtts://host:8883, got {redact.target(url)}")
         try:
             port = parts.port or (8883 if parts.scheme == "mqtts" else 1883)
         except ValueError:
