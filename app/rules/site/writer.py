@@ -20,6 +20,7 @@ import errno
 import hashlib
 import io
 import os
+import stat
 import tempfile
 import threading
 from pathlib import Path
@@ -266,11 +267,14 @@ class SiteFile:
             raise InvalidZone(self.path, issues, zone_loc)
 
     def _write(self, old: bytes, new: bytes) -> None:
-        """Backup, then temp file + fsync + rename (the directory entry is fsynced too)."""
+        """Backup, then temp file + fsync + rename (the directory entry is fsynced too). Both
+        files get the site file's permissions and, where this process may, its owner: an edit
+        must not turn a 0644 file that other tools read into a 0600 one."""
         directory = self.path.resolve().parent
         try:
-            self._atomic(directory, self.backup_path.name, old)
-            self._atomic(directory, self.path.resolve().name, new)
+            like = os.stat(self.path.resolve())
+            self._atomic(directory, self.backup_path.name, old, like)
+            self._atomic(directory, self.path.resolve().name, new, like)
         except OSError as exc:
             if exc.errno in READ_ONLY_ERRNOS:
                 raise SiteReadOnly(f"the site file {self.path} cannot be written here ({exc.strerror}): "
@@ -278,10 +282,11 @@ class SiteFile:
             raise
 
     @staticmethod
-    def _atomic(directory: Path, name: str, data: bytes) -> None:
+    def _atomic(directory: Path, name: str, data: bytes, like: os.stat_result) -> None:
         fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{name}.", suffix=".tmp")
         try:
             with os.fdopen(fd, "wb") as fh:
+                keep_mode_and_owner(fh.fileno(), like)
                 fh.write(data)
                 fh.flush()
                 os.fsync(fh.fileno())
@@ -294,3 +299,17 @@ class SiteFile:
             os.fsync(dfd)
         finally:
             os.close(dfd)
+
+
+def keep_mode_and_owner(fd: int, like: os.stat_result) -> None:
+    """Give a new file the owner and group of ``like`` where allowed (root may; another user may
+    at most keep the group, if it is one of theirs), then its permission bits."""
+    mine = os.fstat(fd)
+    if (mine.st_uid, mine.st_gid) != (like.st_uid, like.st_gid):
+        for uid, gid in ((like.st_uid, like.st_gid), (-1, like.st_gid)):
+            try:
+                os.fchown(fd, uid, gid)
+                break
+            except PermissionError:
+                continue
+    os.fchmod(fd, stat.S_IMODE(like.st_mode))
