@@ -18,7 +18,7 @@ from app.api.schemas import (CameraOut, CleanText, CountsOut, DryRunResult, Erro
                              ResetResult, error_responses)
 from app.core.timeutil import IsoDatetime
 from app.core.errors import NotFound, shorten
-from app.rules.evidence.files import valid_id
+from app.core.text import is_event_id
 
 router = APIRouter(tags=["events"], dependencies=[Read], responses=error_responses(401, 403, 404))
 MAX_OFFSET = 1_000_000_000  # far beyond any real store; bigger values overflow the database's integer
@@ -28,7 +28,7 @@ def event_id_of(event_id: str) -> str:
     """The id, or 404 for one no event can have (event ids are short ASCII letters and digits):
     a NUL, a 300-character or an odd id never reaches the store or the file system, so every
     store answers the same."""
-    if not valid_id(event_id):
+    if not is_event_id(event_id):
         raise NotFound(f"no event with id {shorten(event_id)}")
     return event_id
 

@@ -31,3 +31,12 @@ def clean_text(value: str | None) -> str | None:
         if problem is not None:
             raise ValueError(problem)
     return value
+
+
+MAX_ID_LENGTH = 64  # event ids are 32 hex digits; anything longer is not ours
+
+
+def is_event_id(value: str) -> bool:
+    """An id an event can have: short ASCII letters and digits (so it can only name a file of
+    its own, and never carries NUL or 300 characters to a store or a file name)."""
+    return 0 < len(value) <= MAX_ID_LENGTH and value.isascii() and value.isalnum()
