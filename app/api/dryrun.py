@@ -14,6 +14,7 @@ import datetime as dt
 
 from fastapi import Request
 
+from app.api.bodies import read_capped
 from app.api.schemas import DryRunResult
 from app.core.errors import PayloadTooLarge, UnsupportedMediaType
 from app.rules.site.schema import SiteConfig
@@ -37,11 +38,7 @@ async def read_site(request: Request) -> SiteConfig:
     if media not in YAML_TYPES + JSON_TYPES:
         raise UnsupportedMediaType(f"send the site file as application/yaml, text/yaml, text/plain or application/json "
                                    f"(got {media or 'no Content-Type'})")
-    body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > MAX_SITE_BYTES:
-            raise PayloadTooLarge(f"a site file is at most {MAX_SITE_BYTES} bytes")
+    body = await read_capped(request, MAX_SITE_BYTES, "a site file")
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError as exc:
