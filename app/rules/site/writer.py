@@ -116,7 +116,8 @@ class SiteFile:
                     raise NotFound(f"camera {camera_id!r} has no zone {shorten(zone_name)}", code="unknown_zone")
                 tail = take_tail_comment(zones[zi])
                 del zones[zi]
-                if zi > 0:
+                if zi > 0:  # the lines above the deleted zone were its own (comments belong to what follows)
+                    take_tail_comment(zones[zi - 1])
                     put_tail_comment(zones[zi - 1], tail)
                 elif not zones:  # the last zone: drop the key (ruamel cannot put a comment after "zones: []")
                     del cam["zones"]
