@@ -102,6 +102,12 @@ class NotFound(ServiceError):
     status, code = 404, "not_found"
 
 
+class TooManyRequests(ServiceError):
+    """One at a time: the same kind of request is running already; retry after ``Retry-After``."""
+
+    status, code, retry_after = 429, "too_many_requests", 5.0
+
+
 class NotReady(ServiceError):
     """The model is not loaded and warmed up yet, or the inference worker is down."""
 
