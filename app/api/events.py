@@ -88,7 +88,12 @@ def get_clip(rules: RulesDep, event_id: str) -> FileResponse:
              dependencies=[Admin],
              openapi_extra=OPENAPI_BODY, responses={
                  422: {"model": ErrorBody, "description": "The file is invalid; `detail` lists every error. The old "
-                       "config stays. Dry run: also `empty_window` (no logged frames) and bad window parameters."},
+                       "config stays. Dry run: also `empty_window` (no logged frames), `dry_run_too_long` (its CPU "
+                       "time ran out) and bad window parameters."},
+                 429: {"model": ErrorBody, "description": "Dry run: `dry_run_in_progress`, one runs at a time "
+                       "(`Retry-After`)"},
+                 503: {"model": ErrorBody, "description": "Dry run: `dry_run_timeout` (`Retry-After`); "
+                       "`event_store_unavailable`"},
                  **error_responses(413, 415)})
 async def reload_site(
     rules: RulesDep, request: Request,
