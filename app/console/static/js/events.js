@@ -56,7 +56,7 @@ export function mount(main, ctx) {
     h("div", { class: "events-layout" }, h("div", { class: "list" }, table, h("div", { class: "pager" }, prev, next)),
       detail));
 
-  const thumbs = new Map(); // event id -> object URL
+  const thumbs = new Map(); // event id -> object URL, for the rows shown and the event open (forget())
   let offset = 0;
   let timer = null;
   let stopped = false;
@@ -103,6 +103,17 @@ export function mount(main, ctx) {
       cell("", h("button", { type: "button", class: "open", onclick: () => show(e) }, "Open")));
   }
 
+  /** Revoke the object URLs of thumbnails no longer shown: a tab open for a whole shift keeps
+   * only those of the current page and the open event, not one per event it ever listed. */
+  function forget(shown) {
+    for (const [id, href] of thumbs) {
+      if (!shown.has(id) && !(selected && selected.id === id)) {
+        URL.revokeObjectURL(href);
+        thumbs.delete(id);
+      }
+    }
+  }
+
   async function load() {
     const page = await api("/events", { params: { ...filters(), limit: PAGE, offset } });
     if (stopped) return;
@@ -115,6 +126,7 @@ export function mount(main, ctx) {
       }
       seen = seen || new Set();
       page.items.forEach((e) => seen.add(e.id));
+      forget(new Set(page.items.map((e) => e.id)));
       if (page.items.length) replace(tbody, page.items.map(row));
       else replace(tbody, h("tr", {}, h("td", { colspan: 8 }, "No events match.")));
       const last = Math.min(offset + page.items.length, page.total);
