@@ -107,6 +107,20 @@ def test_a_dry_run_past_its_time_is_ended_with_503_and_retry_after(env):
     assert post(env, yaml.safe_dump(SITE)).status_code == 200
 
 
+def test_the_worker_reads_either_store(db_url, tmp_path):
+    """The worker opens the event store itself: the same comparison from SQLite and PostgreSQL."""
+    svc, settings = record(tmp_path, db_url)
+    svc.dry_runs = DryRunner(DryRunOptions(db_url, idle=False, timeout_s=240))
+    try:
+        with inprocess_app(settings, ready=False, rules=svc) as ip:
+            r = ip.client.post("/admin/reload", params=WINDOW, content=yaml.safe_dump(SITE),
+                               headers={"content-type": "application/yaml"})
+        assert r.status_code == 200, r.text
+        assert r.json()["frames"] == 100 and r.json()["totals"]["matched"] == 3
+    finally:
+        svc.stop()
+
+
 def test_the_worker_leaves_when_idle_and_comes_back(env):
     runner = use(env, idle=False, idle_s=3, timeout_s=240)
     assert post(env, yaml.safe_dump(SITE)).status_code == 200

@@ -57,8 +57,8 @@ def test_free_text_has_its_urls_and_password_pairs_scrubbed():
     assert out == ("POST https://hooks.example failed (see http://h:1). invalid dsn: host=db password=*** user=app")
 
 
-def test_a_failed_webhook_delivery_never_logs_or_stores_its_path_query_or_credentials(tmp_path, caplog):
-    store = EventStore(f"sqlite:///{tmp_path}/events.db")
+def test_a_failed_webhook_delivery_never_logs_or_stores_its_path_query_or_credentials(db_url, caplog):
+    store = EventStore(db_url)
     receiver = Receiver(fail_first=100)  # answers 500
     refused = f"http://user:hunter2@127.0.0.1:{free_port()}/hook/PATHSECRET?token=T0KEN"  # nothing listens
     failing = f"http://user:hunter2@127.0.0.1:{receiver.port}/hook/PATHSECRET?token=T0KEN&sig=abc"
