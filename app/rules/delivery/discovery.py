@@ -23,13 +23,30 @@ where they find nothing to clear after the first time.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from app.core.jsonutil import dumps
 
 if TYPE_CHECKING:
-    from app.rules.delivery.mqtt import Message, Topics
     from app.rules.site.schema import SiteConfig
+
+Message = tuple[str, bytes, bool]  # (topic, payload, retain), as app/rules/delivery/mqtt.py publishes them
+
+
+class Topics(Protocol):
+    """The topic names discovery needs (app.rules.delivery.mqtt.Topics; no import: mqtt imports this)."""
+
+    node: str
+    discovery_prefix: str
+    availability: str
+
+    def discovery(self, object_id: str) -> str: ...
+
+    def status(self, camera: str) -> str: ...
+
+    def state(self, camera: str, zone: str, rule: str) -> str: ...
+
+    def event(self, camera: str, rule: str) -> str: ...
 
 ESCAPES = {"_": "__", ".": "_-d", ":": "_-c"}
 UNESCAPES = {"d": ".", "c": ":"}
@@ -95,7 +112,7 @@ def entities(config: "SiteConfig") -> list[tuple[tuple[str, ...], object]]:
     return out
 
 
-def discovery_messages(topics: "Topics", config: "SiteConfig") -> list["Message"]:
+def discovery_messages(topics: Topics, config: "SiteConfig") -> list[Message]:
     """Retained Home Assistant discovery configs: a binary sensor per camera/zone/rule
     (ON while an event is open) and a connectivity sensor per camera (its status topic)."""
     if not topics.discovery_prefix:
@@ -120,7 +137,7 @@ def discovery_messages(topics: "Topics", config: "SiteConfig") -> list["Message"
     return out
 
 
-def legacy_clears(topics: "Topics", config: "SiteConfig") -> list["Message"]:
+def legacy_clears(topics: Topics, config: "SiteConfig") -> list[Message]:
     """Empty retained configs for the old ids of these entities that differ from their new ids
     (and are not the new id of another entity)."""
     if not topics.discovery_prefix:
