@@ -135,6 +135,8 @@ class Settings(BaseSettings):
 
     # --- rules (issue: campus-security rules) -------------------------------------------
     site_config: Path | None = Field(None, description="Site YAML (cameras, zones, rules); none = rules off")
+    dry_run_cpu_s: float = Field(60.0, gt=0, le=3600, description="CPU seconds one dry run may use (422 past it)")
+    dry_run_timeout_s: float = Field(55.0, gt=0, le=3600, description="Wall seconds one dry run may take (503 past it)")
     site_watch_s: float = Field(5.0, ge=0, description="Seconds between checks of the site file; a changed file "
                                 "is reloaded (a zone edit on another replica, a ConfigMap update); 0 = off")
     events_db_url: str = Field("sqlite:///.cache/campusguard/events.db", description="SQLAlchemy URL of the event store")

@@ -133,6 +133,7 @@ def build_rules(settings: Settings, metrics: Metrics | None = None) -> Rules:
     from app.rules.evidence.files import EvidenceFiles
     from app.rules.logic.capture_time import CaptureTimePolicy
     from app.rules.logic.tracking import check_tracker
+    from app.rules.service.dryrun import DryRunner, DryRunOptions
     from app.rules.service.facade import RulesParts, RulesService
     from app.rules.site.writer import SiteFile
     from app.rules.store.db import EventStore
@@ -164,7 +165,8 @@ def build_rules(settings: Settings, metrics: Metrics | None = None) -> Rules:
         webhooks=webhooks, mqtt=mqtt,
         capture_policy=CaptureTimePolicy(settings.max_clock_skew_s, settings.max_capture_age_s),
         evidence=evidence, clips=clips, frame_log=frame_log, retention=retention, metrics=metrics,
-        watch_s=settings.site_watch_s))
+        watch_s=settings.site_watch_s, dry_runs=DryRunner(DryRunOptions(
+            settings.events_db_url, cpu_s=settings.dry_run_cpu_s, timeout_s=settings.dry_run_timeout_s))))
     service.connect()
     return service
 

@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+
+from app.core.text import clean_text
+
+# Text that reaches the event store: no NUL (PostgreSQL refuses it), no lone surrogate (422 on every store)
+CleanText = Annotated[str, AfterValidator(clean_text)]
 
 
 
@@ -168,8 +173,8 @@ class EventReview(BaseModel):
 
     acknowledged: bool | None = None
     false_positive: bool | None = None
-    note: str | None = Field(None, max_length=2000)
-    operator: str | None = Field(None, min_length=1, max_length=128,
+    note: CleanText | None = Field(None, max_length=2000)
+    operator: CleanText | None = Field(None, min_length=1, max_length=128,
                                  description="Who is reviewing (recorded in reviewed_by with the API key's id)")
 
     @model_validator(mode="after")

@@ -18,7 +18,7 @@ Topics (``<prefix>`` = ``mqtt_topic_prefix``; camera, zone and rule names with `
     <prefix>/<camera>/<zone>/<rule>/state   ON while an event of that rule is open (retained)
     <prefix>/<camera>/status                online / offline (retained, camera health)
     <prefix>/<camera>/<zone>/occupancy      objects in the zone now (retained, on change)
-    homeassistant/binary_sensor/<node>/<object>/config   discovery (retained)
+    homeassistant/binary_sensor/<node>/<object>/config   discovery (retained; ids: discovery.py)
 
 Retained state (availability, status, occupancy, discovery) is live state, not history:
 it is published directly (best effort) and re-published in full on every (re)connect,
@@ -43,10 +43,11 @@ from urllib.parse import unquote, urlsplit
 import paho.mqtt.client as mqtt
 from paho.mqtt.enums import CallbackAPIVersion
 
+from app.core import redact
 from app.core.errors import ConfigError
 from app.rules.store.db import EventStore
 from app.rules.store.outbox import OutboxItem
-from app.core.jsonutil import dumps
+from app.rules.delivery.discovery import discovery_messages, legacy_clears
 from app.rules.delivery.outbox import OutboxWorker
 
 if TYPE_CHECKING:
@@ -81,7 +82,7 @@ class BrokerTarget:
         """``mqtt://[user[:pass]@]host[:1883]`` or ``mqtts://...[:8883]``; separate user/password win."""
         parts = urlsplit(url.strip())
         if parts.scheme not in ("mqtt", "mqtts") or not parts.hostname:
-            raise ConfigError(f"mqtt_url must look like mqtt://host:1883 or mqtts://host:8883, got {parts.scheme or url!r}")
+            raise ConfigError(f"mqtt_url must look like mqtt://host:1883 or mqtts://host:8883, got {redact.target(url)}")
         try:
             port = parts.port or (8883 if parts.scheme == "mqtts" else 1883)
         except ValueError:
@@ -142,38 +143,6 @@ def event_messages(topics: Topics, payload: bytes) -> list[Message]:
     if event["rule"] not in CAMERA_EVENTS:
         on = envelope["type"] == "event.started"
         out.append((topics.state(event["camera_id"], event["zone"], event["rule"]), b"ON" if on else b"OFF", True))
-    return out
-
-
-def _object_id(*names: str) -> str:
-    return "_".join("".join(c if c.isalnum() or c in "_-" else "_" for c in n) for n in names)
-
-
-def discovery_messages(topics: Topics, config: "SiteConfig") -> list[Message]:
-    """Retained Home Assistant discovery configs: a binary sensor per camera/zone/rule
-    (ON while an event is open) and a connectivity sensor per camera (its status topic)."""
-    if not topics.discovery_prefix:
-        return []
-    out: list[Message] = []
-    for camera in config.cameras:
-        device = {"identifiers": [f"{topics.node}_{_object_id(camera.id)}"], "name": camera.name or camera.id,
-                  "manufacturer": "CampusGuard", "model": "CampusGuard Detector"}
-        availability = [{"topic": topics.availability}]
-        entities = [(_object_id(camera.id, "status"), {
-            "name": f"{camera.name or camera.id} camera", "device_class": "connectivity",
-            "state_topic": topics.status(camera.id), "payload_on": "online", "payload_off": "offline"})]
-        for zone in camera.zones:
-            for rule in zone.rules:
-                name = rule.rule_name
-                entities.append((_object_id(camera.id, zone.name, name), {
-                    "name": f"{zone.name} {name}", "state_topic": topics.state(camera.id, zone.name, name),
-                    "payload_on": "ON", "payload_off": "OFF",
-                    "json_attributes_topic": topics.event(camera.id, name),
-                    "json_attributes_template": "{{ value_json.event | tojson }}"}))
-        for object_id, entity in entities:
-            body = {**entity, "unique_id": f"{topics.node}_{object_id}", "object_id": f"{topics.node}_{object_id}",
-                    "device": device, "availability": availability}
-            out.append((topics.discovery(object_id), dumps(body), True))
     return out
 
 
@@ -366,8 +335,9 @@ class MqttBridge:
             self.publisher.set_state(self.topics.occupancy(camera_id, zone), str(n).encode())
 
     def announce(self, config: "SiteConfig") -> None:
-        """Re-publish discovery after a reload (new cameras, zones or rules appear in HA)."""
-        for topic, payload, _ in discovery_messages(self.topics, config):
+        """Re-publish discovery after a reload (new cameras, zones or rules appear in HA; the
+        old-style ids of new ones are cleared, app/rules/delivery/discovery.py)."""
+        for topic, payload, _ in legacy_clears(self.topics, config) + discovery_messages(self.topics, config):
             self.publisher.set_state(topic, payload)
 
     def snapshot(self, config: "SiteConfig", status: Callable[[str], str], counts: dict[str, dict[str, int]],
@@ -375,7 +345,7 @@ class MqttBridge:
         """Everything retained, as of now: discovery, then per seen camera its status,
         occupancy and the ON/OFF of each rule. Cameras this replica never saw are left
         alone (another replica may be serving them)."""
-        out = discovery_messages(self.topics, config)
+        out = legacy_clears(self.topics, config) + discovery_messages(self.topics, config)
         for camera in config.cameras:
             state = status(camera.id)
             if state not in ("online", "offline"):
