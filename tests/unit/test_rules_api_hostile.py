@@ -58,7 +58,7 @@ def test_nul_in_a_filter_is_422_on_every_store(api, caplog):
 
 def test_nul_or_a_lone_surrogate_in_a_review_is_422_and_stores_nothing(api):
     client, svc = api
-    event = svc.query_events()[0][0]
+    event = svc.query_events().items[0]
     for body in REVIEWS:
         r = client.patch(f"/events/{event['id']}", content=body.encode(), headers={"content-type": "application/json"})
         assert r.status_code == 422 and r.json()["error"] == "invalid_parameter", (body, r.text)
@@ -76,6 +76,6 @@ def test_an_id_no_event_can_have_is_404_on_every_store(api, caplog):
                 assert reply.status_code == 404 and reply.json()["error"] == "not_found", (event_id[:20], reply.text)
                 assert len(reply.json()["message"]) < 200
     assert not [rec for rec in caplog.records if rec.levelno >= logging.ERROR]
-    real = svc.query_events()[0][0]
+    real = svc.query_events().items[0]
     assert json.loads(client.get(f"/events/{real['id']}").text)["id"] == real["id"]  # a real id still reaches the store
     assert client.get(f"/events/{real['id']}/snapshot").status_code == 200
