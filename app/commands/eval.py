@@ -13,7 +13,7 @@ from rich.table import Table
 from app import wiring
 from app.commands.common import add_backend_options, settings_from_args
 from app.core.errors import ConfigError
-from app.tooling.evaluate import evaluate, load_dataset
+from app.inference.accuracy import evaluate, load_dataset
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

@@ -43,7 +43,7 @@ def detect_all(args: argparse.Namespace, precision: str) -> dict[str, list[list[
 
     try:
         settings = Settings(_env_file=None, backend=args.backend, weights=args.weights, device=args.device,
-                            imgsz=args.imgsz, half=precision == "fp16", threads=args.threads)
+                            imgsz=args.imgsz, precision=precision, threads=args.threads)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     paths = image_files(args.images)

@@ -21,7 +21,7 @@ from scipy.optimize import linear_sum_assignment
 
 from app.wiring import load_detector
 from app.config import Settings
-from app.tooling.evaluate import load_dataset
+from app.inference.accuracy import load_dataset
 from app.inference.pipeline import DetectParams, Pipeline
 from app.inference.vision.postprocess import pairwise_iou
 from tests.conftest import REPO, ultralytics_asset
