@@ -74,9 +74,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-plots", action="store_true")
     parser.add_argument("--no-progress", action="store_true")
     stage = parser.add_argument_group("CPU-side stages (app/tooling/bench/stages.py)")
-    stage.add_argument("--stage", choices=("models", "preprocess", "postprocess"), default="models",
+    stage.add_argument("--stage", choices=("models", "preprocess", "postprocess", "service"), default="models",
                        help="models: the migration table (default); preprocess: decode + letterbox img/s per core "
-                            "at 720p/1080p/4K; postprocess: NMS on a real (16, 84, 8400) head, host and device")
+                            "at 720p/1080p/4K; postprocess: NMS on a real (16, 84, 8400) head, host and device; "
+                            "service: issue #28's ratios (servers fp32 and int8 vs bare session.run, the full-decode "
+                            "loop and the Ultralytics loop) in one interleaved run")
+    stage.add_argument("--clients", type=int, default=4, help="concurrent HTTP clients of --stage service")
+    stage.add_argument("--port", type=int, default=18290, help="first port of --stage service's servers")
+    stage.add_argument("--calibration-images", type=int, default=64, help="int8 calibration frames (--stage service)")
     stage.add_argument("--stage-seconds", type=float, default=12.0, help="seconds per stage variant set (default 12)")
     stage.add_argument("--rounds", type=int, default=6, help="interleaved rounds (default 6)")
     stage.add_argument("--stage-shapes", default="384x640,480x640,640x384",

@@ -146,6 +146,26 @@ def run_stage(args) -> int:
 
     images = image_files(args.images)
     started = [round(x, 2) for x in os.getloadavg()]
+    if args.stage == "service":
+        from app.tooling.bench.service_ratios import run_service
+
+        result = run_service(args)
+        meta = report.environment() | {"stage": "service", "load_average_start": started,
+                                       "load_average_end": [round(x, 2) for x in os.getloadavg()],
+                                       "seconds": args.stage_seconds, "rounds": args.rounds, "clients": args.clients}
+        args.out.mkdir(parents=True, exist_ok=True)
+        report.write_json(args.out / "stage-service.json", {"meta": meta} | result)
+        table = Table(title=f"issue #28 ratios (median of {args.rounds} interleaved rounds; load {started} -> "
+                            f"{meta['load_average_end']})")
+        table.add_column("what")
+        table.add_column("value", justify="right")
+        for name, rate in result["img_s"].items():
+            table.add_row(f"{name} (img/s)", f"{rate:.1f}")
+        for name, ratio in result["ratios"].items():
+            table.add_row(name, f"{ratio:.2f}")
+        Console().print(table)
+        print(f"wrote {args.out / 'stage-service.json'}")
+        return 0
     if args.stage == "preprocess":
         rows = preprocess_stage(images, parse_shapes(args.stage_shapes, args.imgsz), args.stage_seconds, args.rounds)
     else:
