@@ -68,7 +68,7 @@ def main() -> int:
     import httpx
 
     from app.inference.vision.decode import image_files
-    from app.tooling.bench.stages import camera_jpegs
+    from app.tooling.bench.camera_frames import camera_jpegs
 
     frame = camera_jpegs(image_files(ROOT.parent / "shared/datasets/coco-val128/images"), (1920, 1080), count=1)[0]
     args.out = args.out.resolve()

@@ -94,7 +94,7 @@ def run_service(args) -> dict[str, Any]:
     from app.config import Settings
     from app.inference.vision.decode import image_files
     from app.inference.vision.preprocess import letterbox, to_batch
-    from app.tooling.bench.stages import camera_jpegs
+    from app.tooling.bench.camera_frames import camera_jpegs
     import ultralytics
 
     weights = Path(dict(args.weights).get("n", "../shared/models/yolov8n.pt")).resolve()
@@ -128,7 +128,8 @@ def run_service(args) -> dict[str, Any]:
     servers, urls = {}, {}
     for i, precision in enumerate(("fp32", "int8")):
         env = {f"CAMPUSGUARD_{k.upper()}": str(v) for k, v in base.items()} | {
-            "CAMPUSGUARD_PRECISION": precision, "CAMPUSGUARD_WARMUP_ITERS": "2"}
+            "CAMPUSGUARD_PRECISION": precision, "CAMPUSGUARD_WARMUP_ITERS": "2",
+            "CAMPUSGUARD_THREADS": str(args.server_threads or threads)}
         urls[precision] = f"http://127.0.0.1:{args.port + i}"
         servers[precision] = start_server(env, args.port + i, tmp / f"server-{precision}.log")
     try:
