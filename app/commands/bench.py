@@ -81,8 +81,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                             "loop and the Ultralytics loop) in one interleaved run")
     stage.add_argument("--clients", type=int, default=4, help="concurrent HTTP clients of --stage service")
     stage.add_argument("--port", type=int, default=18290, help="first port of --stage service's servers")
-    stage.add_argument("--server-threads", type=int, default=None,
-                       help="ONNX Runtime threads of --stage service's servers (default: --threads)")
+    stage.add_argument("--server-threads", type=csv_list(int), default=None,
+                       help="ONNX Runtime threads of --stage service's servers, a comma list: one server per value "
+                            "and precision, all in the same rounds (default: --threads)")
     stage.add_argument("--calibration-images", type=int, default=64, help="int8 calibration frames (--stage service)")
     stage.add_argument("--stage-seconds", type=float, default=12.0, help="seconds per stage variant set (default 12)")
     stage.add_argument("--rounds", type=int, default=6, help="interleaved rounds (default 6)")

@@ -126,40 +126,42 @@ def run_service(args) -> dict[str, Any]:
     (tmp / "frame-1080p.jpg").write_bytes(frame)
     bare["ultralytics"] = lambda: (yolo.predict(str(tmp / "frame-1080p.jpg"), verbose=False), 1)[1]
     servers, urls = {}, {}
-    for i, precision in enumerate(("fp32", "int8")):
+    variants = [(precision, t) for precision in ("fp32", "int8") for t in args.server_threads or [threads]]
+    for i, (precision, t) in enumerate(variants):
         env = {f"CAMPUSGUARD_{k.upper()}": str(v) for k, v in base.items()} | {
-            "CAMPUSGUARD_PRECISION": precision, "CAMPUSGUARD_WARMUP_ITERS": "2",
-            "CAMPUSGUARD_THREADS": str(args.server_threads or threads)}
-        urls[precision] = f"http://127.0.0.1:{args.port + i}"
-        servers[precision] = start_server(env, args.port + i, tmp / f"server-{precision}.log")
+            "CAMPUSGUARD_PRECISION": precision, "CAMPUSGUARD_WARMUP_ITERS": "2", "CAMPUSGUARD_THREADS": str(t)}
+        key = f"{precision} t{t}"
+        urls[key] = f"http://127.0.0.1:{args.port + i}"
+        servers[key] = start_server(env, args.port + i, tmp / f"server-{precision}-t{t}.log")
     try:
-        for precision, proc in servers.items():
-            wait_ready(urls[precision], proc)
-        contestants = {
-            "server fp32 1080p": server_step(urls["fp32"], frame, args.clients),
-            "bare session.run fp32 384x640": loop_step(bare["fp32"]),
-            "server int8 1080p": server_step(urls["int8"], frame, args.clients),
-            "bare session.run int8 384x640": loop_step(bare["int8"]),
-            "server fp32 bus.jpg": server_step(urls["fp32"], bus, args.clients),
-            "bare full-decode loop bus.jpg": loop_step(bare["full-decode loop"]),
-            "ultralytics predict 1080p": loop_step(bare["ultralytics"]),
-        }
-        return measure(contestants, args.stage_seconds, args.rounds)
+        for key, proc in servers.items():
+            wait_ready(urls[key], proc)
+        contestants: dict[str, Callable[[float], int]] = {}
+        for precision in ("fp32", "int8"):
+            for key in (k for k in urls if k.startswith(precision)):
+                contestants[f"server {key} 1080p"] = server_step(urls[key], frame, args.clients)
+            contestants[f"bare session.run {precision} 384x640 t{threads}"] = loop_step(bare[precision])
+        for key in (k for k in urls if k.startswith("fp32")):
+            contestants[f"server {key} bus.jpg"] = server_step(urls[key], bus, args.clients)
+        contestants[f"bare full-decode loop bus.jpg t{threads}"] = loop_step(bare["full-decode loop"])
+        contestants["ultralytics predict 1080p"] = loop_step(bare["ultralytics"])
+        return measure(contestants, args.stage_seconds, args.rounds, threads)
     finally:
         for proc in servers.values():
             proc.terminate()
             proc.wait(timeout=30)
 
 
-RATIOS = {
-    "fp32: server / bare session.run (>= 0.90)": ("server fp32 1080p", "bare session.run fp32 384x640"),
-    "int8: server / bare session.run (>= 0.85)": ("server int8 1080p", "bare session.run int8 384x640"),
-    "bus.jpg: server / bare full-decode loop (>= 1.00)": ("server fp32 bus.jpg", "bare full-decode loop bus.jpg"),
-    "int8 server / Ultralytics predict loop (>= 3)": ("server int8 1080p", "ultralytics predict 1080p"),
+RATIOS = {  # label -> (numerator prefix, denominator prefix); one ratio per server variant
+    "fp32: server / bare session.run (>= 0.90)": ("server fp32 t", " 1080p", "bare session.run fp32"),
+    "int8: server / bare session.run (>= 0.85)": ("server int8 t", " 1080p", "bare session.run int8"),
+    "bus.jpg: server / bare full-decode loop (>= 1.00)": ("server fp32 t", " bus.jpg", "bare full-decode loop"),
+    "int8 server / Ultralytics predict loop (>= 3)": ("server int8 t", " 1080p", "ultralytics predict"),
 }
 
 
-def measure(contestants: dict[str, Callable[[float], int]], seconds: float, rounds_n: int) -> dict[str, Any]:
+def measure(contestants: dict[str, Callable[[float], int]], seconds: float, rounds_n: int,
+            threads: int) -> dict[str, Any]:
     share = seconds / rounds_n / len(contestants)
     rates: dict[str, list[float]] = {name: [] for name in contestants}
     for name, run in contestants.items():  # one untimed slice each: connections, caches
@@ -169,5 +171,11 @@ def measure(contestants: dict[str, Callable[[float], int]], seconds: float, roun
             t0 = time.perf_counter()
             n = run(share)
             rates[name].append(n / (time.perf_counter() - t0))
-    ratios = {label: float(np.median(np.array(rates[a]) / np.array(rates[b]))) for label, (a, b) in RATIOS.items()}
+    ratios = {}
+    for label, (prefix, suffix, reference) in RATIOS.items():
+        ref = next(name for name in rates if name.startswith(reference))
+        for name in (n for n in rates if n.startswith(prefix) and n.endswith(suffix)):
+            server_threads = name[len(prefix):].split(" ")[0]
+            ratios[f"{label}, server {server_threads} thread(s) vs {threads}"] = float(
+                np.median(np.array(rates[name]) / np.array(rates[ref])))
     return {"img_s": {name: float(np.median(r)) for name, r in rates.items()}, "per_round": rates, "ratios": ratios}
