@@ -173,7 +173,8 @@ def cli_eval(weights, dataset, onnx_cache, tmp_path_factory):
 def test_eval_cli_map(cli_eval, backend, dataset):
     summary = cli_eval(backend)
     print(summary)
-    assert set(summary) == {"backend", "provider", "images", "map50_95", "map50"}
+    assert set(summary) == {"backend", "provider", "images", "map50_95", "map50", "precision", "decode", "per_shape"}
+    assert summary["precision"] == "fp32" and summary["decode"] == "reduced" and summary["per_shape"] == {}
     assert summary["backend"] == backend
     assert summary["provider"] == ("CPUExecutionProvider" if backend == "onnx" else "torch-cpu")
     assert summary["images"] == len(load_dataset(dataset).images) == 128
