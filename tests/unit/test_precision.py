@@ -82,3 +82,15 @@ def test_health_reports_the_precision_and_shapes():
         health = ip.client.get("/health").json()
         assert health["precision"] == "fp32" and health["shapes"] == ["64x64"]
         assert health["phase_detail"] is None
+
+
+def test_shapes_auto_follow_the_site_files_cameras():
+    """SHAPES=auto: IMGSZ plus the aspect class of every camera resolution of the site file."""
+    from app import wiring
+    from app.config import Settings
+
+    repo = Path(__file__).resolve().parents[2]
+    settings = Settings(_env_file=None, shapes="auto", site_config=repo / "deploy/site.example.yaml")
+    assert wiring.site_resolutions(settings) == [(1920, 1080), (1280, 720)]
+    assert wiring.backend_options(settings).all_shapes == ((640, 640), (384, 640))
+    assert wiring.backend_options(Settings(_env_file=None, shapes="auto")).all_shapes == ((640, 640),)
