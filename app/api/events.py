@@ -17,24 +17,34 @@ from fastapi.responses import FileResponse, Response
 
 from app.api.deps import Admin, PrincipalDep, Read, RecorderDep, Review, RulesDep
 from app.api.dryrun import OPENAPI_BODY, dry_run as dry_run_reload
-from app.api.schemas import (CameraOut, CountsOut, DryRunResult, ErrorBody, EventOut, EventPage, EventReview, ReloadResult,
-                             ResetResult, ViewAccepted, error_responses)
+from app.api.schemas import (CameraOut, CleanText, CountsOut, DryRunResult, ErrorBody, EventOut, EventPage, EventReview,
+                             ReloadResult, ResetResult, ViewAccepted, error_responses)
 from app.core.audit import summarize
 from app.core.roles import ANONYMOUS
 from app.core.timeutil import IsoDatetime, as_utc, iso
 from app.core.errors import InvalidParameter, NotFound, shorten
+from app.core.text import is_event_id
 
 router = APIRouter(tags=["events"], dependencies=[Read], responses=error_responses(401, 403, 404, 429))
 MAX_OFFSET = 10_000  # offset paging reads every row it skips: beyond the first pages, use the cursor
+
+
+def event_id_of(event_id: str) -> str:
+    """The id, or 404 for one no event can have (event ids are short ASCII letters and digits):
+    a NUL, a 300-character or an odd id never reaches the store or the file system, so every
+    store answers the same."""
+    if not is_event_id(event_id):
+        raise NotFound(f"no event with id {shorten(event_id)}")
+    return event_id
 
 
 @router.get("/events", response_model=EventPage, summary="List rule events",
             responses=error_responses(422))
 def list_events(
     rules: RulesDep,
-    camera_id: Annotated[str | None, Query(max_length=200, description="Only this camera")] = None,
-    zone: Annotated[str | None, Query(max_length=200, description="Only this zone name")] = None,
-    rule: Annotated[str | None, Query(max_length=200, description="Only this rule name")] = None,
+    camera_id: Annotated[CleanText | None, Query(max_length=200, description="Only this camera")] = None,
+    zone: Annotated[CleanText | None, Query(max_length=200, description="Only this zone name")] = None,
+    rule: Annotated[CleanText | None, Query(max_length=200, description="Only this rule name")] = None,
     since: Annotated[IsoDatetime | None, Query(description="started_at >= since (ISO 8601; naive = UTC)")] = None,
     until: Annotated[IsoDatetime | None, Query(description="started_at < until (ISO 8601; naive = UTC)")] = None,
     acknowledged: Annotated[bool | None, Query(description="Only (un)acknowledged events")] = None,
@@ -76,7 +86,7 @@ def decode_cursor(token: str | None) -> tuple[datetime, str] | None:
 @router.get("/events/{event_id}", response_model=EventOut, summary="Get one event")
 def get_event(rules: RulesDep, event_id: str) -> EventOut:
     """One event by id (404 ``not_found`` if unknown)."""
-    event = rules.get_event(event_id)
+    event = rules.get_event(event_id_of(event_id))
     if event is None:
         raise NotFound(f"no event with id {shorten(event_id)}")
     return EventOut(**event)
@@ -86,7 +96,7 @@ def get_event(rules: RulesDep, event_id: str) -> EventOut:
             responses={200: {"content": {"image/jpeg": {}}}}, response_class=Response)
 def get_snapshot(rules: RulesDep, event_id: str) -> Response:
     """The frame that started the event with boxes, zones and the rule drawn (404 if none was taken)."""
-    path = rules.snapshot_path(event_id)
+    path = rules.snapshot_path(event_id_of(event_id))
     if path is None:
         raise NotFound(f"no snapshot for event {shorten(event_id)}")
     return Response(path.read_bytes(), media_type="image/jpeg")
@@ -97,7 +107,7 @@ def get_snapshot(rules: RulesDep, event_id: str) -> Response:
 def get_clip(rules: RulesDep, event_id: str) -> FileResponse:
     """The frames from ``clip_pre_s`` before the start to ``clip_post_s`` after it (or its end),
     drawn like the snapshot, each at its capture time (404 until written, or if none was)."""
-    path = rules.clip_path(event_id)
+    path = rules.clip_path(event_id_of(event_id))
     if path is None:
         raise NotFound(f"no clip for event {shorten(event_id)}")
     return FileResponse(path, media_type="video/mp4")
@@ -107,7 +117,12 @@ def get_clip(rules: RulesDep, event_id: str) -> FileResponse:
              dependencies=[Admin],
              openapi_extra=OPENAPI_BODY, responses={
                  422: {"model": ErrorBody, "description": "The file is invalid; `detail` lists every error. The old "
-                       "config stays. Dry run: also `empty_window` (no logged frames) and bad window parameters."},
+                       "config stays. Dry run: also `empty_window` (no logged frames), `dry_run_too_long` (its CPU "
+                       "time ran out) and bad window parameters."},
+                 429: {"model": ErrorBody, "description": "Dry run: `dry_run_in_progress`, one runs at a time "
+                       "(`Retry-After`)"},
+                 503: {"model": ErrorBody, "description": "Dry run: `dry_run_timeout` (`Retry-After`); "
+                       "`event_store_unavailable`"},
                  **error_responses(413, 415)})
 async def reload_site(
     rules: RulesDep, request: Request, record: RecorderDep,
@@ -154,6 +169,7 @@ def review_event(event_id: str, review: EventReview, rules: RulesDep, caller: Pr
         by = f"{review.operator} ({caller.name})" if named else review.operator
     else:
         by = caller.name
+    event_id = event_id_of(event_id)
     old = rules.get_event(event_id)
     changes = review.model_dump(exclude_none=True, exclude={"operator"})
     event = rules.review_event(event_id, changes, by) if old is not None else None

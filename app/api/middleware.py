@@ -95,8 +95,20 @@ class RequestGuard:
             self.metrics.in_flight.inc()
             try:
                 await self.app(scope, limited_receive, guarded_send)
+            except Exception:
+                # A bug. Starlette's ServerErrorMiddleware (outside this guard) answers 500 with the
+                # app's handler and re-raises: counted and logged here first, or it is invisible.
+                if not state["responded"]:
+                    state["status"] = 500
+                self._finished(scope, state, start)
+                raise
             finally:
                 self.metrics.in_flight.dec()
+        self._finished(scope, state, start)
+
+    def _finished(self, scope: Scope, state: dict, start: float) -> None:
+        """One request's outcome: the request counter, the latency histogram, the recent
+        window of detection routes and the access-log line."""
         elapsed = time.perf_counter() - start
         route = route_label(scope)
         self.metrics.requests.labels(route, str(state["status"])).inc()

@@ -8,21 +8,23 @@ force when anything is wrong.
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Depends, Header, Request
+from fastapi import APIRouter, Header, Request
 from fastapi.responses import JSONResponse
 
+from app.api.bodies import read_capped
 from app.api.console_schemas import SiteDocument, ZoneSaved
 from app.api.deps import Admin, Read, RecorderDep, RulesDep
 from app.api.schemas import ErrorBody, error_responses
 from app.core.audit import summarize
-from app.core.errors import PayloadTooLarge
+from app.core.errors import InvalidParameter
 from app.rules.port import Rules
 from app.rules.site.schema import Zone
 
 router = APIRouter(tags=["console"], responses=error_responses(401, 403, 429))
-MAX_ZONE_BYTES = 256 * 1024  # a zone with thousands of points fits; the site file stays readable
+MAX_ZONE_BYTES = 256 * 1024  # a zone of 1,000-point polygons fits; counted while the body streams
 EDIT_RESPONSES: dict[int | str, dict[str, Any]] = {
     404: {"model": ErrorBody, "description": "`unknown_camera`, `unknown_zone` (delete), `rules_disabled`"},
     409: {"model": ErrorBody, "description": "`site_read_only`: the file or its directory is not writable"},
@@ -34,17 +36,39 @@ EDIT_RESPONSES: dict[int | str, dict[str, Any]] = {
 }
 IfMatch = Annotated[str | None, Header(description="The version from GET /site: 412 if the file changed since",
                                        max_length=200)]
-ZONE_BODY = Body(description="One zone as in the site file: name, kind, polygon ([[x, y], ...] normalized 0..1), "
-                             "rules. JSON Schema: GET /site/schema", examples=[{
-                                 "name": "gate", "kind": "restricted", "polygon": [[0.1, 0.5], [0.6, 0.5], [0.6, 0.9]],
-                                 "rules": [{"type": "intrusion", "classes": ["person"]}]}])
+ZONE_BODY = {"requestBody": {"required": True, "description": (
+    f"One zone as in the site file (at most {MAX_ZONE_BYTES} bytes): name, kind, polygon ([[x, y], ...] "
+    "normalized 0..1, at most 1,000 points), rules. JSON Schema: GET /site/schema"),
+    "content": {"application/json": {"schema": {"type": "object"}, "example": {
+        "name": "gate", "kind": "restricted", "polygon": [[0.1, 0.5], [0.6, 0.5], [0.6, 0.9]],
+        "rules": [{"type": "intrusion", "classes": ["person"]}]}}}}}
 
 
-def zone_body_size(request: Request) -> None:
-    """Refuse an oversized zone before its body is read (the app-wide limit is for images)."""
-    length = request.headers.get("content-length", "")
-    if length.isdigit() and int(length) > MAX_ZONE_BYTES:
-        raise PayloadTooLarge(f"a zone body is limited to {MAX_ZONE_BYTES} bytes")
+class _BigInt(ValueError):
+    pass
+
+
+def _int(text: str) -> int:
+    if len(text.lstrip("-")) > 4300:  # int() would refuse it with a ValueError about sys settings
+        raise _BigInt(text)
+    return int(text)
+
+
+def zone_json(body: bytes) -> dict[str, Any]:
+    """The body as one JSON object. Parsed here rather than by FastAPI so that every failure is a
+    clear 422: not JSON, nested too deeply, an integer of more than 4,300 digits. NaN and
+    Infinity parse, and the writer refuses them with the field they are in."""
+    try:
+        value = json.loads(body, parse_int=_int)
+    except _BigInt:
+        raise InvalidParameter("the body holds an integer of more than 4300 digits") from None
+    except RecursionError:
+        raise InvalidParameter("the body is nested too deeply") from None
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError
+        raise InvalidParameter(f"the body is not JSON: {exc}"[:300]) from None
+    if not isinstance(value, dict):
+        raise InvalidParameter(f"send one zone as a JSON object, not a {type(value).__name__}")
+    return value
 
 
 @router.get("/site", response_model=SiteDocument, summary="The running site config and its version",
@@ -65,14 +89,16 @@ def site_schema(rules: RulesDep) -> dict[str, Any]:
 
 
 @router.put("/admin/site/cameras/{camera_id}/zones/{zone_name}", response_model=ZoneSaved,
-            summary="Create, replace or rename a zone", dependencies=[Admin, Depends(zone_body_size)],
-            responses=EDIT_RESPONSES)
-async def put_zone(camera_id: str, zone_name: str, rules: RulesDep, record: RecorderDep,
-                   zone: Annotated[dict[str, Any], ZONE_BODY], if_match: IfMatch = None) -> ZoneSaved:
+            summary="Create, replace or rename a zone", dependencies=[Admin], responses=EDIT_RESPONSES,
+            openapi_extra=ZONE_BODY)
+async def put_zone(camera_id: str, zone_name: str, rules: RulesDep, request: Request, record: RecorderDep,
+                   if_match: IfMatch = None) -> ZoneSaved:
     """Replace the zone ``zone_name`` of the camera (the body's ``name`` may differ: a rename),
     or add it when the camera has none by that name. The whole site is validated, written
     atomically (previous version kept as ``<file>.bak``) and reloaded; the next frame uses it.
+    The body is limited to ``MAX_ZONE_BYTES`` as it streams (with or without Content-Length).
     The edit goes into the audit trail with the zone before and after."""
+    zone = zone_json(await read_capped(request, MAX_ZONE_BYTES, "a zone body"))
     before = await asyncio.to_thread(zone_in_force, rules, camera_id, zone_name)
     saved = await asyncio.to_thread(rules.put_zone, camera_id, zone_name, zone, if_match)
     record("zone.put", f"{camera_id}/{zone_name}", before=summarize(before), after=summarize(saved.get("zone")))

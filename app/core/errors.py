@@ -96,7 +96,13 @@ class InsufficientRole(Forbidden):
     code = "insufficient_role"
 
 
-class TooManyAuthFailures(ServiceError):
+class TooManyRequests(ServiceError):
+    """Not now: retry after ``Retry-After`` (the family of every 429)."""
+
+    status, code, retry_after = 429, "too_many_requests", 5.0
+
+
+class TooManyAuthFailures(TooManyRequests):
     """Too many wrong API keys from this client address: refused for a while, whatever the key."""
 
     status, code = 429, "too_many_auth_failures"

@@ -29,7 +29,7 @@ import yaml
 from pydantic import ValidationError
 
 from app.core.logs import configure_logging
-from app.core.urls import redact_url
+from app.core.redact import redact_url
 from app.ingest.command import FfmpegMissing
 from app.ingest.frames import FrameFormat
 from app.ingest.httpsink import HttpSink, parse_shard, shard_of

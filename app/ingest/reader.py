@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from app.core.urls import redact_text
+from app.core.redact import redact_text
 from app.ingest.frames import FrameFormat
 from app.ingest.framing import FrameParser, MpjpegParser, Y4mParser
 from app.ingest.process import kill, spawn

@@ -19,7 +19,7 @@ from urllib.parse import quote, unquote, urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from app.core.urls import redact_url
+from app.core.redact import redact_url
 
 SCHEMES = ("rtsp", "rtsps", "http", "https", "file")
 _VAR = re.compile(r"\$\{([^}]*)\}")

@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from app.core.urls import redact_url
+from app.core.redact import redact_url
 from app.ingest.command import ffmpeg_binary
 from app.ingest.frames import FrameFormat
 from app.ingest.mailbox import FrameSink, Sender

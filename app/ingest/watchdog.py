@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from app.core.urls import redact_url, url_secrets
+from app.core.redact import redact_url, url_secrets
 from app.ingest.classify import explain
 from app.ingest.command import build_command, describe_command
 from app.ingest.frames import Frame, FrameFormat

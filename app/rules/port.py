@@ -66,6 +66,9 @@ class Rules(Protocol):
 
     def replay(self, site: Any, since: dt.datetime, until: dt.datetime) -> Any: ...
 
+    def dry_run(self, text: str, as_json: bool, since: dt.datetime, until: dt.datetime,
+                source: str = "<request body>") -> dict[str, Any]: ...
+
     def get_event(self, event_id: str) -> dict[str, Any] | None: ...
 
     def query_events(self, **filters: Any) -> Any: ...  # app.rules.store.events.EventPage

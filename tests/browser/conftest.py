@@ -1,7 +1,8 @@
 """Real-browser fixtures: Debian's Chromium driven by Playwright (no browser download).
 
 One Chromium for the module; each test gets a fresh context (its own sessionStorage, so its
-own key) and fails at teardown if the page logged a JavaScript error. HTTP answers the page
+own key) and fails at teardown if the page logged a JavaScript error or a Content-Security-Policy
+violation. HTTP answers the page
 handles itself (a 404 "no clip yet", the 403 it shows to a viewer) are logged by Chromium as
 "Failed to load resource: ... status of 4xx"; those are not JavaScript errors and are not
 counted, a 5xx is.
@@ -30,6 +31,10 @@ else:
 DESKTOP = {"width": 1280, "height": 800}
 PHONE = {"width": 390, "height": 844}
 HANDLED_HTTP = "Failed to load resource: the server responded with a status of 4"
+# The console runs under a strict Content-Security-Policy (app/console/__init__.py): anything it
+# blocks is a console error, so every test fails on a violation, not only on an exception.
+CSP_REPORTER = ("document.addEventListener('securitypolicyviolation', (e) => console.error("
+                "`CSP violation: ${e.violatedDirective} blocked ${e.blockedURI || 'inline'}`));")
 
 
 @pytest.fixture(scope="module")
@@ -66,6 +71,7 @@ def open_page(browser):
 
     def factory(base_url: str, key: str | None = None, viewport: dict = DESKTOP):
         context = browser.new_context(viewport=viewport, base_url=base_url)
+        context.add_init_script(CSP_REPORTER)
         if key is not None:
             context.add_init_script(f"sessionStorage.setItem('campusguard.apiKey', {key!r});")
         page = context.new_page()

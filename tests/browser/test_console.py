@@ -13,6 +13,7 @@ import datetime as dt
 import hashlib
 import json
 import shutil
+import threading
 import time
 from collections.abc import Iterator
 from zoneinfo import ZoneInfo
@@ -515,3 +516,144 @@ def test_events_paging_time_filter_and_false_positive(server, api, open_page, bu
         page.wait_for_function("() => document.querySelector('.summary').textContent === '1–1 of 1 events'")
         assert [r.get_attribute("data-event") for r in page.locator("tbody tr").all()] == [newest]
         assert "False positive" in page.locator(f"tr[data-event='{newest}']").inner_text()
+
+
+# --- security (issue 23 findings 12 and 13) ----------------------------------------------------
+LIVE_BLOBS = """
+window.__liveBlobs = new Set();
+const create = URL.createObjectURL.bind(URL), revoke = URL.revokeObjectURL.bind(URL);
+URL.createObjectURL = (b) => { const u = create(b); window.__liveBlobs.add(u); return u; };
+URL.revokeObjectURL = (u) => { window.__liveBlobs.delete(u); revoke(u); };
+"""
+
+
+class ForeignOrigin:
+    """An HTTP server on another port (another origin) that records every request it gets."""
+
+    def __init__(self) -> None:
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        self.requests: list[dict] = []
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self):  # noqa: N802
+                outer.requests.append({"path": self.path, "headers": {k.lower(): v for k, v in self.headers.items()}})
+                self.send_response(200)
+                self.send_header("Content-Type", "image/jpeg")
+                self.send_header("Access-Control-Allow-Origin", "*")
+                self.send_header("Access-Control-Allow-Headers", "*")
+                self.end_headers()
+
+            do_OPTIONS = do_GET  # noqa: N815  (a CORS preflight counts too)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_the_console_runs_under_a_strict_csp_that_blocks_inline_script(server, browser):
+    context = browser.new_context(base_url=server.url)  # not open_page: this test provokes a violation on purpose
+    context.add_init_script(f"sessionStorage.setItem('campusguard.apiKey', {KEYS['viewer']!r});")
+    try:
+        page = context.new_page()
+        errors: list[str] = []
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        response = page.goto("/ui/#/status")
+        headers = response.headers
+        assert "script-src 'self'" in headers["content-security-policy"] and "unsafe" not in headers["content-security-policy"]
+        assert "frame-ancestors 'none'" in headers["content-security-policy"]
+        assert headers["x-frame-options"] == "DENY" and headers["referrer-policy"] == "no-referrer"
+        page.wait_for_selector("body[data-ready=true]")
+        blocked = page.evaluate("""() => new Promise((resolve) => {
+            document.addEventListener('securitypolicyviolation', (e) => resolve(e.violatedDirective), { once: true });
+            const s = document.createElement('script');
+            s.textContent = 'window.__inline = 1';
+            document.head.append(s);
+        })""")
+        assert blocked.startswith("script-src") and page.evaluate("window.__inline") is None
+        assert errors == []
+    finally:
+        context.close()
+
+
+def test_a_key_bearing_request_to_another_origin_never_leaves_the_page(server, api, open_page, bus):
+    """Event data naming an absolute URL (a tampered store, a compromised replica) must not make
+    the console send the X-API-Key there: only this server's paths carry it."""
+    foreign = ForeignOrigin()
+    try:
+        with whole_frame_zone(api, "plaza-cam", "foreign-zone"):
+            new_event(api, "plaza-cam", "foreign-zone", bus)
+            page = open_page(server.url, KEYS["operator"])
+            sent: list[str] = []
+            page.on("request", lambda req: sent.append(req.url))
+
+            def tamper(route):
+                body = route.fetch().json()
+                for item in body["items"]:
+                    item["snapshot"] = f"{foreign.url}/steal/{item['id']}.jpg"
+                    item["clip"] = f"{foreign.url}/steal/{item['id']}.mp4"
+                route.fulfill(json=body)
+
+            page.route(lambda u: "/events?" in u, tamper)
+            goto(page, "events?zone=foreign-zone")
+            page.wait_for_function("() => document.querySelector('.summary').textContent === '1–1 of 1 events'")
+            page.get_by_role("button", name="Open").click()
+            page.locator("section.detail .clip .error").wait_for()  # the clip was refused, not fetched
+            page.wait_for_function("() => document.getElementById('alert').textContent.includes('not this server')")
+            page.wait_for_timeout(500)  # time for any stray request to go out
+        assert not [u for u in sent if u.startswith(foreign.url)], sent
+        assert foreign.requests == []
+    finally:
+        foreign.close()
+
+
+def test_thumbnail_object_urls_are_revoked_when_their_rows_go(server, api, open_page, bus):
+    """A guard's Events tab stays open for a shift: it keeps the object URLs of the thumbnails
+    shown (and the open event's), not one per event it ever listed."""
+    with whole_frame_zone(api, "door-cam", "thumbs-zone"):
+        for _ in range(22):
+            new_event(api, "door-cam", "thumbs-zone", bus)
+        page = open_page(server.url, KEYS["viewer"])
+        page.add_init_script(LIVE_BLOBS)
+        goto(page, "events?zone=thumbs-zone")
+        page.wait_for_function("() => document.querySelector('.summary').textContent === '1–20 of 22 events'")
+        thumbs_loaded = "n => [...document.querySelectorAll('img.thumb')].filter((i) => i.naturalWidth > 0).length === n"
+        page.wait_for_function(thumbs_loaded, arg=20)
+        assert page.evaluate("window.__liveBlobs.size") == 20
+        for _ in range(3):  # back and forth: each page keeps only its own
+            page.get_by_role("button", name="Next").click()
+            page.wait_for_function("() => document.querySelector('.summary').textContent === '21–22 of 22 events'")
+            page.wait_for_function(thumbs_loaded, arg=2)
+            assert page.evaluate("window.__liveBlobs.size") == 2
+            page.get_by_role("button", name="Previous").click()
+            page.wait_for_function("() => document.querySelector('.summary').textContent === '1–20 of 22 events'")
+            page.wait_for_function(thumbs_loaded, arg=20)
+            assert page.evaluate("window.__liveBlobs.size") == 20
+        goto(page, "status")  # leaving the page revokes the rest
+        page.wait_for_function("() => window.__liveBlobs.size === 0")
+
+
+def test_a_ref_cycle_in_the_rule_schema_does_not_hang_the_zone_editor(server, open_page):
+    """schemaform.js follows $ref: a cycle (A -> B -> A) in one rule variant must neither hang the
+    page nor stop the other variants from rendering."""
+    def cyclic(route):
+        schema = route.fetch().json()
+        items = schema["properties"]["rules"]["items"]
+        variants = items.get("oneOf") or items["anyOf"]
+        variants[-1] = {"$ref": "#/$defs/LoopA"}
+        schema["$defs"].update({"LoopA": {"$ref": "#/$defs/LoopB"}, "LoopB": {"$ref": "#/$defs/LoopA"}})
+        route.fulfill(json=schema)
+
+    page = open_page(server.url, KEYS["admin"])
+    page.route(lambda u: u.endswith("/site/schema"), cyclic)
+    goto(page, "zones?camera=gate-cam")
+    page.locator("fieldset.rule").first.wait_for()  # the zone's intrusion rule rendered from the schema ...
+    assert page.evaluate("1 + 1") == 2  # ... and the page still answers

@@ -13,7 +13,7 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
-from app.core.urls import redact_text, redact_url, url_secrets
+from app.core.redact import redact_text, redact_url, url_secrets
 from app.ingest.gateway import GatewayError, load_sources
 from app.ingest.httpsink import parse_shard, shard_of
 from app.ingest.source import SourceError, SourceSpec, resolve, resolve_all

@@ -7,6 +7,7 @@ import asyncio
 import json
 
 import pytest
+from prometheus_client import generate_latest
 
 from app.api.deps import get_engine
 from app.config import Settings
@@ -386,3 +387,24 @@ def test_no_router_reads_app_state():
     api = Path(__file__).resolve().parents[2] / "app" / "api"
     readers = [p.name for p in api.glob("*.py") if p.name != "deps.py" and "app.state" in p.read_text()]
     assert readers == []
+
+
+def test_an_unhandled_500_is_counted_logged_and_in_the_recent_window(caplog):
+    """A bug-type 500 (issue 23 finding 4): Starlette's ServerErrorMiddleware answers it outside
+    the request guard and re-raises, so the guard must count and log it on the way out."""
+    class Broken:  # every use of the engine is an AttributeError: a bug, not a ServiceError
+        pass
+
+    with inprocess_app(settings()) as ip:
+        ip.app.dependency_overrides[get_engine] = Broken
+        with caplog.at_level("INFO", logger="campusguard.access"):
+            r = ip.client.post("/detect", params={"camera_id": "gate-1"}, content=png(), headers=PNG)
+        assert r.status_code == 500 and r.json() == {"error": "internal_error", "message": "internal server error"}
+        metrics = generate_latest(ip.app.state.metrics.registry).decode()
+        assert 'campusguard_requests_total{route="/detect",status="500"} 1.0' in metrics
+        assert 'campusguard_request_duration_seconds_count{route="/detect"} 1.0' in metrics
+        lines = [rec for rec in caplog.records if rec.name == "campusguard.access"]
+        assert [(rec.getMessage().split()[:3], rec.status, rec.route) for rec in lines] == [
+            (["POST", "/detect", "500"], 500, "/detect")]
+        assert sum(b["errors"] for b in ip.app.state.metrics.recent.snapshot()) == 1
+        assert 'campusguard_in_flight_requests 0.0' in metrics

@@ -186,7 +186,8 @@ def test_hostile_input(env):
     r = c.put(url, content=deep, headers={"content-type": "application/json"})
     assert r.status_code == 422 and r.json()["detail"] == [{"field": "", "message": "the zone nests deeper than 8 levels"}]
     deeper = '{"name": ' + "[" * 50_000 + "]" * 50_000 + "}"
-    assert c.put(url, content=deeper, headers={"content-type": "application/json"}).status_code == 400
+    too_deep = c.put(url, content=deeper, headers={"content-type": "application/json"})
+    assert too_deep.status_code == 422 and too_deep.json()["error"] == "invalid_parameter"
     assert c.put(ZONE.format("no-such-cam", "x"), json=BIKES).json()["error"] == "unknown_camera"
     assert c.put("/admin/site/cameras/..%2F..%2Fetc/zones/x", json=BIKES).status_code == 404
     assert c.delete(ZONE.format("gate-cam", "..")).status_code == 404
@@ -226,3 +227,19 @@ def test_concurrent_saves_are_serialized_and_if_match_catches_the_loser(env):
     second = env.client.put(ZONE.format("door-cam", "b"), json={**BIKES, "name": "b"}, headers={"If-Match": v0})
     assert first.status_code == 200 and second.status_code == 412 and second.json()["error"] == "site_changed"
     assert "b" not in [z.name for z in env.rules.config.cameras[3].zones]
+
+
+@pytest.mark.parametrize("mode", [0o644, 0o640, 0o664])
+def test_an_edit_keeps_the_files_mode_and_owner(env, mode):
+    """Issue 23 finding 7: the site file and its backup keep the file's permissions (a 0644
+    file other tools read must not become 0600) and, where the process may, its owner."""
+    import os
+
+    env.site.chmod(mode)
+    owner = (65534, 65534) if os.geteuid() == 0 else (os.getuid(), os.getgid())  # root: give it to nobody
+    os.chown(env.site, *owner)
+    assert env.client.put(ZONE.format("gate-cam", "bike-rack"), json=BIKES).status_code == 200
+    assert env.client.delete(ZONE.format("gate-cam", "bike-rack")).status_code == 200
+    for path in (env.site, env.site.parent / "site.yaml.bak"):
+        st = path.stat()
+        assert (oct(st.st_mode & 0o7777), st.st_uid, st.st_gid) == (oct(mode), *owner), path

@@ -42,3 +42,19 @@ def test_no_markup_from_strings_and_nothing_from_the_internet(path):
         assert sink not in text, f"{path.name} uses {sink}: server data must become text nodes (dom.js)"
     assert not re.search(r"""(src|href)=["']?(https?:)?//""", text), f"{path.name} loads something from the network"
     assert "@import url(http" not in text
+
+
+def test_console_pages_carry_a_strict_content_security_policy():
+    """Issue 23 finding 13: /ui sends a CSP without inline script or style, other origins or
+    framing, X-Frame-Options DENY, no referrer and nosniff (the app owns them; a proxy adds HSTS)."""
+    with inprocess_app() as ip:
+        for path in ("/ui/", "/ui/index.html", "/ui/js/app.js", "/ui/console.css"):
+            r = ip.client.get(path)
+            csp = {d.split()[0]: d.split()[1:] for d in r.headers["content-security-policy"].split("; ")}
+            assert csp["script-src"] == ["'self'"] and csp["style-src"] == ["'self'"], (path, csp)
+            assert csp["default-src"] == ["'none'"] and csp["frame-ancestors"] == ["'none'"]
+            assert csp["connect-src"] == ["'self'"] and csp["base-uri"] == ["'none'"]
+            assert not any("unsafe" in v for values in csp.values() for v in values)
+            assert r.headers["x-frame-options"] == "DENY" and r.headers["referrer-policy"] == "no-referrer"
+            assert r.headers["x-content-type-options"] == "nosniff"
+        assert "content-security-policy" not in ip.client.get("/health/live").headers  # the API is not a page

@@ -13,8 +13,7 @@ from pydantic import ValidationError
 from app.config import Settings
 from app.core.errors import ConfigError
 from app.core.metrics import Metrics
-from app.rules.delivery.mqtt import BrokerTarget, MqttBridge, event_messages
-from app.rules.delivery.topics import Topics, topic_part
+from app.rules.delivery.mqtt import BrokerTarget, MqttBridge, Topics, event_messages, topic_part
 from app.rules.store.db import EventStore
 from app.core.jsonutil import dumps
 from app.rules.service.facade import RulesService
@@ -315,24 +314,26 @@ def test_a_view_problem_is_the_cameras_problem_sensor_and_an_event(service, subs
     assert not [t for t, *_ in sub.messages if t.endswith("/camera_view/state")]
 
 
-def test_discovery_ids_are_injective():
-    """Readable ids can collide (camera a.b and a_b; camera x_y's status and camera x's zone y
-    with a rule named status); those entities get distinct ids, every other keeps its own."""
-    from app.rules.delivery.topics import discovery_messages
+def test_a_view_sensor_per_camera_with_view_checks_under_an_injective_id():
+    """The view sensor's id is one more name list (camera, "view") of discovery.py's injective
+    ids: it collides with no status or rule sensor (not even zone "view"'s rules, nor camera
+    a.b's with a_b's), and a camera whose view checks are off has none."""
+    from app.rules.delivery.discovery import decode_object_id, discovery_messages
     from app.rules.site.loader import parse_site_config
 
     square = [[0, 0], [1, 0], [1, 1]]
     config = parse_site_config({"cameras": [
-        {"id": "a.b"}, {"id": "a_b"}, {"id": "x_y"},
-        {"id": "x", "zones": [{"name": "y", "polygon": square, "rules": [{"type": "intrusion", "name": "status"}]}]},
-        {"id": "gate-cam", "zones": [{"name": "plaza", "polygon": square, "rules": [{"type": "crowd", "min_count": 2}]}]},
+        {"id": "a.b"}, {"id": "a_b"}, {"id": "quiet", "view_checks": {"enabled": False}},
+        {"id": "gate-cam", "zones": [{"name": "view", "polygon": square, "rules": [{"type": "intrusion"}]}]},
     ]})
-    configs = [json.loads(p) for _, p, _ in discovery_messages(Topics("campusguard"), config)]
+    topics = Topics("campusguard")
+    configs = [json.loads(p) for _, p, _ in discovery_messages(topics, config)]
     ids = [c["unique_id"] for c in configs]
-    assert len(ids) == len(set(ids)) == 5 + 5 + 2  # a status and a view sensor per camera, one per rule
-    assert len({c["object_id"] for c in configs}) == len(configs)
-    devices = {c["device"]["identifiers"][0] for c in configs}
-    assert len(devices) == 5  # one device per camera, never two cameras merged
-    assert {"campusguard_gate-cam_status", "campusguard_gate-cam_view", "campusguard_gate-cam_plaza_crowd",
-            "campusguard_x_view"} <= set(ids)  # ids that collide with nothing stay readable
-    assert "campusguard_a_b_status" not in ids and "campusguard_x_y_status" not in ids
+    assert len(ids) == len(set(ids)) == 4 + 3 + 1  # a status per camera, a view per camera with checks, one rule
+    views = {c["unique_id"]: c for c in configs if c.get("device_class") == "problem"}
+    assert {decode_object_id(u.removeprefix("campusguard_")) for u in views} == {
+        ("a.b", "view"), ("a_b", "view"), ("gate-cam", "view")}
+    gate = views["campusguard_gate-cam_view"]  # plain names keep a readable id
+    assert gate["state_topic"] == topics.view_problem("gate-cam") == "campusguard/gate-cam/view/problem"
+    assert gate["json_attributes_topic"] == "campusguard/gate-cam/camera_view"
+    assert "campusguard_gate-cam_view_intrusion" in ids  # zone "view"'s rule: another entity

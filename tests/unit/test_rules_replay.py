@@ -52,11 +52,11 @@ def write_site(path, site) -> None:
     path.write_text(yaml.safe_dump(site))
 
 
-def record(tmp) -> tuple[RulesService, Settings]:
+def record(tmp, db_url: str | None = None) -> tuple[RulesService, Settings]:
     """The scenario through a real RulesService with the detection log on (log flushed)."""
     site = tmp / "site.yaml"
     write_site(site, SITE)
-    settings = Settings(site_config=site, events_db_url=f"sqlite:///{tmp}/events.db", snapshot_dir=tmp / "snaps",
+    settings = Settings(site_config=site, events_db_url=db_url or f"sqlite:///{tmp}/events.db", snapshot_dir=tmp / "snaps",
                         detection_log=True, clips=False)
     svc = build_rules(settings)
     for t, n in enumerate(PLAZA):

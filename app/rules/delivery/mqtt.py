@@ -9,7 +9,17 @@ order) and replicas sharing one PostgreSQL deliver each row once (the outbox lea
 replica killed between the broker's ack and the row's mark re-publishes once: every
 payload carries its ``idempotency_key`` for subscribers that must de-duplicate.
 
-Topics and the Home Assistant discovery configs: app/rules/delivery/topics.py.
+Topics (``<prefix>`` = ``mqtt_topic_prefix``; camera, zone and rule names with ``/``,
+``+`` or ``#`` have those replaced by ``_``)::
+
+    <prefix>/availability                   online / offline (retained; offline is the LWT)
+    <prefix>/events                         every event start and end (JSON envelope)
+    <prefix>/<camera>/<rule>                the same envelope, per camera and rule (camera_view too)
+    <prefix>/<camera>/<zone>/<rule>/state   ON while an event of that rule is open (retained)
+    <prefix>/<camera>/status                online / offline (retained, camera health)
+    <prefix>/<camera>/<zone>/occupancy      objects in the zone now (retained, on change)
+    <prefix>/<camera>/view/problem          ON while a view problem of the camera is open (retained)
+    homeassistant/binary_sensor/<node>/<object>/config   discovery (retained; ids: discovery.py)
 
 Retained state (availability, status, occupancy, discovery) is live state, not history:
 it is published directly (best effort) and re-published in full on every (re)connect,
@@ -34,17 +44,19 @@ from urllib.parse import unquote, urlsplit
 import paho.mqtt.client as mqtt
 from paho.mqtt.enums import CallbackAPIVersion
 
+from app.core import redact
 from app.core.errors import ConfigError
 from app.rules.store.db import EventStore
 from app.rules.store.outbox import OutboxItem
+from app.rules.delivery.discovery import discovery_messages, legacy_clears
 from app.rules.delivery.outbox import OutboxWorker
-from app.rules.delivery.topics import Message, Topics, discovery_messages
 
 if TYPE_CHECKING:
     from app.rules.site.schema import SiteConfig
 
 log = logging.getLogger("campusguard.mqtt")
 
+Message = tuple[str, bytes, bool]  # (topic, payload, retain)
 CAMERA_EVENTS = ("camera_offline", "camera_online")
 NO_RULE_SENSOR = (*CAMERA_EVENTS, "camera_view")  # their state is a retained camera topic, not a rule's
 
@@ -72,7 +84,7 @@ class BrokerTarget:
         """``mqtt://[user[:pass]@]host[:1883]`` or ``mqtts://...[:8883]``; separate user/password win."""
         parts = urlsplit(url.strip())
         if parts.scheme not in ("mqtt", "mqtts") or not parts.hostname:
-            raise ConfigError(f"mqtt_url must look like mqtt://host:1883 or mqtts://host:8883, got {parts.scheme or url!r}")
+            raise ConfigError(f"mqtt_url must look like mqtt://host:1883 or mqtts://host:8883, got {redact.target(url)}")
         try:
             port = parts.port or (8883 if parts.scheme == "mqtts" else 1883)
         except ValueError:
@@ -82,6 +94,50 @@ class BrokerTarget:
         user = username or (unquote(parts.username) if parts.username else None)
         secret = password or (unquote(parts.password) if parts.password else None)
         return cls(parts.hostname, port, parts.scheme == "mqtts", user, secret)
+
+
+def topic_part(name: str) -> str:
+    """A name as one topic level: the MQTT separators and wildcards cannot appear in it."""
+    return "".join("_" if c in "/+#\0" else c for c in name) or "_"
+
+
+@dataclass(frozen=True, slots=True)
+class Topics:
+    prefix: str
+    discovery_prefix: str = "homeassistant"
+
+    @property
+    def node(self) -> str:
+        """Home Assistant node id: the prefix, so every replica announces the same entities."""
+        return "".join(c if c.isalnum() or c in "_-" else "_" for c in self.prefix)
+
+    @property
+    def availability(self) -> str:
+        return f"{self.prefix}/availability"
+
+    @property
+    def events(self) -> str:
+        return f"{self.prefix}/events"
+
+    def event(self, camera: str, rule: str) -> str:
+        return f"{self.prefix}/{topic_part(camera)}/{topic_part(rule)}"
+
+    def state(self, camera: str, zone: str, rule: str) -> str:
+        return f"{self.prefix}/{topic_part(camera)}/{topic_part(zone)}/{topic_part(rule)}/state"
+
+    def status(self, camera: str) -> str:
+        return f"{self.prefix}/{topic_part(camera)}/status"
+
+    def occupancy(self, camera: str, zone: str) -> str:
+        return f"{self.prefix}/{topic_part(camera)}/{topic_part(zone)}/occupancy"
+
+    def view_problem(self, camera: str) -> str:
+        """Depth 3 and ending in ``problem``: no occupancy (``.../occupancy``), state (depth 4)
+        or event topic (depth 2) can be equal to it."""
+        return f"{self.prefix}/{topic_part(camera)}/view/problem"
+
+    def discovery(self, object_id: str) -> str:
+        return f"{self.discovery_prefix}/binary_sensor/{self.node}/{object_id}/config"
 
 
 def event_messages(topics: Topics, payload: bytes) -> list[Message]:
@@ -290,8 +346,9 @@ class MqttBridge:
         self.publisher.set_state(self.topics.view_problem(camera_id), b"ON" if on else b"OFF")
 
     def announce(self, config: "SiteConfig") -> None:
-        """Re-publish discovery after a reload (new cameras, zones or rules appear in HA)."""
-        for topic, payload, _ in discovery_messages(self.topics, config):
+        """Re-publish discovery after a reload (new cameras, zones or rules appear in HA; the
+        old-style ids of new ones are cleared, app/rules/delivery/discovery.py)."""
+        for topic, payload, _ in legacy_clears(self.topics, config) + discovery_messages(self.topics, config):
             self.publisher.set_state(topic, payload)
 
     def snapshot(self, config: "SiteConfig", status: Callable[[str], str], counts: dict[str, dict[str, int]],
@@ -300,21 +357,21 @@ class MqttBridge:
         occupancy, the ON/OFF of each rule and of its view (``view_problems``: cameras with an
         open view problem). Cameras this replica never saw are left alone (another replica
         may be serving them)."""
-        out = discovery_messages(self.topics, config)
+        out = legacy_clears(self.topics, config) + discovery_messages(self.topics, config)
         for camera in config.cameras:
             state = status(camera.id)
             if state not in ("online", "offline"):
                 continue
             out.append((self.topics.status(camera.id), state.encode(), True))
-            if camera.view_checks.enabled:
-                on = camera.id in view_problems
-                out.append((self.topics.view_problem(camera.id), b"ON" if on else b"OFF", True))
             for zone, n in counts.get(camera.id, {}).items():
                 out.append((self.topics.occupancy(camera.id, zone), str(n).encode(), True))
             for zone in camera.zones:
                 for rule in zone.rules:
                     on = (camera.id, zone.name, rule.rule_name) in open_rules
                     out.append((self.topics.state(camera.id, zone.name, rule.rule_name), b"ON" if on else b"OFF", True))
+            if camera.view_checks.enabled:
+                on = camera.id in view_problems
+                out.append((self.topics.view_problem(camera.id), b"ON" if on else b"OFF", True))
         return out
 
 

@@ -14,10 +14,10 @@ import logging
 import random
 import threading
 from dataclasses import dataclass
-from urllib.parse import urlsplit
 
 from sqlalchemy.exc import DBAPIError
 
+from app.core import redact
 from app.core.background import BackgroundLoop
 from app.core.timeutil import utcnow
 from app.rules.store.db import EventStore
@@ -32,17 +32,6 @@ def backoff_s(attempts: int, max_backoff_s: float, base_s: float = BASE_BACKOFF_
     """Delay before the next try after ``attempts`` failed tries (>= 1)."""
     delay = min(max_backoff_s, base_s * (2 ** max(0, attempts - 1)))
     return max(0.05, delay * random.uniform(0.9, 1.1))
-
-
-def target_name(url: str) -> str:
-    """A delivery target as shown to operators: scheme, host and port only (never the
-    credentials, path or query, which may carry a token)."""
-    parts = urlsplit(url)
-    try:
-        port = f":{parts.port}" if parts.port else ""
-    except ValueError:
-        port = ""
-    return f"{parts.scheme}://{parts.hostname or '?'}{port}"
 
 
 @dataclass(slots=True)
@@ -111,7 +100,7 @@ class OutboxWorker:
                 pending = None
             with self._stats_lock:
                 st = self._stats[url]
-                out.append({"target": target_name(url), "pending": pending, "delivered": st.delivered,
+                out.append({"target": redact.target(url), "pending": pending, "delivered": st.delivered,
                             "failed": st.failed, "last_error": st.last_error, "last_error_at": st.last_error_at,
                             "last_success_at": st.last_success_at})
         return out
@@ -122,7 +111,7 @@ class OutboxWorker:
             if error is None:
                 st.delivered, st.last_success_at = st.delivered + 1, utcnow()
             else:
-                error = error.replace(url, target_name(url))[:300]  # an exception may quote the URL (and its token)
+                error = redact.scrub(error.replace(url, redact.target(url)))[:300]
                 st.failed, st.last_error, st.last_error_at = st.failed + 1, error, utcnow()
 
     # --- loop -----------------------------------------------------------------------------
@@ -177,10 +166,12 @@ class OutboxWorker:
 
     def _failed(self, item: OutboxItem, outcome: str, error: str) -> bool:
         delay = backoff_s(item.attempts + 1, self.max_backoff_s)
+        error = redact.scrub(error.replace(item.url, redact.target(item.url)))  # it may quote the URL and its token
         self._record(item.url, error)
         self.store.outbox.failed(item.id, utcnow() + dt.timedelta(seconds=delay), error)
         self._count(outcome)
-        log.warning("%s %s for %s failed (%s); retry in %.1fs", self.kind, item.url, item.idempotency_key, error, delay)
+        log.warning("%s %s for %s failed (%s); retry in %.1fs", self.kind, redact.target(item.url),
+                    item.idempotency_key, error, delay)
         return False
 
     def _count(self, outcome: str) -> None:

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-MAX_ID_LENGTH = 64  # event ids are 32 hex digits; anything longer is not ours
+from app.core.text import is_event_id
+
 SNAPSHOT, CLIP = ".jpg", ".mp4"
 SUFFIX_COLUMN = {SNAPSHOT: "snapshot", CLIP: "clip"}  # evidence file -> the event column pointing at it
 
@@ -22,7 +23,7 @@ def clip_url(event_id: str) -> str:
 
 def valid_id(event_id: str) -> bool:
     """An id that can only name a file of its own (letters and digits, not too long)."""
-    return 0 < len(event_id) <= MAX_ID_LENGTH and event_id.isascii() and event_id.isalnum()
+    return is_event_id(event_id)
 
 
 class EvidenceFiles:

@@ -46,6 +46,7 @@ from app.rules.logic.capture_time import CaptureTimePolicy
 from app.rules.logic.counts import CrossingCounts
 from app.rules.logic.evaluator import CameraRules, EventRecord
 from app.rules.logic.table import CameraTable
+from app.rules.service.dryrun import DryRunner, DryRunOptions
 from app.rules.service.events import EventSink
 from app.rules.service.frames import FrameParts, FrameStep, overlays
 from app.rules.service.health import CameraHealth
@@ -85,6 +86,7 @@ class RulesParts:
     retention: RetentionSweeper
     metrics: "Metrics"
     watch_s: float = 0.0
+    dry_runs: DryRunner | None = None  # None: defaults over ``store``
 
 
 class RulesService:
@@ -99,6 +101,7 @@ class RulesService:
         self.sink = EventSink(parts.writer, parts.webhooks, parts.mqtt)
         self.health = CameraHealth(self.table, self.sink, parts.mqtt)
         self.latest = LatestFrames()  # GET /cameras/{id}/frame.jpg (the console)
+        self.dry_runs = parts.dry_runs or DryRunner(DryRunOptions(parts.store.url))
         self.crossings = CrossingCounts()
         self.site = SiteManager(parts.path, self.table, parts.version, watch_s=parts.watch_s,
                                 on_reloaded=self._reloaded, on_outcome=self.series.site_reload)
@@ -132,6 +135,7 @@ class RulesService:
     def stop(self) -> None:
         self.health.stop()
         self.site.stop()
+        self.dry_runs.stop()
         self.clips.stop()  # writes the pending clips while the store is still there
         self.retention.stop()
         self.sink.webhooks.stop()
@@ -300,6 +304,12 @@ class RulesService:
         from app.rules.service.replay import compare
 
         return self._store_call(compare, self.store, site, since, until)
+
+    def dry_run(self, text: str, as_json: bool, since: dt.datetime, until: dt.datetime,
+                source: str = "<request body>") -> dict[str, Any]:
+        """``replay`` of a site file's text in a low-priority process of its own, one at a time
+        (app/rules/service/dryrun.py): what POST /admin/reload?dry_run=true runs."""
+        return self.dry_runs.run(text, as_json, since, until, source)
 
     def get_event(self, event_id: str) -> dict[str, Any] | None:
         return self._store_call(self.store.events.get, event_id)

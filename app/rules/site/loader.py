@@ -10,6 +10,9 @@ one error at a time. The exception is ``SiteConfigError`` (a ``ConfigError``) wh
 from __future__ import annotations
 
 import json
+import math
+import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,6 +21,7 @@ import yaml
 from pydantic import ValidationError
 
 from app.core.errors import ConfigError
+from app.core.text import text_problem
 from app.rules.site.schema import RULE_TYPES, SiteConfig
 
 Loc = tuple[str | int, ...]
@@ -131,28 +135,48 @@ def parse_site_config(raw: Any, source: str = "<site config>") -> SiteConfig:
 
 
 MAX_NODES = 1_000_000  # far beyond a real site; a YAML alias bomb expands past it at once
+MAX_SITE_FILE_BYTES = 4 * 1024 * 1024  # a 1,000-camera site with sources and zones is about a third of it
+MAX_ISSUES = 50  # a value check lists this many problems at most (the rest are alike)
 
 
-def _check_nodes(raw: Any, source: str) -> None:
-    """Refuse a document that expands to more than MAX_NODES values: YAML aliases share one
-    object, so a few hundred bytes can describe billions of nodes that validation would walk."""
-    seen, stack = 0, [raw]
-    while stack:
-        node = stack.pop()
+def value_issues(raw: Any, at: Loc = ()) -> list[Issue]:
+    """Values no reader of the site can hold, wherever they are (keys too): a string with a NUL
+    or a lone surrogate (not Unicode: GET /site could not encode it), a number that is not
+    finite (JSON has no Infinity; GET /site would show null). Walked without recursion, with
+    each problem's location; refuses a document of more than MAX_NODES values (YAML aliases
+    share one object, so a few hundred bytes can describe billions of nodes)."""
+    issues: list[Issue] = []
+    seen, stack = 0, [(raw, at)]
+    while stack and len(issues) < MAX_ISSUES:
+        node, loc = stack.pop()
         seen += 1
         if seen > MAX_NODES:
-            raise SiteConfigError(source, [f"(top level): the document expands to more than {MAX_NODES} values "
-                                           "(YAML aliases repeated?); a site file is far smaller"])
-        if isinstance(node, dict):
-            stack.extend(node.keys())
-            stack.extend(node.values())
+            return [Issue(None, f"the document expands to more than {MAX_NODES} values (YAML aliases repeated?); "
+                                "a site file is far smaller")]
+        if isinstance(node, str):
+            problem = text_problem(node)
+            if problem is not None:
+                issues.append(Issue(loc, f"the text {problem}"))
+        elif isinstance(node, float) and not math.isfinite(node):
+            issues.append(Issue(loc, f"{node} is not a finite number"))
+        elif isinstance(node, dict):
+            for key, value in node.items():
+                where = (*loc, key if isinstance(key, (str, int)) and not text_problem(str(key)) else "?")
+                stack.append((key, where))
+                stack.append((value, where))
         elif isinstance(node, list):
-            stack.extend(node)
+            stack.extend((item, (*loc, i)) for i, item in enumerate(node))
+    return issues
 
 
 def parse_site_text(text: str, source: str = "<site config>", *, as_json: bool = False) -> SiteConfig:
     """Parse (``yaml.safe_load``, or JSON) and validate a site file's text; SiteConfigError
     listing every error, for syntax, size and content alike."""
+    return parse_site_document(text, source, as_json=as_json)[1]
+
+
+def parse_site_document(text: str, source: str = "<site config>", *, as_json: bool = False) -> tuple[Any, SiteConfig]:
+    """``parse_site_text``, also returning the parsed data (the zone editor compares it with the edit)."""
     if not text.strip():
         raise SiteConfigError(source, ["(top level): the site file is empty"])
     try:
@@ -166,15 +190,39 @@ def parse_site_text(text: str, source: str = "<site config>", *, as_json: bool =
         raise SiteConfigError(source, [f"JSON syntax error at line {exc.lineno}, column {exc.colno}: {exc.msg}"]) from exc
     except RecursionError:
         raise SiteConfigError(source, ["(top level): the document is nested too deeply"]) from None
-    _check_nodes(raw, source)
-    return parse_site_config(raw, source)
+    except (ValueError, OverflowError) as exc:  # e.g. an integer of more than 4,300 digits, a date of month 13
+        raise SiteConfigError(source, [f"(top level): a value cannot be read: {unreadable(exc)}"]) from None
+    issues = value_issues(raw)
+    if issues:
+        raise SiteConfigError(source, issues)
+    return raw, parse_site_config(raw, source)
+
+
+def unreadable(exc: Exception) -> str:
+    """Why the parser could not build a value (Python's own wording for the integer limit names
+    an interpreter setting; the operator needs to know which value)."""
+    text = str(exc)
+    if "integer string conversion" in text:
+        return f"a number has more than {sys.get_int_max_str_digits()} digits"
+    return text
 
 
 def read_site_bytes(path: Path | str) -> bytes:
+    """The file's bytes; SiteConfigError when it cannot be read or is larger than a site file
+    may be (checked before reading it)."""
     try:
-        return Path(path).read_bytes()
+        with Path(path).open("rb") as fh:
+            size = os.fstat(fh.fileno()).st_size
+            if size > MAX_SITE_FILE_BYTES:
+                raise SiteConfigError(path, [too_big(size)])
+            return fh.read(MAX_SITE_FILE_BYTES + 1)
     except OSError as exc:
         raise SiteConfigError(path, [f"cannot read the file: {exc.strerror or exc}"]) from exc
+
+
+def too_big(size: int) -> str:
+    return (f"(top level): the site file is {size} bytes, more than the {MAX_SITE_FILE_BYTES} bytes "
+            f"({MAX_SITE_FILE_BYTES // (1024 * 1024)} MB) a site file may have")
 
 
 def load_site_config(path: Path | str) -> SiteConfig:
@@ -185,10 +233,17 @@ def load_site_config(path: Path | str) -> SiteConfig:
 def parse_site_bytes(data: bytes, path: Path | str) -> SiteConfig:
     """The site file's bytes as a validated SiteConfig (UTF-8 YAML): what loading and the zone
     editor both use, so an edit is checked exactly as the next load will read it."""
+    return parse_site_file(data, path)[1]
+
+
+def parse_site_file(data: bytes, path: Path | str) -> tuple[Any, SiteConfig]:
+    """``parse_site_bytes``, also returning the parsed data."""
+    if len(data) > MAX_SITE_FILE_BYTES:
+        raise SiteConfigError(path, [too_big(len(data))])
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise SiteConfigError(path, [f"the file is not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset "
                                      f"{exc.start}); save it as UTF-8"]) from exc
-    return parse_site_text(text, str(path))
+    return parse_site_document(text, str(path))
 

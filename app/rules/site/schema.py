@@ -65,10 +65,15 @@ class ActiveWindow(_Strict):
         return self
 
 
+MAX_POINTS = 1000  # per polygon or line: a hand-drawn zone has tens; each frame tests every point
+
+
 def _check_points(value: tuple[tuple[float, float], ...], minimum: int, what: str) -> list[str]:
     problems = []
     if len(value) < minimum:
         problems.append(f"{what} needs at least {minimum} points, got {len(value)}")
+    if len(value) > MAX_POINTS:
+        return [f"{what} has at most {MAX_POINTS} points, got {len(value)}"]
     bad = [i for i, (x, y) in enumerate(value) if not (0.0 <= x <= 1.0 and 0.0 <= y <= 1.0)]
     if bad:
         problems.append(f"points {bad} are outside 0..1 (coordinates are normalized to the frame size)")
@@ -133,7 +138,10 @@ class RuleBase(_Strict):
     def _classes(cls, value: tuple[str, ...]) -> tuple[str, ...]:
         if not value:
             raise ValueError("at least one class is needed")
-        return tuple(c.strip() for c in value)
+        odd = [c for c in value if not c or c != c.strip()]
+        if odd:  # refused, not trimmed: what the zone editor saves must read back unchanged
+            raise ValueError(f"class names may not be empty or begin or end with white space: {odd}")
+        return value
 
     @field_validator("active_hours", mode="before")
     @classmethod
@@ -213,7 +221,7 @@ Rule = Annotated[Union[IntrusionRule, CrowdRule, FireLaneRule, LoiteringRule, Li
 class Zone(_Strict):
     name: str = Field(..., pattern=IDENT)
     kind: str = Field("generic", pattern=IDENT, description="Free label (restricted, assembly, fire_lane, ...)")
-    polygon: tuple[tuple[float, float], ...] = Field(..., description="Normalized [x, y] vertices, 0..1")
+    polygon: tuple[tuple[float, float], ...] = Field(..., description="Normalized [x, y] vertices, 0..1 (3 to 1,000 points)")
     rules: tuple[Rule, ...] = ()
 
     @field_validator("polygon")

@@ -20,24 +20,22 @@ import errno
 import hashlib
 import io
 import os
+import stat
 import tempfile
 import threading
 from pathlib import Path
 from typing import Any
 
-import yaml
-from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
-from ruamel.yaml.tokens import CommentToken
-from ruamel.yaml.scalarstring import DoubleQuotedScalarString
 
 from app.core.errors import NotFound, SiteChanged, SiteReadOnly, shorten
+from app.rules.site.comments import put_tail_comment, replace_head_comment, take_tail_comment
+from app.rules.site.emit import MAX_DEPTH, coerced, round_trip_yaml, same_data, too_deep, to_node
 from app.rules.site.schema import SiteConfig
-from app.rules.site.loader import Issue, SiteConfigError, parse_site_bytes, read_site_bytes
+from app.rules.site.loader import (Issue, SiteConfigError, parse_site_bytes, parse_site_file, read_site_bytes,
+                                   value_issues)
 
 READ_ONLY_ERRNOS = (errno.EACCES, errno.EPERM, errno.EROFS)
-_STR_TAG = "tag:yaml.org,2002:str"
-_RESOLVER = yaml.resolver.Resolver()
 
 
 def version_of(data: bytes) -> str:
@@ -66,93 +64,6 @@ def relative(loc: tuple | None, zone_loc: tuple | None) -> str:
     return ".".join(map(str, loc[len(zone_loc):]))
 
 
-def _yaml() -> YAML:
-    y = YAML()  # round-trip: comments, order and quoting are kept
-    y.preserve_quotes = True
-    y.width = 4096  # never fold long lines (polygons)
-    y.indent(mapping=2, sequence=4, offset=2)
-    return y
-
-
-MAX_DEPTH = 8  # zone > rules > rule > exclude > polygon > point > number is 6
-
-
-def too_deep(value: Any, limit: int = MAX_DEPTH) -> bool:
-    """Whether JSON data nests deeper than ``limit`` (checked without recursion: a hostile
-    body must not exhaust the stack of the writer)."""
-    stack = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, (dict, list)):
-            if depth > limit:
-                return True
-            stack.extend((v, depth + 1) for v in (item.values() if isinstance(item, dict) else item))
-    return False
-
-
-def to_node(value: Any) -> Any:
-    """JSON data as YAML nodes written the way the example site file is: lists of scalars
-    or of lists (polygons, classes) in flow style, and strings that a YAML 1.1 reader would
-    take for something else ("on", "22:00", "null") quoted, so the file reads back as sent."""
-    if isinstance(value, dict):
-        out = CommentedMap()
-        for key, item in value.items():
-            out[to_node(str(key))] = to_node(item)
-        return out
-    if isinstance(value, list):
-        seq = CommentedSeq(to_node(v) for v in value)
-        if not any(isinstance(v, dict) for v in value):
-            seq.fa.set_flow_style()
-        return seq
-    if isinstance(value, str) and _RESOLVER.resolve(yaml.ScalarNode, value, (True, False)) != _STR_TAG:
-        return DoubleQuotedScalarString(value)
-    return value
-
-
-def _tail(node: Any) -> tuple[Any, Any]:
-    """(container, key) of the last line of a block node: where ruamel keeps the comment lines
-    that follow it (often the header comment of the next zone or camera)."""
-    parent, key = None, None
-    while isinstance(node, (CommentedMap, CommentedSeq)) and len(node) and not node.fa.flow_style():
-        parent, key = node, (list(node)[-1] if isinstance(node, CommentedMap) else len(node) - 1)
-        node = parent[key]
-    return parent, key
-
-
-def take_tail_comment(node: Any) -> Any:
-    """Detach the comment lines after ``node`` (to re-attach them where they belong after an edit)."""
-    parent, key = _tail(node)
-    entry = parent.ca.items.get(key) if parent is not None else None
-    slot = 2 if isinstance(parent, CommentedMap) else 0
-    if not entry or entry[slot] is None:
-        return None
-    token, entry[slot] = entry[slot], None
-    return token
-
-
-def put_tail_comment(node: Any, token: Any) -> None:
-    parent, key = _tail(node)
-    if token is None or parent is None:
-        return
-    slot = 2 if isinstance(parent, CommentedMap) else 0
-    parent.ca.items.setdefault(key, [None, None, None, None])[slot] = token
-
-
-def replace_head_comment(parent: CommentedMap, key: str, successor: Any) -> None:
-    """Replace the comment lines above the first item of ``parent[key]`` that are indented like
-    the items (the deleted first zone's header) by ``successor``, the lines that followed that
-    zone (the next one's header). Lines indented like the key speak of the whole list and
-    stay. ruamel keeps the head lines in two places (the key's and the list's); both change."""
-    seq = parent[key]
-    col = seq.lc.col if seq.lc.col is not None else 0
-    moved = [] if successor is None else [  # it began by ending the deleted zone's last line
-        CommentToken(successor.value.lstrip("\n").lstrip(" "), successor.start_mark, column=successor.column)]
-    if seq.ca.comment is None:
-        seq.ca.comment = [None, None]
-    for holder, slot in ((parent.ca.items.setdefault(key, [None, None, None, None]), 3), (seq.ca.comment, 1)):
-        holder[slot] = [t for t in holder[slot] or () if t.column < col] + moved or None
-
-
 class SiteFile:
     def __init__(self, path: Path | str) -> None:
         self.path = Path(path)
@@ -178,6 +89,8 @@ class SiteFile:
         SiteReadOnly (409) or InvalidZone (422); on any of them nothing is written."""
         if zone is not None and too_deep(zone):
             raise InvalidZone(self.path, [Issue(None, f"the zone nests deeper than {MAX_DEPTH} levels")], None)
+        if zone is not None and (issues := value_issues(zone)):  # NUL, lone surrogates, Infinity: never written
+            raise InvalidZone(self.path, issues, ())
         with self._lock:
             data = self.path.read_bytes()
             if if_match is not None and if_match.strip().removeprefix("W/").strip('"') != version_of(data):
@@ -186,7 +99,7 @@ class SiteFile:
             if not self.writable():
                 raise SiteReadOnly(f"the site file {self.path} is read-only here (a ConfigMap mount?): "
                                    "mount it from a writable volume to edit zones (docs/console.md)")
-            y = _yaml()
+            y = round_trip_yaml()
             try:
                 doc = y.load(data.decode("utf-8"))
             except Exception as exc:  # edited by hand since the last load: a zone edit cannot fix it
@@ -203,7 +116,8 @@ class SiteFile:
                     raise NotFound(f"camera {camera_id!r} has no zone {shorten(zone_name)}", code="unknown_zone")
                 tail = take_tail_comment(zones[zi])
                 del zones[zi]
-                if zi > 0:
+                if zi > 0:  # the lines above the deleted zone were its own (comments belong to what follows)
+                    take_tail_comment(zones[zi - 1])
                     put_tail_comment(zones[zi - 1], tail)
                 elif not zones:  # the last zone: drop the key (ruamel cannot put a comment after "zones: []")
                     del cam["zones"]
@@ -258,19 +172,29 @@ class SiteFile:
         if taken:
             issues.append(Issue(("cameras", ci, "zones", zi, "name"), f"the camera already has a zone named {name!r}"))
         try:
-            parse_site_bytes(new, self.path)
+            raw, config = parse_site_file(new, self.path)
         except SiteConfigError as exc:
             issues += [i for i in exc.issues if not (taken and i.loc is not None and len(i.loc) == 5
                                                      and i.loc[:3] == ("cameras", ci, "zones") and i.loc[4] == "name")]
+        else:
+            if zone is not None and zone_loc is not None:  # the edit must read back as it was sent
+                kept = config.cameras[ci].zones[zi].model_dump(mode="json")
+                issues += [Issue((*zone_loc, *where), message) for where, message in coerced(zone, kept)]
+                if not issues and not same_data(raw["cameras"][ci]["zones"][zi], zone):  # a safety net: to_node
+                    issues.append(Issue(zone_loc, "the zone cannot be written so that the site file reads back "
+                                                  "the same; nothing was written"))
         if issues:
             raise InvalidZone(self.path, issues, zone_loc)
 
     def _write(self, old: bytes, new: bytes) -> None:
-        """Backup, then temp file + fsync + rename (the directory entry is fsynced too)."""
+        """Backup, then temp file + fsync + rename (the directory entry is fsynced too). Both
+        files get the site file's permissions and, where this process may, its owner: an edit
+        must not turn a 0644 file that other tools read into a 0600 one."""
         directory = self.path.resolve().parent
         try:
-            self._atomic(directory, self.backup_path.name, old)
-            self._atomic(directory, self.path.resolve().name, new)
+            like = os.stat(self.path.resolve())
+            self._atomic(directory, self.backup_path.name, old, like)
+            self._atomic(directory, self.path.resolve().name, new, like)
         except OSError as exc:
             if exc.errno in READ_ONLY_ERRNOS:
                 raise SiteReadOnly(f"the site file {self.path} cannot be written here ({exc.strerror}): "
@@ -278,10 +202,11 @@ class SiteFile:
             raise
 
     @staticmethod
-    def _atomic(directory: Path, name: str, data: bytes) -> None:
+    def _atomic(directory: Path, name: str, data: bytes, like: os.stat_result) -> None:
         fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{name}.", suffix=".tmp")
         try:
             with os.fdopen(fd, "wb") as fh:
+                keep_mode_and_owner(fh.fileno(), like)
                 fh.write(data)
                 fh.flush()
                 os.fsync(fh.fileno())
@@ -294,3 +219,17 @@ class SiteFile:
             os.fsync(dfd)
         finally:
             os.close(dfd)
+
+
+def keep_mode_and_owner(fd: int, like: os.stat_result) -> None:
+    """Give a new file the owner and group of ``like`` where allowed (root may; another user may
+    at most keep the group, if it is one of theirs), then its permission bits."""
+    mine = os.fstat(fd)
+    if (mine.st_uid, mine.st_gid) != (like.st_uid, like.st_gid):
+        for uid, gid in ((like.st_uid, like.st_gid), (-1, like.st_gid)):
+            try:
+                os.fchown(fd, uid, gid)
+                break
+            except PermissionError:
+                continue
+    os.fchmod(fd, stat.S_IMODE(like.st_mode))

@@ -14,6 +14,7 @@ from sqlalchemy import create_engine, event, select
 from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
+from app.core import redact
 from app.core.errors import ConfigError
 from app.rules.store.audit import AuditRepo
 from app.rules.store.events import EventsRepo
@@ -57,7 +58,7 @@ class EventStore:
         try:
             self.engine = make_engine(url)
         except (ArgumentError, NoSuchModuleError, ValueError) as exc:
-            raise ConfigError(f"invalid CAMPUSGUARD_EVENTS_DB_URL: {exc}") from None
+            raise ConfigError(f"invalid CAMPUSGUARD_EVENTS_DB_URL {redact.dsn(url)}: {redact.scrub(str(exc))}") from None
         self.events = EventsRepo(self.engine)
         self.outbox = OutboxRepo(self.engine)
         self.frames = FramesRepo(self.engine)
@@ -67,8 +68,8 @@ class EventStore:
 
     @property
     def safe_url(self) -> str:
-        """The URL with its password masked (for logs and messages)."""
-        return self.engine.url.render_as_string(hide_password=True)
+        """The URL with its password masked and no query string (for logs and messages)."""
+        return redact.dsn(self.url)
 
     @property
     def dialect(self) -> str:

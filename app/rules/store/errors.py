@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from sqlalchemy.exc import DBAPIError
 
+from app.core import redact
 from app.core.errors import ServiceError
 
 
@@ -19,10 +20,10 @@ class StoreUnavailable(ServiceError):
 
 
 def describe(exc: BaseException) -> str:
-    """One line for logs and replies: the driver's message, no stack trace, no password."""
+    """One line for logs and replies: the driver's message, no stack trace, no password (app/core/redact.py)."""
     orig = getattr(exc, "orig", None) or exc
     lines = [ln.strip() for ln in str(orig).splitlines() if ln.strip()]
-    return f"{orig.__class__.__name__}: {lines[0] if lines else 'unknown error'}"
+    return f"{orig.__class__.__name__}: {redact.scrub(lines[0]) if lines else 'unknown error'}"
 
 
 def is_outage(exc: BaseException) -> bool:

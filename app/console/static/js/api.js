@@ -26,6 +26,13 @@ export function url(path, params) {
   return u;
 }
 
+/** Whether a URL is this server's (same origin, under ROOT): the only place the key may go.
+ * Paths in event data (snapshot, clip) come from the server, and an absolute URL among them
+ * must never receive the X-API-Key. */
+export function ours(u) {
+  return u.origin === ROOT.origin && u.pathname.startsWith(ROOT.pathname);
+}
+
 const listeners = new Set();
 /** Called with an ApiError on every 401 (no key) and 403 `forbidden` (a key removed on the server
  * meanwhile): the app asks for a key instead of polling on with a dead one (the server blocks an
@@ -34,6 +41,10 @@ export function onUnauthorized(fn) { listeners.add(fn); }
 
 /** fetch a route; JSON back (or the Response with raw); ApiError on any non-2xx. */
 export async function api(path, { method = "GET", params, body, headers = {}, raw = false } = {}) {
+  const target = url(path, params);
+  if (!ours(target)) {
+    throw new ApiError(0, { error: "not_this_server", message: `refused: ${target.origin} is not this server` });
+  }
   const h = new Headers(headers);
   const key = getKey();
   if (key) h.set("X-API-Key", key);
@@ -42,7 +53,8 @@ export async function api(path, { method = "GET", params, body, headers = {}, ra
     h.set("Content-Type", "application/json");
     payload = JSON.stringify(body);
   }
-  const r = await fetch(url(path, params), { method, headers: h, body: payload, cache: "no-store" });
+  const r = await fetch(target, { method, headers: h, body: payload, cache: "no-store", credentials: "same-origin",
+    referrerPolicy: "no-referrer" });
   if (!r.ok) {
     let data = null;
     try { data = await r.json(); } catch { /* not JSON (a proxy's page) */ }

@@ -68,7 +68,7 @@ export function mount(main, ctx) {
     h("div", { class: "events-layout" }, h("div", { class: "list" }, table, h("div", { class: "pager" }, prev, next)),
       detail));
 
-  const thumbs = new Map(); // event id -> object URL
+  const thumbs = new Map(); // event id -> object URL, for the rows shown and the event open (forget())
   // keyset paging: cursors[i] is the cursor of page i (null: the first), so page 900 costs what page 1 does
   let cursors = [null];
   let pageIndex = 0;
@@ -118,6 +118,17 @@ export function mount(main, ctx) {
       cell("", h("button", { type: "button", class: "open", onclick: () => show(e) }, "Open")));
   }
 
+  /** Revoke the object URLs of thumbnails no longer shown: a tab open for a whole shift keeps
+   * only those of the current page and the open event, not one per event it ever listed. */
+  function forget(shown) {
+    for (const [id, href] of thumbs) {
+      if (!shown.has(id) && !(selected && selected.id === id)) {
+        URL.revokeObjectURL(href);
+        thumbs.delete(id);
+      }
+    }
+  }
+
   async function load() {
     const cursor = cursors[pageIndex];
     const page = await api("/events", { params: { ...filters(), limit: PAGE, ...(cursor ? { cursor } : {}) } });
@@ -131,6 +142,7 @@ export function mount(main, ctx) {
       }
       seen = seen || new Set();
       page.items.forEach((e) => seen.add(e.id));
+      forget(new Set(page.items.map((e) => e.id)));
       if (page.items.length) replace(tbody, page.items.map(row));
       else replace(tbody, h("tr", {}, h("td", { colspan: 8 }, "No events match.")));
       const first = pageIndex * PAGE;

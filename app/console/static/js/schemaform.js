@@ -5,8 +5,12 @@ import { h, uid } from "./dom.js";
 
 function deref(node, defs) {
   let n = node || {};
-  while (n.$ref) n = defs[n.$ref.split("/").pop()] || {};
-  return n;
+  const seen = new Set(); // a $ref cycle (a -> b -> a) ends here instead of looping for ever
+  while (n.$ref && !seen.has(n.$ref)) {
+    seen.add(n.$ref);
+    n = defs[n.$ref.split("/").pop()] || {};
+  }
+  return n.$ref ? {} : n;
 }
 
 /** {schema without null, nullable} of a property (pydantic writes Optional as anyOf [X, null]). */
