@@ -14,10 +14,11 @@ Topics (``<prefix>`` = ``mqtt_topic_prefix``; camera, zone and rule names with `
 
     <prefix>/availability                   online / offline (retained; offline is the LWT)
     <prefix>/events                         every event start and end (JSON envelope)
-    <prefix>/<camera>/<rule>                the same envelope, per camera and rule
+    <prefix>/<camera>/<rule>                the same envelope, per camera and rule (camera_view too)
     <prefix>/<camera>/<zone>/<rule>/state   ON while an event of that rule is open (retained)
     <prefix>/<camera>/status                online / offline (retained, camera health)
     <prefix>/<camera>/<zone>/occupancy      objects in the zone now (retained, on change)
+    <prefix>/<camera>/view/problem          ON while a view problem of the camera is open (retained)
     homeassistant/binary_sensor/<node>/<object>/config   discovery (retained; ids: discovery.py)
 
 Retained state (availability, status, occupancy, discovery) is live state, not history:
@@ -57,6 +58,7 @@ log = logging.getLogger("campusguard.mqtt")
 
 Message = tuple[str, bytes, bool]  # (topic, payload, retain)
 CAMERA_EVENTS = ("camera_offline", "camera_online")
+NO_RULE_SENSOR = (*CAMERA_EVENTS, "camera_view")  # their state is a retained camera topic, not a rule's
 
 
 class PublishFailed(Exception):
@@ -129,18 +131,23 @@ class Topics:
     def occupancy(self, camera: str, zone: str) -> str:
         return f"{self.prefix}/{topic_part(camera)}/{topic_part(zone)}/occupancy"
 
+    def view_problem(self, camera: str) -> str:
+        """Depth 3 and ending in ``problem``: no occupancy (``.../occupancy``), state (depth 4)
+        or event topic (depth 2) can be equal to it."""
+        return f"{self.prefix}/{topic_part(camera)}/view/problem"
+
     def discovery(self, object_id: str) -> str:
         return f"{self.discovery_prefix}/binary_sensor/{self.node}/{object_id}/config"
 
 
 def event_messages(topics: Topics, payload: bytes) -> list[Message]:
     """The publishes of one outbox row (a webhook envelope): the event twice, and the
-    ON/OFF state of its binary sensor (retained). Camera health events have no sensor of
-    their own: their state is the retained status topic."""
+    ON/OFF state of its binary sensor (retained). Camera health and view events have no
+    sensor of their own: their state is the retained status and view/problem topics."""
     envelope = json.loads(payload)
     event = envelope["event"]
     out: list[Message] = [(topics.events, payload, False), (topics.event(event["camera_id"], event["rule"]), payload, False)]
-    if event["rule"] not in CAMERA_EVENTS:
+    if event["rule"] not in NO_RULE_SENSOR:
         on = envelope["type"] == "event.started"
         out.append((topics.state(event["camera_id"], event["zone"], event["rule"]), b"ON" if on else b"OFF", True))
     return out
@@ -334,6 +341,10 @@ class MqttBridge:
         for zone, n in counts.items():
             self.publisher.set_state(self.topics.occupancy(camera_id, zone), str(n).encode())
 
+    def view_problem(self, camera_id: str, on: bool) -> None:
+        """The camera's view-problem sensor: ON while any view problem is open."""
+        self.publisher.set_state(self.topics.view_problem(camera_id), b"ON" if on else b"OFF")
+
     def announce(self, config: "SiteConfig") -> None:
         """Re-publish discovery after a reload (new cameras, zones or rules appear in HA; the
         old-style ids of new ones are cleared, app/rules/delivery/discovery.py)."""
@@ -341,10 +352,11 @@ class MqttBridge:
             self.publisher.set_state(topic, payload)
 
     def snapshot(self, config: "SiteConfig", status: Callable[[str], str], counts: dict[str, dict[str, int]],
-                 open_rules: set[tuple[str, str, str]]) -> list[Message]:
+                 open_rules: set[tuple[str, str, str]], view_problems: set[str] = frozenset()) -> list[Message]:
         """Everything retained, as of now: discovery, then per seen camera its status,
-        occupancy and the ON/OFF of each rule. Cameras this replica never saw are left
-        alone (another replica may be serving them)."""
+        occupancy, the ON/OFF of each rule and of its view (``view_problems``: cameras with an
+        open view problem). Cameras this replica never saw are left alone (another replica
+        may be serving them)."""
         out = legacy_clears(self.topics, config) + discovery_messages(self.topics, config)
         for camera in config.cameras:
             state = status(camera.id)
@@ -357,6 +369,9 @@ class MqttBridge:
                 for rule in zone.rules:
                     on = (camera.id, zone.name, rule.rule_name) in open_rules
                     out.append((self.topics.state(camera.id, zone.name, rule.rule_name), b"ON" if on else b"OFF", True))
+            if camera.view_checks.enabled:
+                on = camera.id in view_problems
+                out.append((self.topics.view_problem(camera.id), b"ON" if on else b"OFF", True))
         return out
 
 
@@ -381,6 +396,9 @@ class NoMqtt:
         pass
 
     def occupancy(self, camera_id: str, counts: dict[str, int]) -> None:
+        pass
+
+    def view_problem(self, camera_id: str, on: bool) -> None:
         pass
 
     def announce(self, config: "SiteConfig") -> None:

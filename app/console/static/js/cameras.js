@@ -1,8 +1,9 @@
-// Cameras: one tile per camera with its newest frame, zones, status and open events.
+// Cameras: one tile per camera with its newest frame, zones, status, open events and view problems.
 
 import { api, blobUrl } from "./api.js";
 import { age, h, replace, when } from "./dom.js";
 import { cameraOf, loadSite, zoneOverlay } from "./site.js";
+import { acceptAction, problemText } from "./view.js";
 
 const REFRESH_MS = 3000;
 const STATUS_TEXT = { online: "Online", offline: "Offline", never_seen: "Never seen" };
@@ -19,9 +20,12 @@ export function mount(main, ctx) {
     const img = h("img", { alt: `Latest frame of ${cam.name || cam.id}`, hidden: true });
     const empty = h("p", { class: "no-frame" }, "No frame yet");
     const frame = h("div", { class: "frame" }, img, empty);
+    const accept = acceptAction(ctx, cam.id);
     const parts = {
-      img, empty, frame,
+      img, empty, frame, accept,
       status: h("span", { class: "badge" }),
+      view: h("span", { class: "badge view-problem", hidden: true }),
+      viewBox: h("div", { class: "view-accept", hidden: true }, accept.button, accept.result),
       age: h("span", { class: "age" }),
       open: h("span", { class: "open-events" }),
       zones: h("p", { class: "zones muted" }),
@@ -32,7 +36,8 @@ export function mount(main, ctx) {
       h("div", { class: "tile-body" },
         h("h2", {}, cam.name || cam.id),
         h("p", { class: "cam-id muted" }, cam.id),
-        h("p", { class: "facts" }, parts.status, " ", parts.age, " ", parts.open),
+        h("p", { class: "facts" }, parts.status, " ", parts.view, " ", parts.age, " ", parts.open),
+        parts.viewBox,
         parts.zones,
         h("p", {}, h("a", { href: `#/events?camera_id=${encodeURIComponent(cam.id)}` }, "Events of this camera"))));
     return { el, parts, frameAt: null, href: null };
@@ -62,9 +67,14 @@ export function mount(main, ctx) {
     parts.status.textContent = STATUS_TEXT[cam.status] || cam.status;
     parts.status.className = `badge status-${cam.status}`;
     parts.age.textContent = cam.last_frame_at ? `last frame ${age(cam.seconds_since_last_frame)}` : "";
-    const n = (cam.open_events || []).length;
+    // the rules' open events and the camera's open view problems (camera_view events) alike
+    const n = (cam.open_events || []).length + Object.keys((cam.view || {}).open_events || {}).length;
     parts.open.textContent = `${n} open event${n === 1 ? "" : "s"}`;
     parts.open.className = n ? "open-events alert-count" : "open-events";
+    const problem = problemText(cam.view); // covered, moved, ...: the camera still sends frames, but sees nothing useful
+    parts.view.textContent = problem;
+    parts.view.hidden = !problem;
+    parts.viewBox.hidden = !problem && !parts.accept.result.textContent;
     const zones = (cameraOf(site, cam.id) || {}).zones || [];
     const key = JSON.stringify(zones.map((z) => [z.name, z.kind, z.polygon]));
     if (key !== parts.zonesKey) {
