@@ -1,4 +1,4 @@
-"""`campusguard serve | export | eval | detect | db | bench | loadtest | soak | parity | replay | keys`.
+"""`campusguard serve | export | eval | detect | db | bench | loadtest | soak | parity | replay | keys | gateway | demo`.
 
 Each command lives in its own module exposing ``configure(parser)`` and ``run(args) ->
 int``; this file only wires them together, so adding a command is one line in COMMANDS.
@@ -25,6 +25,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "parity": ("app.commands.parity", "detections on a device/precision against a stored CPU reference"),
     "replay": ("app.commands.replay", "re-run a site file's rules over the detection log, next to the recorded events"),
     "keys": ("app.commands.keys", "API keys: make one (secret printed once, hashed line for the keys file), check a file"),
+    "gateway": ("app.commands.gateway", "pull the site file's camera streams and POST their frames to the service"),
+    "demo": ("app.commands.demo", "start the service with a demo camera (a generated clip: a line crossing, an intrusion)"),
 }
 
 

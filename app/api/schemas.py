@@ -7,6 +7,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
+from app.api.source_schemas import SourceOut
 from app.core.text import clean_text
 
 # Text that reaches the event store: no NUL (PostgreSQL refuses it), no lone surrogate (422 on every store)
@@ -195,6 +196,8 @@ class CameraOut(BaseModel):
     seconds_since_last_frame: float | None = Field(None, description="Since the last frame arrived (server clock)")
     offline_after_s: float
     open_events: list["EventOut"] = Field(default_factory=list)
+    source: SourceOut | None = Field(None, description="The camera's stream when this replica or a gateway pulls it "
+                                     "(docs/cameras.md); null: frames are POSTed")
 
 
 class LineCount(BaseModel):

@@ -15,6 +15,8 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from app.rules.site.source import SourceSpec
+
 IDENT = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$"
 WEEKDAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 VEHICLES = ("car", "truck", "bus", "motorcycle")
@@ -235,6 +237,8 @@ class Camera(_Strict):
         None, description="[width, height]; informational (zones are normalized)")
     zones: tuple[Zone, ...] = ()
     offline_after_s: float | None = Field(None, gt=0, description="Silence before camera_offline; default: the site's")
+    source: SourceSpec | None = Field(None, description="The camera's stream, pulled by the service or a gateway "
+                                      "(docs/cameras.md); none: frames are POSTed to /detect")
 
 
 class TrackerConfig(_Strict):
