@@ -153,8 +153,10 @@ class Settings(BaseSettings):
     dry_run_timeout_s: float = Field(55.0, gt=0, le=3600, description="Wall seconds one dry run may take (503 past it)")
     site_watch_s: float = Field(5.0, ge=0, description="Seconds between checks of the site file; a changed file "
                                 "is reloaded (a zone edit on another replica, a ConfigMap update); 0 = off")
-    events_db_url: str = Field("", description="SQLAlchemy URL of the event store (default: SQLite in data_dir)")
-    snapshot_dir: Path = Field(Path(), description="Annotated JPEG per event (default: data_dir/snapshots)")
+    events_db_url: str = Field(f"sqlite:///{DEFAULT_DATA_DIR / 'events.db'}",
+                               description="SQLAlchemy URL of the event store (default: SQLite in data_dir)")
+    snapshot_dir: Path = Field(DEFAULT_DATA_DIR / "snapshots", description="Annotated JPEG per event (default: "
+                               "data_dir/snapshots)")
     ingest: Literal["embedded", "off"] = Field("embedded", description="embedded: pull the site file's camera sources "
                                                "in this process; off: gateways pull them (docs/cameras.md)")
     webhook_urls: Annotated[list[str], NoDecode] = Field(default_factory=list, description="Event webhooks (comma list)")
