@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -174,3 +175,14 @@ def test_reload_with_a_bad_source_is_refused_with_the_field_named(world, crossed
         assert client.get("/cameras/embedded-cam").json()["source"]["state"] == "streaming"
     finally:
         write(world["site"], site_doc(world["cameras"][:2]))
+
+
+def test_sigterm_leaves_no_ffmpeg_behind(world, crossed):
+    """SIGTERM to `campusguard serve` (embedded ingest) and to `campusguard gateway`: each exits 0
+    and every ffmpeg child it started is gone (last in the module: it ends the world)."""
+    for proc in (world["server"].proc, world["gateway"]):
+        pids = children_named(proc.pid, "ffmpeg")
+        assert pids, f"no ffmpeg under {proc.pid}"
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0
+        assert not [pid for pid in pids if process_alive(pid)]
