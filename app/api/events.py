@@ -15,7 +15,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import FileResponse, Response
 
-from app.api.deps import Admin, PrincipalDep, Read, RecorderDep, Review, RulesDep
+from app.api.deps import Admin, PrincipalDep, Read, RecorderDep, Review, RulesDep, SourcesDep
 from app.api.dryrun import OPENAPI_BODY, dry_run as dry_run_reload
 from app.api.schemas import (CameraOut, CleanText, CountsOut, DryRunResult, ErrorBody, EventOut, EventPage, EventReview,
                              ReloadResult, ResetResult, ViewAccepted, error_responses)
@@ -184,18 +184,20 @@ REVIEW_FIELDS = ("acknowledged", "false_positive", "note")
 
 
 @router.get("/cameras", response_model=list[CameraOut], summary="Configured cameras and their health")
-def list_cameras(rules: RulesDep) -> list[CameraOut]:
-    """Every camera of the site file: online / offline / never_seen, last frame, open events."""
-    return [CameraOut(**c) for c in rules.cameras()]
+def list_cameras(rules: RulesDep, sources: SourcesDep) -> list[CameraOut]:
+    """Every camera of the site file: online / offline / never_seen, last frame, open events,
+    and its stream (`source`) when this replica or a gateway pulls it."""
+    streams = sources.all()
+    return [CameraOut(**c, source=streams.get(c["id"])) for c in rules.cameras()]
 
 
 @router.get("/cameras/{camera_id}", response_model=CameraOut, summary="One camera's health",
             responses={404: {"model": ErrorBody, "description": "`unknown_camera`: not in the site file; `rules_disabled`"}})
-def get_camera(camera_id: str, rules: RulesDep) -> CameraOut:
+def get_camera(camera_id: str, rules: RulesDep, sources: SourcesDep) -> CameraOut:
     """Like one item of GET /cameras. Frame times are kept by the replica that evaluates the
     camera; the shipped nginx routes `/cameras/{id}...` there (docs/deploy.md), so behind it
     this is the camera's true state, while GET /cameras is that of whichever replica answers."""
-    return CameraOut(**rules.camera(camera_id))
+    return CameraOut(**rules.camera(camera_id), source=sources.get(camera_id))
 
 
 @router.post("/cameras/{camera_id}/view/accept", response_model=ViewAccepted, dependencies=[Review],

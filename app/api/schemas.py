@@ -7,6 +7,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
+from app.api.source_schemas import SourceOut
 from app.core.text import clean_text
 
 # Text that reaches the event store: no NUL (PostgreSQL refuses it), no lone surrogate (422 on every store)
@@ -256,6 +257,8 @@ class CameraOut(BaseModel):
     offline_after_s: float
     open_events: list["EventOut"] = Field(default_factory=list)
     view: ViewOut | None = Field(None, description="Its view checks (docs/rules.md, Camera view checks)")
+    source: SourceOut | None = Field(None, description="The camera's stream when this replica or a gateway pulls it "
+                                     "(docs/cameras.md); null: frames are POSTed")
 
 
 class LineCount(BaseModel):

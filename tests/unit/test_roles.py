@@ -32,6 +32,7 @@ ROUTES: dict[tuple[str, str], str] = {
     ("GET", "/events/{event_id}/clip.mp4"): "read", ("PATCH", "/events/{event_id}"): "review",
     ("GET", "/cameras"): "read", ("GET", "/cameras/{camera_id}"): "read", ("GET", "/cameras/{camera_id}/counts"): "read",
     ("GET", "/cameras/{camera_id}/frame.jpg"): "read", ("POST", "/cameras/{camera_id}/view/accept"): "review",
+    ("PUT", "/cameras/{camera_id}/source"): "detect", ("DELETE", "/cameras/{camera_id}/source"): "detect",
     ("GET", "/site"): "read", ("GET", "/site/schema"): "read",
     ("PUT", "/admin/site/cameras/{camera_id}/zones/{zone_name}"): "admin",
     ("DELETE", "/admin/site/cameras/{camera_id}/zones/{zone_name}"): "admin",

@@ -44,6 +44,8 @@ class Topics(Protocol):
 
     def status(self, camera: str) -> str: ...
 
+    def source(self, camera: str) -> str: ...
+
     def state(self, camera: str, zone: str, rule: str) -> str: ...
 
     def event(self, camera: str, rule: str) -> str: ...
@@ -144,6 +146,27 @@ def discovery_messages(topics: Topics, config: "SiteConfig") -> list[Message]:
         oid = object_id(*names)
         body = {**entity, "unique_id": f"{topics.node}_{oid}", "object_id": f"{topics.node}_{oid}",
                 "device": device, "availability": availability}
+        out.append((topics.discovery(oid), dumps(body), True))
+    return out + stream_messages(topics, config)
+
+
+def stream_messages(topics: Topics, config: "SiteConfig") -> list[Message]:
+    """Per camera with a ``source:``, a connectivity sensor of its stream (ON while streaming;
+    its source topic carries the state: connecting, streaming, stalled, auth_failed, ...).
+    A new entity (no id of older releases to clear); ``<camera>_stream`` has two names, so it
+    cannot be the id of a zone's rule."""
+    out: list[Message] = []
+    for camera in config.cameras:
+        if camera.source is None:
+            continue
+        oid = object_id(camera.id, "stream")
+        label = camera.name or camera.id
+        body = {"name": f"{label} stream", "device_class": "connectivity", "state_topic": topics.source(camera.id),
+                "value_template": "{{ 'ON' if value == 'streaming' else 'OFF' }}",
+                "unique_id": f"{topics.node}_{oid}", "object_id": f"{topics.node}_{oid}",
+                "device": {"identifiers": [f"{topics.node}_{object_id(camera.id)}"], "name": label,
+                           "manufacturer": "CampusGuard", "model": "CampusGuard Detector"},
+                "availability": [{"topic": topics.availability}]}
         out.append((topics.discovery(oid), dumps(body), True))
     return out
 

@@ -128,6 +128,9 @@ class Topics:
     def status(self, camera: str) -> str:
         return f"{self.prefix}/{topic_part(camera)}/status"
 
+    def source(self, camera: str) -> str:
+        return f"{self.prefix}/{topic_part(camera)}/source"
+
     def occupancy(self, camera: str, zone: str) -> str:
         return f"{self.prefix}/{topic_part(camera)}/{topic_part(zone)}/occupancy"
 
@@ -298,6 +301,7 @@ class MqttBridge:
         self.publisher = publisher
         self.worker = worker
         self.topics = publisher.topics
+        self._sources: dict[str, str] = {}  # camera id -> its stream's state, as last published
 
     @classmethod
     def build(cls, options: "MqttOptions", store: EventStore, metrics=None) -> "MqttBridge":
@@ -337,6 +341,15 @@ class MqttBridge:
     def camera_status(self, camera_id: str, status: str) -> None:
         self.publisher.set_state(self.topics.status(camera_id), status.encode())
 
+    def source_state(self, camera_id: str, state: str | None) -> None:
+        """A camera stream's state (connecting, streaming, ...; None: nobody pulls it here any
+        more, the retained state is cleared), for its Home Assistant stream sensor."""
+        if state is None:
+            self._sources.pop(camera_id, None)
+        else:
+            self._sources[camera_id] = state
+        self.publisher.set_state(self.topics.source(camera_id), (state or "").encode())
+
     def occupancy(self, camera_id: str, counts: dict[str, int]) -> None:
         for zone, n in counts.items():
             self.publisher.set_state(self.topics.occupancy(camera_id, zone), str(n).encode())
@@ -358,6 +371,8 @@ class MqttBridge:
         open view problem). Cameras this replica never saw are left alone (another replica
         may be serving them)."""
         out = legacy_clears(self.topics, config) + discovery_messages(self.topics, config)
+        streams = dict(self._sources)
+        out += [(self.topics.source(c.id), streams[c.id].encode(), True) for c in config.cameras if c.id in streams]
         for camera in config.cameras:
             state = status(camera.id)
             if state not in ("online", "offline"):
@@ -393,6 +408,9 @@ class NoMqtt:
         pass
 
     def camera_status(self, camera_id: str, status: str) -> None:
+        pass
+
+    def source_state(self, camera_id: str, state: str | None) -> None:
         pass
 
     def occupancy(self, camera_id: str, counts: dict[str, int]) -> None:

@@ -7,6 +7,19 @@ import { acceptAction, problemText } from "./view.js";
 
 const REFRESH_MS = 3000;
 const STATUS_TEXT = { online: "Online", offline: "Offline", never_seen: "Never seen" };
+// A camera stream's state (GET /cameras `source`, docs/cameras.md "States") in a guard's words.
+const STREAM_TEXT = {
+  connecting: "Stream: connecting",
+  streaming: "Stream: live",
+  stalled: "Stream froze: restarting",
+  auth_failed: "Stream: camera refused the password",
+  unreachable: "Stream: camera unreachable",
+  bad_stream: "Stream: picture cannot be read",
+  backoff: "Stream lost: retrying",
+  unknown: "Stream: no news from the gateway",
+};
+const NO_RULES = "Rules are off on this server (no site file): there are no cameras to show. "
+  + "Ask whoever runs it to start it with `make run`, which creates a site file with a first camera.";
 
 export function mount(main, ctx) {
   const grid = h("div", { class: "tiles", "aria-live": "off" });
@@ -29,6 +42,7 @@ export function mount(main, ctx) {
       age: h("span", { class: "age" }),
       open: h("span", { class: "open-events" }),
       zones: h("p", { class: "zones muted" }),
+      stream: h("p", { class: "stream", hidden: true }),
       overlay: null,
     };
     const el = h("article", { class: "tile", dataset: { camera: cam.id }, "aria-label": cam.name || cam.id },
@@ -38,6 +52,7 @@ export function mount(main, ctx) {
         h("p", { class: "cam-id muted" }, cam.id),
         h("p", { class: "facts" }, parts.status, " ", parts.view, " ", parts.age, " ", parts.open),
         parts.viewBox,
+        parts.stream,
         parts.zones,
         h("p", {}, h("a", { href: `#/events?camera_id=${encodeURIComponent(cam.id)}` }, "Events of this camera"))));
     return { el, parts, frameAt: null, href: null };
@@ -62,8 +77,24 @@ export function mount(main, ctx) {
     }
   }
 
+  /** The stream line: shown only when this server or a gateway pulls the camera's stream. */
+  function updateStream(el, source) {
+    el.hidden = !source;
+    if (!source) return;
+    const state = String(source.state);
+    const facts = [];
+    if (state === "streaming") facts.push(`${Number(source.input_fps || 0).toFixed(1)} fps`);
+    if (source.reconnects) facts.push(`${source.reconnects} reconnect${source.reconnects === 1 ? "" : "s"}`);
+    replace(el,
+      h("span", { class: `stream-state stream-${state.replace(/[^\w-]/g, "")}` }, STREAM_TEXT[state] || `Stream: ${state}`),
+      facts.length ? ` ${facts.join(" · ")}` : "",
+      source.last_error && state !== "streaming" ? h("span", { class: "stream-error muted" }, source.last_error) : "");
+    el.title = `${source.source}${source.reported_by ? ` (gateway ${source.reported_by})` : ""}`;
+  }
+
   function update(cam, site, t) {
     const { parts } = t;
+    updateStream(parts.stream, cam.source);
     parts.status.textContent = STATUS_TEXT[cam.status] || cam.status;
     parts.status.className = `badge status-${cam.status}`;
     parts.age.textContent = cam.last_frame_at ? `last frame ${age(cam.seconds_since_last_frame)}` : "";
@@ -109,7 +140,7 @@ export function mount(main, ctx) {
       ctx.alert("");
     } catch (err) {
       if (err.status === 404) { // rules_disabled, or a server without the events routes
-        replace(grid, h("p", {}, "Rules are off on this server (no site file): there are no cameras to show."));
+        replace(grid, h("p", {}, NO_RULES));
         return;
       }
       ctx.alert(`Cameras: ${err.message}`);
