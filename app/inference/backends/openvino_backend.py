@@ -6,10 +6,12 @@ an fp32 model in bf16 without saying so (issue #32 measured it), so fp32 and int
 ``INFERENCE_PRECISION_HINT=f32`` (int8: the parts NNCF left in float, the box decoding above
 all, stay f32) and bf16 with ``bf16``.
 
-Requests in flight: with ``inflight`` 0 (auto) or > 1 the model compiles with the THROUGHPUT
-hint (OpenVINO splits the cores into streams) and a micro-batch of N images becomes N
-batch-1 requests on an ``AsyncInferQueue``, run side by side; 1 compiles with the LATENCY
-hint and runs one request at a time.
+Requests in flight: a single frame runs on a model compiled with the LATENCY hint (every core
+on one request). With ``inflight`` 0 (auto) or > 1 each shape is compiled a second time with
+the THROUGHPUT hint (OpenVINO splits the cores into streams), and a micro-batch of N frames
+becomes N batch-1 requests on its ``AsyncInferQueue``, run side by side. A stream has only
+its share of the cores, so one frame on it alone would take about twice as long on two cores
+(measured), hence the two compiled models. ``inflight`` 1 compiles the LATENCY one only.
 """
 
 from __future__ import annotations
@@ -36,7 +38,8 @@ HINTS = {"fp32": "f32", "int8": "f32", "bf16": "bf16"}
 
 
 def compile_config(precision: str, threads: int, inflight: int) -> dict[str, object]:
-    """The CPU plugin's properties for ``precision`` and the requested requests in flight."""
+    """The CPU plugin's properties for ``precision``: LATENCY for ``inflight`` 1 (one frame,
+    every core), else THROUGHPUT (``inflight`` > 1 caps the requests; 0 lets OpenVINO pick)."""
     config: dict[str, object] = {"INFERENCE_PRECISION_HINT": HINTS[precision],
                                  "PERFORMANCE_HINT": "LATENCY" if inflight == 1 else "THROUGHPUT"}
     if threads > 0:
@@ -48,11 +51,13 @@ def compile_config(precision: str, threads: int, inflight: int) -> dict[str, obj
 
 @dataclass
 class _Session:
-    """One shape's compiled model, its request queue and the lock the queue is used under."""
+    """One shape's compiled models: one request for a single frame (LATENCY), a request queue
+    for a micro-batch (THROUGHPUT, or the LATENCY model when one request is in flight)."""
 
-    compiled: object
-    queue: object  # ov.AsyncInferQueue
-    single: object  # one ov.InferRequest for a batch of one
+    compiled: object  # the LATENCY model
+    fan_out: object  # the THROUGHPUT model (the LATENCY one when ``inflight`` is 1)
+    single: object  # ov.InferRequest of the LATENCY model
+    queue: object  # ov.AsyncInferQueue of ``fan_out``
     lock: threading.Lock
 
 
@@ -68,16 +73,13 @@ class OpenVinoDetector:
         self.core = ov.Core()
         if precision == "bf16" and "BF16" not in self.core.get_property("CPU", "OPTIMIZATION_CAPABILITIES"):
             raise ConfigError("precision bf16: OpenVINO finds no bf16 support on this CPU (avx512_bf16 or amx_bf16)")
-        config = compile_config(precision, threads, inflight)
         self.sessions: dict[Shape, _Session] = {}
         for shape, folder in folders.items():
-            try:
-                compiled = self.core.compile_model(str(folder / "model.xml"), "CPU", config)
-            except Exception as exc:
-                raise ConfigError(f"OpenVINO could not compile {folder / 'model.xml'}: {exc}") from exc
-            requests = 1 if inflight == 1 else int(compiled.get_property("OPTIMAL_NUMBER_OF_INFER_REQUESTS"))
-            self.sessions[shape] = _Session(compiled, ov.AsyncInferQueue(compiled, max(1, requests)),
-                                            compiled.create_infer_request(), threading.Lock())
+            latency = self._compile(folder, compile_config(precision, threads, 1))
+            fan_out = latency if inflight == 1 else self._compile(folder, compile_config(precision, threads, inflight))
+            requests = int(fan_out.get_property("OPTIMAL_NUMBER_OF_INFER_REQUESTS"))
+            self.sessions[shape] = _Session(latency, fan_out, latency.create_infer_request(),
+                                            ov.AsyncInferQueue(fan_out, max(1, requests)), threading.Lock())
         first = next(iter(folders.values()))
         meta = read_meta(first)
         self.names: dict[int, str] = {int(k): str(v) for k, v in meta["names"].items()}
@@ -86,12 +88,18 @@ class OpenVinoDetector:
         self.precision = precision
         self.model_name = model_name or Path(meta["weights"]).stem
         compiled = self.sessions[self.shapes[0]].compiled
-        self.streams = int(compiled.get_property("NUM_STREAMS"))
+        self.streams = int(self.sessions[self.shapes[0]].fan_out.get_property("NUM_STREAMS"))
         self.inflight = len(self.sessions[self.shapes[0]].queue)
         self.provider = f"openvino-cpu-{HINTS[precision]}"
         actual = str(compiled.get_property("INFERENCE_PRECISION_HINT"))
         log.info("OpenVINO %s on CPU: inference precision %s, %s streams, %s requests in flight, shapes %s",
                  ov.__version__, actual, self.streams, self.inflight, ", ".join(f"{h}x{w}" for h, w in self.shapes))
+
+    def _compile(self, folder: Path, config: dict[str, object]):
+        try:
+            return self.core.compile_model(str(folder / "model.xml"), "CPU", config)
+        except Exception as exc:
+            raise ConfigError(f"OpenVINO could not compile {folder / 'model.xml'}: {exc}") from exc
 
     @classmethod
     def from_options(cls, options: BackendOptions, calibration: tuple[Path, ...] = (),
