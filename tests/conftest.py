@@ -21,6 +21,7 @@ import httpx
 import pytest
 
 from tests.support.faults import FaultSwitch
+from app.core.logs import quiet_third_party_loggers
 from tests.support.logwatch import WATCH, watch_settings
 
 os.environ.setdefault("YOLO_OFFLINE", "1")
@@ -37,6 +38,7 @@ SERVER_FIXTURES = {"server_factory", "live_server", "server"}  # fixtures that s
 def pytest_configure(config):
     watch_settings()
     WATCH.install()
+    quiet_third_party_loggers()  # as `campusguard serve` does: the session's logs are the service's
 
 
 def _report_leaks(session, leaks: list[str]) -> None:

@@ -54,6 +54,17 @@ class TextFormatter(logging.Formatter):
         return line
 
 
+# uvicorn's access log is replaced by ours; ultralytics is chatty; httpx and httpcore log every
+# request's full URL at INFO, which for a webhook is its user info and path token: a secret.
+QUIET_LOGGERS = ("uvicorn.access", "ultralytics", "httpx", "httpcore")
+
+
+def quiet_third_party_loggers() -> None:
+    """Libraries that log per request (and may name a secret URL) speak only at WARNING."""
+    for noisy in QUIET_LOGGERS:
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
 def configure_logging(log_format: str = "text", level: str = "INFO") -> None:
     """One handler on stderr, text or JSON lines, at ``level`` (uvicorn's own logs go through it)."""
     handler = logging.StreamHandler(sys.stderr)
@@ -61,7 +72,6 @@ def configure_logging(log_format: str = "text", level: str = "INFO") -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
-    for noisy in ("uvicorn.access", "ultralytics"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+    quiet_third_party_loggers()
     logging.getLogger("uvicorn.error").handlers[:] = []
     logging.getLogger("uvicorn.error").propagate = True

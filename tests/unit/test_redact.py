@@ -115,3 +115,32 @@ def test_a_bad_broker_url_is_named_without_its_credentials():
         BrokerTarget.parse("amqp://user:hunter2@broker:5672/PATHSECRET")
     assert clean(str(bad.value)) and "amqp://broker:5672" in str(bad.value)
     assert BrokerTarget.parse("mqtts://user:hunter2@broker").outbox_url == "mqtts://broker:8883"
+
+
+def test_the_service_logging_never_shows_a_webhook_url_httpx_requests():
+    """httpx logs each request's full URL at INFO (user info, path token): under the
+    service's logging setup (``campusguard serve``, the gateway) it says nothing per request."""
+    import io
+    import sys
+
+    import httpx
+
+    from app.core.logs import QUIET_LOGGERS, configure_logging
+
+    root = logging.getLogger()
+    saved = root.handlers[:], root.level, {n: logging.getLogger(n).level for n in QUIET_LOGGERS}
+    stream, stderr = io.StringIO(), sys.stderr
+    try:
+        sys.stderr = stream
+        configure_logging("text", "DEBUG")
+        transport = httpx.MockTransport(lambda request: httpx.Response(204))
+        with httpx.Client(transport=transport) as client:
+            assert client.post("https://user:hunter2@hooks.example/x/PATHSECRET?token=T0KEN").status_code == 204
+        logging.getLogger("campusguard.test").info("delivered")  # the handler is live
+    finally:
+        sys.stderr = stderr
+        root.handlers[:], root.level = saved[0], saved[1]
+        for name, level in saved[2].items():
+            logging.getLogger(name).setLevel(level)
+    text = stream.getvalue()
+    assert "delivered" in text and clean(text), text
