@@ -66,14 +66,31 @@ class Settings(BaseSettings):
     device: str = Field("cpu", description="cpu or cuda:N (cuda:N is the AMD GPU on ROCm torch)")
     imgsz: Annotated[ImgSize, NoDecode] = Field(
         640, description="Fixed letterbox size: N (square) or HxW, multiples of 32")
-    half: bool = Field(False, description="fp16 inference (GPU only)")
+    shapes: Annotated[str, NoDecode] = Field(
+        "", description="More fixed input shapes, one per aspect class (comma list of HxW, e.g. 384x640,480x640,"
+        "640x384), or auto (the site file's camera resolutions); each frame goes to its aspect's shape")
+    precision: Literal["fp32", "fp16", "int8"] = Field(
+        "fp32", description="What the model computes in: fp32, fp16 (GPU) or int8 (onnx on CPU, built from the weights)")
+    decode_reduce: bool = Field(True, description="Decode a JPEG at 1/2, 1/4 or 1/8 size when the letterbox shrinks it "
+                                "that much anyway (libjpeg-turbo DCT scaling); boxes stay in original pixels")
+    evidence_min_width: int = Field(960, ge=0, le=8192, description="Frames kept for rules evidence (snapshots, clips, "
+                                    "the console's latest frame) are decoded at least this wide")
+    calibration_dir: Path | None = Field(Path("../shared/datasets/coco-val128"), description=(
+        "Frames (a folder of images, or a YOLO dataset) the int8 model is calibrated on, and gated on without labels"))
+    calibration_images: int = Field(64, ge=1, le=10_000, description="Frames used to calibrate int8 and for the F1 gate")
+    gate_dataset: Path | None = Field(None, description=(
+        "Labelled YOLO folder: a reduced precision passes when its mAP50-95 is within GATE_MAX_MAP_DROP of fp32"))
+    gate_max_map_drop: float = Field(0.01, ge=0, le=1, description="Largest mAP50-95 loss against fp32 (labelled gate)")
+    gate_min_f1: float | None = Field(None, ge=0, le=1, description=(
+        "Least F1 agreement with fp32 without labels; default per precision (fp16 0.97, int8 0.935)"))
+    gate_conf: float = Field(0.4, gt=0, lt=1, description="Confidence the unlabelled gate compares detections at")
     threads: int = Field(0, ge=0, description="CPU threads for the backend; 0 = all cores")
     onnx_providers: Annotated[list[str], NoDecode] = Field(
         default_factory=lambda: ["migraphx", "rocm", "cuda", "cpu"],
         description="Ordered execution-provider preference; the first available is used",
     )
-    onnx_cache_dir: Path = Field(Path(".cache/campusguard"), description="ONNX exports and MIGraphX compiled models")
-    migraphx_fp16: bool = False
+    onnx_cache_dir: Path = Field(Path(".cache/campusguard"), description=(
+        "The service's data folder for built models: ONNX exports, int8 models, MIGraphX programs"))
     onnx_cpu_fallback: bool = Field(
         False, description="Accept ONNX Runtime falling back to CPU when the GPU provider fails (default: refuse)")
 
@@ -264,10 +281,25 @@ class Settings(BaseSettings):
                 raise ValueError(f"imgsz must be a multiple of 32 (the model's largest stride), got {format_imgsz(value)}")
         return value
 
+    @field_validator("shapes", mode="before")
+    @classmethod
+    def _shapes(cls, value: object) -> str:
+        text = ",".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value or "").strip()
+        if text.lower() == "auto":
+            return "auto"
+        from app.inference.vision.shapes import parse_shapes
+
+        parse_shapes(text, 640)  # every entry valid; the primary shape is added by shape_list
+        return text
+
     @model_validator(mode="after")
     def _consistent(self) -> "Settings":
-        if self.half and self.device == "cpu" and self.backend == "torch":
-            raise ValueError("half=true needs a GPU device (fp16 is not supported on CPU)")
+        from app.inference.precision.spec import check_precision
+
+        try:
+            check_precision(self.backend, self.device, self.precision)
+        except ConfigError as exc:
+            raise ValueError(exc.message) from None
         suffix = self.weights.suffix.lower()
         if suffix not in {".pt", ".onnx", ".yaml", ".yml"}:
             raise ValueError(f"weights must be a .pt, .onnx or .yaml file, got {self.weights}")
@@ -283,6 +315,15 @@ class Settings(BaseSettings):
         if self.secrets_dir is not None and not self.secrets_dir.is_dir():
             raise ValueError(f"CAMPUSGUARD_SECRETS_DIR: {self.secrets_dir} is not a directory")
         return self
+
+    def shape_list(self, resolutions: Iterable[tuple[int, int]] = ()) -> tuple[tuple[int, int], ...]:
+        """IMGSZ first, then SHAPES (``auto``: the aspect classes of ``resolutions``, the site
+        file's cameras)."""
+        from app.inference.vision.shapes import parse_shapes, site_shapes
+
+        if self.shapes == "auto":
+            return site_shapes(resolutions, self.imgsz)
+        return parse_shapes(self.shapes, self.imgsz)
 
     @property
     def resolved_threads(self) -> int:
@@ -309,7 +350,14 @@ GUESSES: dict[str, str] = {
     "MAX_QUEUE": "queue_size", "QUEUE": "queue_size", "QUEUE_LENGTH": "queue_size", "MAX_QUEUE_SIZE": "queue_size",
     "BATCH_SIZE": "max_batch_size", "BATCH": "max_batch_size", "MODEL": "weights", "MODEL_PATH": "weights",
     "API_KEY": "api_keys", "KEYS": "api_keys", "KEYS_FILE": "api_keys_file", "API_KEY_FILE": "api_keys_file", "GPU": "device", "TIMEOUT": "request_timeout_s",
-    "FP16": "half", "CONFIDENCE": "conf", "WORKERS": "preprocess_workers", "SITE": "site_config",
+    "FP16": "precision", "HALF": "precision", "INT8": "precision", "CONFIDENCE": "conf", "WORKERS": "preprocess_workers", "SITE": "site_config",
+}
+
+
+# Settings that were replaced: naming the old one stops startup with the new one's name.
+RENAMED: dict[str, str] = {
+    "CAMPUSGUARD_HALF": "set CAMPUSGUARD_PRECISION=fp16 instead (CAMPUSGUARD_HALF=false is the default, fp32)",
+    "CAMPUSGUARD_MIGRAPHX_FP16": "set CAMPUSGUARD_PRECISION=fp16 instead (MIGraphX then compiles the graph in fp16)",
 }
 
 
@@ -326,6 +374,9 @@ def unknown_variables(names: Iterable[str]) -> list[str]:
         upper = name.upper()
         if (not upper.startswith(ENV_PREFIX) or upper in known or upper in FOREIGN_VARIABLES
                 or upper.startswith(FOREIGN_PREFIXES)):
+            continue
+        if upper in RENAMED:
+            problems.append(f"{name} was replaced: {RENAMED[upper]}")
             continue
         rest = upper.removeprefix(ENV_PREFIX)  # compare without the shared prefix, which every name matches
         guess = GUESSES.get(rest)

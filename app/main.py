@@ -32,6 +32,8 @@ from app.core.audit import AuditEntry, summarize
 from app.core.imgsz import format_imgsz
 from app.core.keys import KeyChange
 from app.core.metrics import Metrics
+from app.core.progress import StartupProgress
+from app.inference.vision.shapes import describe as describe_shapes
 from app.core.types import GpuInventory
 from app.inference.backends.models import require_weights
 from app.inference.devices import parse_device, torch_inventory, validate_device
@@ -51,13 +53,19 @@ def preflight(settings: Settings) -> None:
 
 
 def load_engine(app: FastAPI, settings: Settings, metrics: Metrics) -> None:
-    """Load the backend, start the worker, warm up, then flip readiness (background thread)."""
+    """Load (build and gate a reduced precision), start the worker, warm up every shape, then
+    flip readiness (background thread). Each step is reported in /health as it happens."""
+    progress: StartupProgress = app.state.progress
     try:
-        app.state.phase = "loading"
-        detector = wiring.load_detector(settings)
+        progress.set("loading", f"{settings.backend} {settings.precision} model from {settings.weights}")
+        provisioned = wiring.provision_detector(settings, progress.note)
+        detector = provisioned.detector
+        app.state.provisioned = provisioned
+        report_precision(metrics, provisioned)
         engine = wiring.build_engine(settings, wiring.build_pipeline(settings, detector), metrics)
         app.state.detector, app.state.engine = detector, engine
-        app.state.phase = "warming_up"
+        shapes = describe_shapes(engine.pipeline.shapes)
+        progress.set("warming_up", f"shapes {shapes}, {settings.warmup_iters} run(s) each")
         engine.start()
         started = time.perf_counter()
         engine.warmup(settings.warmup_iters)
@@ -65,15 +73,25 @@ def load_engine(app: FastAPI, settings: Settings, metrics: Metrics) -> None:
         metrics.build_info.info({"version": __version__, "backend": detector.backend, "provider": detector.provider,
                                  "model": detector.model_name, "precision": detector.precision,
                                  "device": info.device, "device_name": info.name,
-                                 "imgsz": format_imgsz(settings.imgsz)})
+                                 "imgsz": format_imgsz(settings.imgsz), "shapes": shapes})
         engine.mark_ready()
-        app.state.phase = "ready"
-        log.info("ready: %s on %s (%s), provider %s, warm-up %.2fs", detector.model_name, info.device, info.name,
-                 detector.provider, time.perf_counter() - started)
+        progress.set("ready")
+        log.info("ready: %s on %s (%s), provider %s, %s (requested %s), shapes %s, warm-up %.2fs", detector.model_name,
+                 info.device, info.name, detector.provider, detector.precision, provisioned.requested, shapes,
+                 time.perf_counter() - started)
     except Exception:
         log.critical("model loading failed; exiting", exc_info=True)
         logging.shutdown()
         os._exit(LOAD_FAILURE_EXIT_CODE)
+
+
+def report_precision(metrics: Metrics, provisioned) -> None:
+    """The gate's verdict as metrics (the log line comes from the gate itself)."""
+    verdict = provisioned.verdict
+    metrics.precision_fallback.labels(provisioned.requested).set(1 if provisioned.fallback else 0)
+    if verdict is not None:
+        metrics.precision_gate_passed.labels(verdict.precision, verdict.metric).set(1 if verdict.passed else 0)
+        metrics.precision_gate_value.labels(verdict.precision, verdict.metric).set(verdict.value)
 
 
 def log_auth(settings: Settings, gate: Gate) -> None:
@@ -144,7 +162,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     gate = wiring.build_gate(settings, metrics)  # ConfigError: exposed without a key, bad keys file
     gate.keys.on_change = lambda change: record_key_change(app, change)
     app.state.gate = gate
-    app.state.phase = "starting"
+    app.state.progress = StartupProgress("starting")
+    app.state.provisioned = None
     app.state.started_at = time.time()
     app.state.rules = NoRules()
     install_error_handlers(app)

@@ -10,6 +10,8 @@ are null objects (``NoRules``, ``NoMqtt``, ``NoClips``, ``NoFrameLog``), never `
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from app.api.access import Gate
@@ -23,7 +25,9 @@ from app.core.roles import Keyring
 from app.core.throttle import FailureThrottle, ThrottleOptions
 from app.inference.backends.base import BackendOptions, Detector
 from app.inference.engine import EngineLimits, InferenceEngine
-from app.inference.pipeline import DetectParams, Pipeline
+from app.core.errors import ConfigError
+from app.inference.pipeline import DecodePolicy, DetectParams, Pipeline
+from app.inference.precision.provision import PrecisionOptions, Provisioned
 from app.rules.port import NoRules, Rules
 
 if TYPE_CHECKING:
@@ -31,26 +35,75 @@ if TYPE_CHECKING:
 
 
 # --- inference ------------------------------------------------------------------------------
+def site_resolutions(settings: Settings) -> list[tuple[int, int]]:
+    """The camera resolutions the site file declares (for SHAPES=auto); none without one."""
+    if settings.site_config is None or not settings.site_config.is_file():
+        return []
+    from app.rules.site.loader import load_site_config
+
+    config = load_site_config(settings.site_config)
+    return [tuple(cam.resolution) for cam in config.cameras if cam.resolution is not None]
+
+
 def backend_options(settings: Settings) -> BackendOptions:
+    shapes = settings.shape_list(site_resolutions(settings) if settings.shapes == "auto" else ())
     return BackendOptions(
         backend=settings.backend, weights=settings.weights, model_name=settings.display_model_name,
-        device=settings.device, imgsz=settings.imgsz, half=settings.half, threads=settings.resolved_threads,
-        onnx_providers=tuple(settings.onnx_providers), onnx_cache_dir=settings.onnx_cache_dir,
-        migraphx_fp16=settings.migraphx_fp16, onnx_cpu_fallback=settings.onnx_cpu_fallback,
+        device=settings.device, imgsz=settings.imgsz, shapes=shapes, precision=settings.precision,
+        threads=settings.resolved_threads, onnx_providers=tuple(settings.onnx_providers),
+        onnx_cache_dir=settings.onnx_cache_dir, onnx_cpu_fallback=settings.onnx_cpu_fallback,
         max_batch_size=settings.max_batch_size)
 
 
-def load_detector(settings: Settings) -> Detector:
-    """The configured runtime with the model loaded (the backend registry picks it)."""
-    from app.inference.backends.registry import load_backend
+def decode_policy(settings: Settings) -> DecodePolicy:
+    return DecodePolicy(reduce=settings.decode_reduce, evidence_min_width=settings.evidence_min_width)
 
-    return load_backend(backend_options(settings))
+
+def precision_options(settings: Settings) -> PrecisionOptions:
+    """Calibration frames, the gate and how frames are decoded for it (as the service decodes)."""
+    from app.inference.precision.gate import GateOptions
+    from app.inference.precision.quantize import calibration_images
+
+    folder = settings.calibration_dir
+    frames: tuple[Path, ...] = ()
+    if settings.precision != "fp32":
+        if folder is not None and folder.is_dir():
+            frames = tuple(calibration_images(folder, settings.calibration_images))
+        elif settings.precision == "int8":
+            raise ConfigError(f"CAMPUSGUARD_PRECISION=int8 calibrates on CAMPUSGUARD_CALIBRATION_DIR, which is "
+                              f"{'not set' if folder is None else f'not a folder: {folder}'}; point it at frames "
+                              "from your cameras")
+        else:  # fp16 without frames of the site: Ultralytics' two sample images, a gross-failure check
+            from ultralytics.utils import ASSETS
+
+            frames = tuple(sorted(Path(ASSETS).glob("*.jpg")))
+    gate = GateOptions(dataset=settings.gate_dataset, frames=frames, max_map_drop=settings.gate_max_map_drop,
+                       min_f1=settings.gate_min_f1, f1_conf=settings.gate_conf)
+    return PrecisionOptions(calibration=frames, gate=gate, decode=decode_policy(settings),
+                            max_pixels=settings.max_pixels)
+
+
+def provision_detector(settings: Settings, progress: Callable[[str], None] = lambda _: None) -> Provisioned:
+    """The runtime at the requested precision, built and gated (fp32 when the gate refuses)."""
+    from app.inference.precision.provision import provision
+
+    return provision(backend_options(settings), precision_options(settings), progress)
+
+
+def load_detector(settings: Settings) -> Detector:
+    """The configured runtime with the model loaded (the backend registry picks it; a reduced
+    precision is built and gated first)."""
+    if settings.precision == "fp32":
+        from app.inference.backends.registry import load_backend
+
+        return load_backend(backend_options(settings))
+    return provision_detector(settings).detector
 
 
 def build_pipeline(settings: Settings, detector: Detector | None = None) -> Pipeline:
     """decode -> letterbox -> infer -> NMS over ``detector`` (loaded from the settings if not given)."""
     return Pipeline(detector if detector is not None else load_detector(settings), settings.cache_clear_every,
-                    settings.max_pixels)
+                    settings.max_pixels, decode_policy(settings))
 
 
 def engine_limits(settings: Settings) -> EngineLimits:

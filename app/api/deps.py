@@ -46,7 +46,16 @@ def get_engine(request: Request) -> InferenceEngine | None:
 
 
 def get_phase(request: Request) -> str:
-    return request.app.state.phase
+    progress = getattr(request.app.state, "progress", None)
+    return progress.phase if progress is not None else request.app.state.phase
+
+
+def get_startup(request: Request) -> dict:
+    """What the loader is doing (in words) and the precision it settled on, for /health."""
+    state = request.app.state
+    progress, provisioned = getattr(state, "progress", None), getattr(state, "provisioned", None)
+    return {"phase_detail": progress.describe() if progress is not None else None,
+            "precision_report": provisioned.report() if provisioned is not None else None}
 
 
 def get_started_at(request: Request) -> float:
@@ -71,6 +80,7 @@ OptionsDep = Annotated[ApiOptions, Depends(get_options)]
 MetricsDep = Annotated[Metrics, Depends(get_metrics)]
 MaybeEngineDep = Annotated[InferenceEngine | None, Depends(get_engine)]
 PhaseDep = Annotated[str, Depends(get_phase)]
+StartupDep = Annotated[dict, Depends(get_startup)]
 StartedAtDep = Annotated[float, Depends(get_started_at)]
 AnyRulesDep = Annotated[Rules, Depends(get_rules)]
 GateDep = Annotated[Gate, Depends(get_gate)]
@@ -90,7 +100,7 @@ def ready_engine(engine: MaybeEngineDep, metrics: MetricsDep, phase: PhaseDep) -
     body is read so overload costs no bandwidth or decoding."""
     if engine is None:
         metrics.rejected.labels("not_ready").inc()
-        raise NotReady(f"the model is not ready yet ({phase})")
+        raise NotReady(f"the model is not ready yet ({phase}; GET /health says what it is doing)")
     engine.check_capacity()
     return engine
 

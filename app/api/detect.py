@@ -17,6 +17,7 @@ from app.api.schemas import (BatchItem, BatchResponse, Box, DetectionOut, Detect
                              Timings, error_responses)
 from app.inference.engine import DetectResult, InferenceEngine
 from app.core.timeutil import IsoDatetime
+from app.core.types import in_frame_pixels
 from app.core.errors import InvalidParameter, ServiceError, shorten
 from app.inference.pipeline import DetectParams
 from app.rules.site.schema import IDENT as CAMERA_RE
@@ -191,7 +192,8 @@ async def detect(request: Request, engine: EngineDep, params: ParamsDep, frame: 
     upload = (await parse_upload(request, ("image",), 1, options.max_body_bytes)).images[0]
     jpeg = wants_jpeg(request, annotate)
     rules_on = rules.enabled and frame.camera_id is not None
-    result = await engine.detect(upload.data, params, keep_image=jpeg or rules_on)
+    # annotate=true answers the frame at its own size (full decode); rules keep evidence-sized frames
+    result = await engine.detect(upload.data, params, keep_image="full" if jpeg else "evidence" if rules_on else "none")
     events = await run_rules(engine, rules, frame, when, result)
     metrics.count_detections([d.class_name for d in result.detections], frame.camera_id)
     request.scope["state"].update(camera_id=frame.camera_id, detections=len(result.detections), images=1)
@@ -207,8 +209,9 @@ async def annotated_jpeg(engine: InferenceEngine, rules: Rules, frame: Frame, re
     zones = rules.zones_for(frame.camera_id) if frame.camera_id else ()
     alerts = alerts_of_pairs((e["zone"], e["rule"]) for e in events if e["state"] == "started")
     loop = asyncio.get_running_loop()
+    drawn = in_frame_pixels(result.detections, (result.width, result.height), result.image.shape)
     return await loop.run_in_executor(engine.executor, lambda: annotate_jpeg(
-        result.image, result.detections, zones=zones, alerts=alerts, names=engine.pipeline.detector.names))
+        result.image, drawn, zones=zones, alerts=alerts, names=engine.pipeline.detector.names))
 
 
 def item_error(index: int, outcome: BaseException) -> ErrorBody:
@@ -234,7 +237,7 @@ async def detect_batch(request: Request, engine: EngineDep, params: ParamsDep, f
     when = rule_time(rules, frame)
     uploads = (await parse_upload(request, ("images", "image"), options.max_batch_images,
                                   options.max_body_bytes)).images
-    keep = rules.enabled and frame.camera_id is not None
+    keep = "evidence" if rules.enabled and frame.camera_id is not None else "none"
     outcomes = await asyncio.gather(*(engine.detect(u.data, params, keep_image=keep) for u in uploads),
                                     return_exceptions=True)
     unavailable = [o for o in outcomes if isinstance(o, ServiceError) and o.status == 503]

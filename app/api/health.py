@@ -12,7 +12,7 @@ import time
 from fastapi import APIRouter
 
 from app import __version__
-from app.api.deps import GateDep, Read, MaybeDetectorDep, MaybeEngineDep, AnyRulesDep, PhaseDep, StartedAtDep
+from app.api.deps import GateDep, Read, MaybeDetectorDep, MaybeEngineDep, AnyRulesDep, PhaseDep, StartedAtDep, StartupDep
 from app.api.schemas import Health, Status, error_responses
 from app.inference.backends.base import Detector
 from app.inference.engine import InferenceEngine
@@ -30,7 +30,7 @@ async def live() -> Status:
 
 @router.get("/health/ready", response_model=Status, response_model_exclude_none=True,
             responses=error_responses(503), summary="Readiness: the model is loaded, warm and the worker is alive")
-async def ready(engine: MaybeEngineDep, phase: PhaseDep, rules: AnyRulesDep) -> Status:
+async def ready(engine: MaybeEngineDep, phase: PhaseDep, rules: AnyRulesDep, startup: StartupDep) -> Status:
     """503 (with Retry-After) while loading, warming up, restarting a worker, after a
     watchdog trip, and while draining for shutdown; route no traffic here then.
 
@@ -41,24 +41,33 @@ async def ready(engine: MaybeEngineDep, phase: PhaseDep, rules: AnyRulesDep) -> 
         return Status(status="ready", event_store=rules.store_status())
     reason = phase if engine is None or not engine.state.ready else (
         "draining" if engine.state.draining else "watchdog_tripped" if engine.state.tripped else "worker_restarting")
-    raise NotReady(f"not ready: {reason}")
+    detail = startup["phase_detail"] if engine is None or not engine.state.ready else None
+    raise NotReady(f"not ready: {reason}" + (f" - {detail}" if detail else ""))
 
 
 @router.get("/health", response_model=Health, summary="Status document")
 async def health(engine: MaybeEngineDep, detector: MaybeDetectorDep, phase: PhaseDep,
-                 started_at: StartedAtDep, rules: AnyRulesDep, gate: GateDep) -> Health:
-    """Backend, provider, device and its memory, model and classes, uptime, counters, and whether
-    keys are required (``auth``: on, off = CAMPUSGUARD_AUTH=off, loopback = no keys on a loopback address)."""
-    return health_document(engine, detector, phase, started_at, rules, gate.mode)
+                 started_at: StartedAtDep, rules: AnyRulesDep, gate: GateDep, startup: StartupDep) -> Health:
+    """Backend, provider, device and its memory, model and classes, precision (requested,
+    served, the gate's verdict), shapes, uptime and counters; while loading, what it is doing;
+    and whether keys are required (``auth``: on, off = CAMPUSGUARD_AUTH=off, loopback = no keys
+    on a loopback address)."""
+    return health_document(engine, detector, phase, started_at, rules, startup, gate.mode)
 
 
 def health_document(engine: InferenceEngine | None, detector: Detector | None, phase: str, started_at: float,
-                    rules: Rules, auth: str = "on") -> Health:
+                    rules: Rules, startup: dict | None = None, auth: str = "on") -> Health:
     """The /health document (GET /status embeds it)."""
-    out = Health(status="ready" if engine is not None and engine.ready else phase,
-                 ready=bool(engine is not None and engine.ready), version=__version__,
-                 uptime_s=round(time.time() - started_at, 3),
-                 event_store=rules.store_status(), auth=auth)
+    startup = startup or {}
+    report = startup.get("precision_report")
+    ready = bool(engine is not None and engine.ready)
+    out = Health(status="ready" if ready else phase, ready=ready, version=__version__,
+                 uptime_s=round(time.time() - started_at, 3), event_store=rules.store_status(), auth=auth,
+                 phase_detail=None if ready else startup.get("phase_detail"),
+                 precision_requested=report["requested"] if report else None,
+                 precision_fallback=report["fallback"] if report else None,
+                 precision_gate=report.get("gate") if report else None,
+                 precision_note=report.get("note") if report else None)
     if engine is not None and detector is not None:
         info = detector.device_info()
         mem = detector.memory()
@@ -67,7 +76,8 @@ def health_document(engine: InferenceEngine | None, detector: Detector | None, p
             backend=detector.backend, provider=detector.provider, device=info.device, device_name=info.name,
             vram_used_bytes=mem.used if info.platform != "cpu" else None,
             vram_total_bytes=(mem.total or info.total_memory) if info.platform != "cpu" else None,
-            model=detector.model_name, precision=detector.precision, classes=[detector.names[k] for k in sorted(detector.names)],
+            model=detector.model_name, precision=detector.precision,
+            shapes=[f"{h}x{w}" for h, w in engine.pipeline.shapes], classes=[detector.names[k] for k in sorted(detector.names)],
             inferences=counters.inferences, images=counters.images, cache_clears=counters.cache_clears,
             queue_depth=engine.queue.qsize()))
     return out

@@ -87,7 +87,16 @@ class Health(BaseModel):
     vram_used_bytes: int | None = None
     vram_total_bytes: int | None = None
     model: str | None = None
-    precision: str | None = Field(None, description="What the graph computes in: fp32, fp16 or int8")
+    precision: str | None = Field(None, description="What the graph computes in (served): fp32, fp16 or int8")
+    precision_requested: str | None = Field(None, description="CAMPUSGUARD_PRECISION")
+    precision_fallback: bool | None = Field(None, description="true: the requested precision failed its gate and fp32 "
+                                            "is served instead")
+    precision_gate: dict[str, Any] | None = Field(None, description="The gate's verdict: mode (labelled mAP or "
+                                                  "unlabelled F1 against fp32), metric, value, threshold, passed")
+    precision_note: str | None = Field(None, description="Why there is no gate verdict (fp32; a ready-made model)")
+    shapes: list[str] = Field(default_factory=list, description="The fixed input shapes (HxW), IMGSZ first")
+    phase_detail: str | None = Field(None, description="While not ready: what the replica is doing, e.g. building "
+                                     "the int8 model or waiting for another replica's build")
     classes: list[str] = Field(default_factory=list)
     uptime_s: float
     inferences: int = 0

@@ -73,6 +73,22 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="measure nothing: rewrite the CSV, Markdown and plots from bench.json in --out")
     parser.add_argument("--no-plots", action="store_true")
     parser.add_argument("--no-progress", action="store_true")
+    stage = parser.add_argument_group("CPU-side stages (app/tooling/bench/stages.py)")
+    stage.add_argument("--stage", choices=("models", "preprocess", "postprocess", "service"), default="models",
+                       help="models: the migration table (default); preprocess: decode + letterbox img/s per core "
+                            "at 720p/1080p/4K; postprocess: NMS on a real (16, 84, 8400) head, host and device; "
+                            "service: issue #28's ratios (servers fp32 and int8 vs bare session.run, the full-decode "
+                            "loop and the Ultralytics loop) in one interleaved run")
+    stage.add_argument("--clients", type=int, default=4, help="concurrent HTTP clients of --stage service")
+    stage.add_argument("--port", type=int, default=18290, help="first port of --stage service's servers")
+    stage.add_argument("--server-threads", type=csv_list(int), default=None,
+                       help="ONNX Runtime threads of --stage service's servers, a comma list: one server per value "
+                            "and precision, all in the same rounds (default: --threads)")
+    stage.add_argument("--calibration-images", type=int, default=64, help="int8 calibration frames (--stage service)")
+    stage.add_argument("--stage-seconds", type=float, default=12.0, help="seconds per stage variant set (default 12)")
+    stage.add_argument("--rounds", type=int, default=6, help="interleaved rounds (default 6)")
+    stage.add_argument("--stage-shapes", default="384x640,480x640,640x384",
+                       help="shapes the preprocess stage routes frames to (besides --imgsz)")
     kinds = parser.add_subparsers(dest="bench_kind", metavar="[scale]",
                                   help="`campusguard bench scale`: the event store and the rules at site scale")
     from app.commands import bench_scale
@@ -108,6 +124,10 @@ def run(args: argparse.Namespace) -> int:
 
     os.environ.setdefault("YOLO_OFFLINE", "1")
     validate(args)
+    if args.stage != "models":
+        from app.tooling.bench.stages import run_stage
+
+        return run_stage(args)
     if args.render:
         saved = json.loads((args.out / "bench.json").read_text())
         rows = saved["rows"]

@@ -24,12 +24,14 @@ def add_backend_options(parser: argparse.ArgumentParser, weights_required: bool 
     parser.add_argument("--device", default=None, help="cpu or cuda:N (default: CAMPUSGUARD_DEVICE or cpu)")
     parser.add_argument("--imgsz", type=imgsz_arg, default=None, help="fixed input size: N (square) or HxW (default 640)")
     parser.add_argument("--threads", type=int, default=None, help="CPU threads (default: all cores)")
-    parser.add_argument("--half", action="store_true", default=None, help="fp16 (GPU only)")
+    parser.add_argument("--precision", choices=["fp32", "fp16", "int8"], default=None,
+                        help="default: CAMPUSGUARD_PRECISION or fp32 (int8 is built from the weights and gated)")
+    parser.add_argument("--shapes", default=None, help="more fixed shapes, comma list of HxW (CAMPUSGUARD_SHAPES)")
 
 
 def settings_from_args(args: argparse.Namespace, **overrides) -> Settings:
     """Environment settings, overridden by the flags that were given."""
-    given = {k: getattr(args, k) for k in ("backend", "weights", "device", "imgsz", "threads", "half")
+    given = {k: getattr(args, k) for k in ("backend", "weights", "device", "imgsz", "threads", "precision", "shapes")
              if getattr(args, k, None) is not None}
     given.update(overrides)
     return load_settings(**given)

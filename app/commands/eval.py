@@ -13,32 +13,57 @@ from rich.table import Table
 from app import wiring
 from app.commands.common import add_backend_options, settings_from_args
 from app.core.errors import ConfigError
-from app.tooling.evaluate import evaluate, load_dataset
+from app.inference.accuracy import evaluate, load_dataset
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
     add_backend_options(parser)
     parser.add_argument("--data", type=Path, default=Path("../shared/datasets/coco-val128"))
     parser.add_argument("--batch", type=int, default=8, help="images per inference call")
+    parser.add_argument("--per-shape", action="store_true",
+                        help="also score every shape alone (all images letterboxed to it), besides the service way "
+                             "(each image at its aspect's shape)")
+    parser.add_argument("--decode", choices=("reduced", "full"), default=None,
+                        help="JPEG decode: reduced (DCT-scaled when the letterbox allows) or full (CAMPUSGUARD_DECODE_REDUCE)")
+    parser.add_argument("--upscale", type=int, default=None, metavar="WIDTH",
+                        help="score camera-sized frames: each image up-scaled to WIDTH px (cubic, JPEG q90, in memory)")
     parser.add_argument("--json", action="store_true", help="print a JSON summary as the last stdout line")
     parser.add_argument("--no-progress", action="store_true")
 
 
 def run(args: argparse.Namespace) -> int:
+    from app.core.imgsz import format_imgsz
+    from app.inference.accuracy import upscaled
+
     if args.batch < 1:
         raise ConfigError(f"--batch must be >= 1, got {args.batch}")
-    settings = settings_from_args(args)
+    extra = {"decode_reduce": args.decode == "reduced"} if args.decode else {}
+    settings = settings_from_args(args, **extra)
     dataset = load_dataset(args.data)
     detector = wiring.load_detector(settings)
-    result = evaluate(wiring.build_pipeline(settings, detector), dataset,
-                      batch_size=args.batch, progress=not args.no_progress)
-    table = Table(title=f"mAP on {args.data}")
-    for col in ("backend", "provider", "images", "boxes", "mAP50-95", "mAP50"):
+    pipeline = wiring.build_pipeline(settings, detector)
+    transform = upscaled(args.upscale) if args.upscale else None
+    runs = [("service way", None)] + ([(format_imgsz(s), s) for s in pipeline.shapes] if args.per_shape else [])
+    results = [(label, evaluate(pipeline, dataset, batch_size=args.batch, progress=not args.no_progress,
+                                shape=shape, transform=transform)) for label, shape in runs]
+    title = f"mAP on {args.data}" + (f" up-scaled to {args.upscale} px" if args.upscale else "") + \
+        f", decode {'reduced' if settings.decode_reduce else 'full'}, precision {detector.precision}"
+    table = Table(title=title)
+    for col in ("shapes", "backend", "provider", "images", "boxes", "mAP50-95", "mAP50"):
         table.add_column(col)
-    table.add_row(result.backend, result.provider, str(result.images), str(result.boxes),
-                  f"{result.map50_95:.4f}", f"{result.map50:.4f}")
+    for label, result in results:
+        table.add_row(label if shape_label(label) else f"{label}: {','.join(format_imgsz(s) for s in pipeline.shapes)}",
+                      result.backend, result.provider, str(result.images), str(result.boxes),
+                      f"{result.map50_95:.4f}", f"{result.map50:.4f}")
     Console(stderr=args.json).print(table)
     if args.json:
-        summary = {k: v for k, v in asdict(result).items() if k in {"backend", "provider", "images", "map50_95", "map50"}}
+        first = results[0][1]
+        summary = {k: v for k, v in asdict(first).items() if k in {"backend", "provider", "images", "map50_95", "map50"}}
+        summary |= {"precision": detector.precision, "decode": "reduced" if settings.decode_reduce else "full",
+                    "per_shape": {label: round(r.map50_95, 4) for label, r in results[1:]}}
         print(json.dumps(summary))
     return 0
+
+
+def shape_label(label: str) -> bool:
+    return label != "service way"

@@ -13,7 +13,7 @@ from pathlib import Path
 from app.commands.common import imgsz_arg
 from app.core.errors import ConfigError
 from app.inference.export import export_onnx
-from app.tooling.quantize import FP32_PARTS, METHODS, Recipe
+from app.inference.precision.quantize import FP32_PARTS, METHODS, Recipe
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

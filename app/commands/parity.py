@@ -28,6 +28,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--backend", choices=("torch", "onnx"), default="torch")
     parser.add_argument("--precisions", type=csv_list(str, ("fp32", "fp16")), default=["fp32"])
     parser.add_argument("--threads", type=int, default=0, help="CPU threads (0 = all cores)")
+    parser.add_argument("--shapes", default="", help="more fixed shapes (CAMPUSGUARD_SHAPES)")
+    parser.add_argument("--decode", choices=("reduced", "full"), default="reduced",
+                        help="JPEG decode: reduced when the letterbox allows (the service's default) or full")
+    parser.add_argument("--upscale", type=int, default=None, metavar="WIDTH",
+                        help="compare on camera-sized copies: each image up-scaled to WIDTH px (JPEG q90, in memory)")
     mode = parser.add_mutually_exclusive_group(required=True)
     mode.add_argument("--write-reference", type=Path, metavar="JSON", help="store this run's detections")
     mode.add_argument("--reference", type=Path, metavar="JSON", help="compare with stored detections")
@@ -43,7 +48,8 @@ def detect_all(args: argparse.Namespace, precision: str) -> dict[str, list[list[
 
     try:
         settings = Settings(_env_file=None, backend=args.backend, weights=args.weights, device=args.device,
-                            imgsz=args.imgsz, half=precision == "fp16", threads=args.threads)
+                            imgsz=args.imgsz, precision=precision, threads=args.threads, shapes=args.shapes,
+                            decode_reduce=args.decode == "reduced")
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     paths = image_files(args.images)
@@ -51,7 +57,10 @@ def detect_all(args: argparse.Namespace, precision: str) -> dict[str, list[list[
         raise ConfigError(f"no images in {args.images}")
     detector = wiring.load_detector(settings)
     pipeline = wiring.build_pipeline(settings, detector)
-    found = {p.name: as_boxes(dets) for p, dets in zip(paths, pipeline.detect([p.read_bytes() for p in paths]))}
+    from app.inference.accuracy import upscaled
+
+    transform = upscaled(args.upscale) if args.upscale else (lambda data: data)
+    found = {p.name: as_boxes(dets) for p, dets in zip(paths, pipeline.detect([transform(p.read_bytes()) for p in paths]))}
     detector.close()
     return found
 
@@ -62,6 +71,7 @@ def run(args: argparse.Namespace) -> int:
         found = detect_all(args, args.precisions[0])
         args.write_reference.parent.mkdir(parents=True, exist_ok=True)
         payload = {"meta": report.environment() | {"device": args.device, "precision": args.precisions[0],
+                                                   "decode": args.decode, "upscale": args.upscale,
                                                    "imgsz": args.imgsz, "weights": args.weights.name},
                    "detections": found}
         report.write_json(args.write_reference, payload)

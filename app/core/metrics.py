@@ -83,6 +83,13 @@ class Metrics:
         self.memory_reserved = Gauge("device_memory_reserved_bytes", "Device memory reserved by the allocator",
                                      labels, namespace=ns, registry=r)
         self.memory_total = Gauge("device_memory_total_bytes", "Device memory capacity", labels, namespace=ns, registry=r)
+        self.precision_fallback = Gauge("precision_fallback", "1 when the requested precision failed its gate and "
+                                        "fp32 is served instead", ["requested"], namespace=ns, registry=r)
+        self.precision_gate_passed = Gauge("precision_gate_passed", "1 when the precision passed its gate against fp32",
+                                           ["precision", "metric"], namespace=ns, registry=r)
+        self.precision_gate_value = Gauge("precision_gate_value", "The gate's measurement: mAP50-95 drop (labelled) "
+                                          "or F1 agreement with fp32 (unlabelled)", ["precision", "metric"],
+                                          namespace=ns, registry=r)
         self.build_info = Info("build", "Version, backend, provider, model and device", namespace=ns, registry=r)
         # campus-security rules
         self.events = Counter("events", "Rule events started", ["camera_id", "zone", "rule"], namespace=ns, registry=r)

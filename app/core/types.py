@@ -21,6 +21,18 @@ class Detection:
     y2: float
 
 
+def in_frame_pixels(detections: "list[Detection] | tuple[Detection, ...]", frame_size: tuple[int, int],
+                    frame_shape: tuple[int, ...]) -> list[Detection]:
+    """Boxes in original pixels (``frame_size`` = width, height) -> pixels of a kept frame of
+    ``frame_shape`` (H, W, ...), which a reduced JPEG decode makes smaller than the original.
+    The same list when the sizes agree, so the common case costs nothing."""
+    sx, sy = frame_shape[1] / frame_size[0], frame_shape[0] / frame_size[1]
+    if sx == 1.0 and sy == 1.0:
+        return list(detections)
+    return [Detection(d.class_id, d.class_name, d.confidence, d.x1 * sx, d.y1 * sy, d.x2 * sx, d.y2 * sy)
+            for d in detections]
+
+
 @dataclass(frozen=True)
 class GpuInventory:
     """What the GPU runtime reports: platform ("rocm", "cuda" or "none") and device names."""

@@ -32,16 +32,19 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from app.inference.admission import ServiceRate
-from app.core.imgsz import input_hw
+from app.inference.batching import ShapeBatcher
+from app.inference.vision.candidates import Candidates
 from app.core.errors import (DeadlineExceeded, InferenceFailed, InferenceTimeout, NotReady, OutOfMemory, QueueFull,
                         ServiceError, ShuttingDown)
 from app.core.metrics import Metrics
-from app.inference.pipeline import DetectParams, Pipeline, Prepared
+from app.inference.pipeline import DetectParams, Keep, Pipeline, Prepared
 from app.core.types import Detection
-from app.inference.vision.preprocess import to_batch
 
 log = logging.getLogger("campusguard.engine")
 WATCHDOG_EXIT_CODE = 70
+# Candidates up to which NMS runs on the event loop (well under a millisecond) instead of
+# being handed to the thread pool and back (two cross-thread wake-ups per request).
+INLINE_CANDIDATES = 256
 
 
 @dataclass
@@ -62,9 +65,14 @@ class _Item:
     loop: asyncio.AbstractEventLoop
     enqueued: float
     deadline: float
+    floor: float = 0.0  # the request's conf: anchors below it never leave the device
     started: float = 0.0
     inference_ms: float = 0.0
     batch_size: int = 0
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self.prepared.shape
 
     def resolve(self, value: object = None, error: BaseException | None = None) -> None:
         def _set() -> None:
@@ -112,6 +120,8 @@ class InferenceEngine:
         self.metrics = metrics
         self.rate = ServiceRate()
         self.queue: queue.Queue[_Item] = queue.Queue(maxsize=limits.queue_size)
+        self.batcher: ShapeBatcher[_Item] = ShapeBatcher(self.queue, limits.max_batch_size,
+                                                         limits.max_queue_delay_ms / 1e3)
         self.executor = ThreadPoolExecutor(max_workers=limits.preprocess_workers or (os.cpu_count() or 2),
                                            thread_name_prefix="campusguard-prep")
         self.state = EngineState()
@@ -136,15 +146,16 @@ class InferenceEngine:
         self._monitor.start()
 
     def warmup(self, iterations: int) -> None:
-        """Run the fixed shape through the model so the first request pays no compile cost."""
-        height, width = input_hw(self.pipeline.detector.imgsz)
-        dummy = np.full((height, width, 3), 114, np.uint8)
-        for i in range(iterations):
-            prepared = self.pipeline.prepare(dummy)
-            start = time.perf_counter()
-            self.pipeline.detector.infer(to_batch([prepared.letterboxed]))
-            if i > 0 or iterations == 1:  # the first call pays one-off allocation: not the service rate
-                self.rate.observe(1, time.perf_counter() - start)
+        """Run every fixed shape through the model so no request pays a compile cost; the
+        primary shape last, so the service rate starts from it."""
+        for shape in reversed(self.pipeline.shapes):
+            dummy = np.full((*shape, 3), 114, np.uint8)
+            for i in range(iterations):
+                prepared = self.pipeline.prepare(dummy, shape=shape)
+                start = time.perf_counter()
+                self.pipeline.infer([prepared.letterboxed], count=False)
+                if i > 0 or iterations == 1:  # the first call pays one-off allocation: not the service rate
+                    self.rate.observe(1, time.perf_counter() - start)
 
     def mark_ready(self) -> None:
         self.state.ready = True
@@ -174,15 +185,16 @@ class InferenceEngine:
             self._reject_full()
         self._check_wait(self._admitted + images - 1)
 
-    async def detect(self, data: bytes, params: DetectParams, keep_image: bool = False) -> DetectResult:
-        """Decode, batch, infer and post-process one image."""
+    async def detect(self, data: bytes, params: DetectParams, keep_image: Keep | bool = False) -> DetectResult:
+        """Decode, batch, infer and post-process one image (``keep_image``: what of the decoded
+        frame comes back in ``DetectResult.image``, see ``Pipeline.prepare``)."""
         self._admit()
         self._reserve()
         arrival = time.perf_counter()
         loop = asyncio.get_running_loop()
         try:
             prepared = await loop.run_in_executor(self.executor, self.pipeline.prepare, data, keep_image)
-            item = self.submit(prepared, arrival)
+            item = self.submit(prepared, arrival, params.conf)
         except BaseException:
             self._release(1)
             raise
@@ -196,7 +208,10 @@ class InferenceEngine:
             item.future.cancel()  # client gone: the worker skips cancelled items
             raise
         t0 = time.perf_counter()
-        dets = await loop.run_in_executor(self.executor, self.pipeline.finish, raw, prepared.letterbox, params)
+        if len(raw) <= INLINE_CANDIDATES:  # a few dozen survivors: NMS costs less than a thread hop
+            dets = self.pipeline.finish(raw, prepared.letterbox, params)
+        else:
+            dets = await loop.run_in_executor(self.executor, self.pipeline.finish, raw, prepared.letterbox, params)
         post_ms = (time.perf_counter() - t0) * 1e3
         timings = {
             "decode_ms": prepared.decode_ms,
@@ -222,7 +237,7 @@ class InferenceEngine:
         and by the expected wait, so overload is refused before any decoding work or
         memory is spent on it."""
         with self._lock:
-            ahead = self._admitted + len(self.state.in_hand)
+            ahead = self._admitted + len(self.state.in_hand) + len(self.batcher.held)
             verdict = self.rate.admit(ahead, self.limits.request_timeout_s)
             full = self._admitted >= self.limits.queue_size
             if not full and verdict.admitted:
@@ -256,12 +271,12 @@ class InferenceEngine:
         error.retry_after = retry_after_s
         raise error
 
-    def submit(self, prepared: Prepared, arrival: float | None = None) -> _Item:
+    def submit(self, prepared: Prepared, arrival: float | None = None, floor: float = 0.0) -> _Item:
         """Queue a prepared image (its admission must already be reserved)."""
         now = time.perf_counter()
         arrival = now if arrival is None else arrival
         loop = asyncio.get_running_loop()
-        item = _Item(prepared, loop.create_future(), loop, now, arrival + self.limits.request_timeout_s)
+        item = _Item(prepared, loop.create_future(), loop, now, arrival + self.limits.request_timeout_s, floor)
         try:
             self.queue.put_nowait(item)
         except queue.Full:  # cannot happen while reservations bound the queue; kept as a guard
@@ -291,20 +306,10 @@ class InferenceEngine:
             self.state.busy_since = None
 
     def _collect(self) -> list[_Item]:
-        """Block for one item, then gather more until the batch is full or the delay passes."""
-        try:
-            first = self.queue.get(timeout=0.1)
-        except queue.Empty:
-            return []
-        batch = [first]
-        deadline = time.perf_counter() + self.limits.max_queue_delay_ms / 1e3
-        while len(batch) < self.limits.max_batch_size:
-            remaining = deadline - time.perf_counter()
-            try:
-                batch.append(self.queue.get(timeout=remaining) if remaining > 0 else self.queue.get_nowait())
-            except queue.Empty:
-                break
-        self._release(len(batch))
+        """Block for one item, then gather more of its shape until the batch is full or the
+        delay passes (``ShapeBatcher``: items of other shapes wait for the next batch)."""
+        batch = self.batcher.next_batch(timeout=0.1)
+        self._release(self.batcher.pulled)
         return self._drop_stale(batch)
 
     def _drop_stale(self, batch: list[_Item]) -> list[_Item]:
@@ -346,7 +351,7 @@ class InferenceEngine:
         finally:
             self.state.in_hand = []
 
-    def _infer_with_retry(self, batch: list[_Item]) -> list[np.ndarray]:
+    def _infer_with_retry(self, batch: list[_Item]) -> list[Candidates]:
         try:
             return self._infer(batch)
         except OutOfMemory:
@@ -358,13 +363,13 @@ class InferenceEngine:
             half = (len(batch) + 1) // 2
             return self._infer(batch[:half]) + self._infer(batch[half:])
 
-    def _infer(self, batch: list[_Item]) -> list[np.ndarray]:
+    def _infer(self, batch: list[_Item]) -> list[Candidates]:
         start = time.perf_counter()
         for item in batch:
             item.started = start
         self.state.busy_since = time.monotonic()
         try:
-            out = self.pipeline.infer([item.prepared.letterboxed for item in batch])
+            out = self.pipeline.infer([item.prepared.letterboxed for item in batch], [item.floor for item in batch])
         finally:
             self.state.busy_since = None
         if self.state.tripped:  # the watchdog already answered these requests
@@ -414,6 +419,8 @@ class InferenceEngine:
             threading.Thread(target=_exit, name="campusguard-watchdog-exit", daemon=True).start()
 
     def _fail_queued(self, error: ServiceError) -> None:
+        for item in self.batcher.drain():  # taken from the queue (and released) already
+            item.resolve(error=error)
         while True:
             try:
                 self.queue.get_nowait().resolve(error=error)

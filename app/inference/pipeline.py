@@ -1,7 +1,10 @@
 """The synchronous detection pipeline: decode -> letterbox -> infer -> NMS -> pixels.
 
 Usable as a library (``Pipeline.detect``), by the CLI (eval, bench) and by the HTTP engine,
-which calls the stages separately so it can batch across requests. It owns the periodic
+which calls the stages separately so it can batch across requests. Each frame goes to the
+fixed input shape of its aspect class (``app.inference.vision.shapes``), and a JPEG that the
+letterbox shrinks by half or more is decoded at that reduced size (libjpeg-turbo's DCT
+scaling): boxes are still mapped back to the original frame's pixels. It owns the periodic
 allocator-cache release: the migration's OOM came from memory creeping over thousands of
 frames, and releasing the cache every N inferences bounds it.
 """
@@ -10,15 +13,22 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 
+from app.core.imgsz import input_hw
 from app.core.types import Counters, Detection
 from app.inference.backends.base import Detector
-from app.inference.vision.decode import decode_image
+from app.inference.vision.candidates import Candidates, compact
+from app.inference.vision.decode import decode_pixels, probe, reduction_for
 from app.inference.vision.postprocess import Detections, postprocess
 from app.inference.vision.preprocess import Letterbox, letterbox, to_batch
+from app.inference.vision.shapes import Shape, choose_shape, letterbox_scale
+
+Keep = Literal["none", "evidence", "full"]  # what of the decoded frame a caller needs afterwards
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,12 +40,21 @@ class DetectParams:
     multi_label: bool = False
 
 
+@dataclass(frozen=True, slots=True)
+class DecodePolicy:
+    """How small a JPEG may be decoded. ``reduce`` off decodes every frame at full size;
+    ``evidence_min_width`` is the least width of a frame kept for snapshots and clips."""
+
+    reduce: bool = True
+    evidence_min_width: int = 960
+
+
 @dataclass(slots=True)
 class Prepared:
     """One image ready for the model, with what is needed to map boxes back.
 
     ``letterboxed`` stays HWC uint8 (a quarter of the float size while it waits in the
-    queue); it becomes float only when written into the batch buffer.
+    queue); it becomes float only when written into the batch buffer (or on the device).
     """
 
     letterboxed: np.ndarray
@@ -43,39 +62,83 @@ class Prepared:
     decode_ms: float = 0.0
     preprocess_ms: float = 0.0
     image: np.ndarray | None = None  # decoded RGB frame, kept only when asked (rules, annotation)
+    reduction: int = 1  # the JPEG was decoded at 1/reduction of its size
+
+    @property
+    def shape(self) -> Shape:
+        return self.letterboxed.shape[0], self.letterboxed.shape[1]
+
+
+def detector_shapes(detector: Detector) -> tuple[Shape, ...]:
+    """The fixed input shapes a detector was built and warmed for (its ``imgsz`` alone when it
+    declares none)."""
+    shapes = getattr(detector, "shapes", None)
+    return tuple(shapes) if shapes else (input_hw(detector.imgsz),)
 
 
 class Pipeline:
-    def __init__(self, detector: Detector, cache_clear_every: int = 500, max_pixels: int = 40_000_000) -> None:
+    def __init__(self, detector: Detector, cache_clear_every: int = 500, max_pixels: int = 40_000_000,
+                 decode: DecodePolicy = DecodePolicy()) -> None:
         self.detector = detector
         self.cache_clear_every = cache_clear_every
         self.max_pixels = max_pixels
+        self.decode = decode
+        self.shapes = detector_shapes(detector)
         self.counters = Counters()
         self._lock = threading.Lock()
         self._infer_lock = threading.Lock()
-        self._buffer: np.ndarray | None = None
-
+        self._buffers: dict[tuple[str, int, int], np.ndarray] = {}
 
     # --- stages -------------------------------------------------------------------------
-    def prepare(self, data: bytes | np.ndarray, keep_image: bool = False) -> Prepared:
-        """Decode (bytes) and letterbox. Thread-safe; OpenCV releases the GIL here."""
+    def prepare(self, data: bytes | np.ndarray, keep: Keep | bool = "none", shape: Shape | None = None) -> Prepared:
+        """Decode (bytes) and letterbox to the frame's shape (``shape`` forces one).
+        Thread-safe; OpenCV releases the GIL here. ``keep`` True is "evidence"."""
+        keep = "evidence" if keep is True else "none" if keep is False else keep
         t0 = time.perf_counter()
-        img = decode_image(data, self.max_pixels) if isinstance(data, (bytes, bytearray, memoryview)) else data
+        reduction = 1
+        if isinstance(data, (bytes, bytearray, memoryview)):
+            data, header = probe(data, self.max_pixels)
+            width, height = header.upright
+            target = shape or choose_shape(width, height, self.shapes)
+            if self.decode.reduce and keep != "full":
+                min_width = self.decode.evidence_min_width if keep == "evidence" else 0
+                reduction = reduction_for(header, letterbox_scale(width, height, target), min_width)
+            img = decode_pixels(data, header, reduction)
+        else:
+            img = data
+            height, width = img.shape[:2]
+            target = shape or choose_shape(width, height, self.shapes)
         t1 = time.perf_counter()
-        boxed, box = letterbox(img, self.detector.imgsz)
+        boxed, box = letterbox(img, target, original=(width, height))
         t2 = time.perf_counter()
-        return Prepared(boxed, box, (t1 - t0) * 1e3, (t2 - t1) * 1e3, img if keep_image else None)
+        return Prepared(boxed, box, (t1 - t0) * 1e3, (t2 - t1) * 1e3, img if keep != "none" else None, reduction)
 
-    def infer(self, images: list[np.ndarray]) -> np.ndarray:
-        """One forward call on letterboxed images; counts it and releases the cache every N calls."""
-        with self._infer_lock:  # one reusable batch buffer: calls are serialised (one worker anyway)
+    def infer(self, images: list[np.ndarray], floor: float | Sequence[float] = 0.0,
+              count: bool = True) -> list[Candidates]:
+        """One forward call on letterboxed images of one shape; per image the anchors whose
+        best score exceeds ``floor`` (the lowest ``conf`` the caller will ask for). Counts the
+        call and releases the cache every N calls (``count`` False: warm-up, not counted)."""
+        with self._infer_lock:  # reusable batch buffers: calls are serialised (one worker anyway)
             n = len(images)
             h, w = images[0].shape[:2]
-            if self._buffer is None or self._buffer.shape[0] < n or self._buffer.shape[2:] != (h, w):
-                self._buffer = np.empty((max(n, 8), 3, h, w), np.float32)
-            out = self.detector.infer(to_batch(images, self._buffer[:n]))
-        self.after_inference(n)
+            on_device = getattr(self.detector, "candidates", None)
+            if on_device is not None:  # uint8 in (a quarter of the bytes), normalised and filtered there
+                batch = self._buffer("u8", n, h, w, np.uint8)
+                np.stack(images, out=batch)
+                out = on_device(batch, floor)
+            else:
+                out = compact(self.detector.infer(to_batch(images, self._buffer("f32", n, h, w, np.float32))), floor)
+        if count:
+            self.after_inference(n)
         return out
+
+    def _buffer(self, kind: str, n: int, h: int, w: int, dtype: type) -> np.ndarray:
+        key = (kind, h, w)
+        buf = self._buffers.get(key)
+        if buf is None or buf.shape[0] < n:
+            shape = (max(n, 8), h, w, 3) if kind == "u8" else (max(n, 8), 3, h, w)
+            buf = self._buffers[key] = np.empty(shape, dtype)
+        return buf[:n]
 
     def after_inference(self, images: int) -> None:
         with self._lock:
@@ -91,27 +154,30 @@ class Pipeline:
             self.counters.cache_clears += 1
             self.counters.last_cache_clear = time.time()
 
-    def finish(self, raw: np.ndarray, box: Letterbox, params: DetectParams) -> list[Detection]:
-        """Head output of one image -> detections in original pixels."""
+    def finish(self, raw: Candidates | np.ndarray, box: Letterbox, params: DetectParams) -> list[Detection]:
+        """One image's candidates (or full head output) -> detections in original pixels."""
         dets = postprocess(raw, params.conf, params.iou, params.max_det, params.classes, multi_label=params.multi_label)
         return self.to_detections(dets, box)
 
     def to_detections(self, dets: Detections, box: Letterbox) -> list[Detection]:
-        boxes = box.to_original(dets.boxes)
+        boxes = box.to_original(dets.boxes).tolist()
         names = self.detector.names
-        return [
-            Detection(int(c), names.get(int(c), str(int(c))), float(s), *map(float, b))
-            for b, s, c in zip(boxes, dets.scores, dets.class_ids)
-        ]
+        return [Detection(c, names.get(c, str(c)), s, *b)
+                for b, s, c in zip(boxes, dets.scores.tolist(), dets.class_ids.tolist())]
 
     # --- convenience ----------------------------------------------------------------------
     def detect(self, images: list[bytes | np.ndarray], params: DetectParams | None = None,
-               batch_size: int = 8) -> list[list[Detection]]:
-        """Library entry point: many images in, one detection list per image out."""
+               batch_size: int = 8, shape: Shape | None = None) -> list[list[Detection]]:
+        """Library entry point: many images in, one detection list per image out. Each image
+        goes to its aspect's shape (or ``shape``); a batch holds one shape."""
         params = params or DetectParams()
         results: list[list[Detection]] = []
         for start in range(0, len(images), batch_size):
-            prepared = [self.prepare(img) for img in images[start:start + batch_size]]
-            raw = self.infer([p.letterboxed for p in prepared])
-            results.extend(self.finish(r, p.letterbox, params) for r, p in zip(raw, prepared))
+            prepared = [self.prepare(img, shape=shape) for img in images[start:start + batch_size]]
+            found: dict[int, list[Detection]] = {}
+            for group in {p.shape for p in prepared}:
+                members = [i for i, p in enumerate(prepared) if p.shape == group]
+                raw = self.infer([prepared[i].letterboxed for i in members], params.conf)
+                found.update((i, self.finish(r, prepared[i].letterbox, params)) for i, r in zip(members, raw))
+            results.extend(found[i] for i in range(len(prepared)))
         return results

@@ -21,7 +21,7 @@ from scipy.optimize import linear_sum_assignment
 
 from app.wiring import load_detector
 from app.config import Settings
-from app.tooling.evaluate import load_dataset
+from app.inference.accuracy import load_dataset
 from app.inference.pipeline import DetectParams, Pipeline
 from app.inference.vision.postprocess import pairwise_iou
 from tests.conftest import REPO, ultralytics_asset
@@ -173,7 +173,8 @@ def cli_eval(weights, dataset, onnx_cache, tmp_path_factory):
 def test_eval_cli_map(cli_eval, backend, dataset):
     summary = cli_eval(backend)
     print(summary)
-    assert set(summary) == {"backend", "provider", "images", "map50_95", "map50"}
+    assert set(summary) == {"backend", "provider", "images", "map50_95", "map50", "precision", "decode", "per_shape"}
+    assert summary["precision"] == "fp32" and summary["decode"] == "reduced" and summary["per_shape"] == {}
     assert summary["backend"] == backend
     assert summary["provider"] == ("CPUExecutionProvider" if backend == "onnx" else "torch-cpu")
     assert summary["images"] == len(load_dataset(dataset).images) == 128

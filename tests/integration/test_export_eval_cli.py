@@ -172,7 +172,7 @@ def test_eval_malformed_label_exits_2(weights, dataset, tmp_path):
 @pytest.mark.parametrize("content", ["17 x 0.5 0.1 0.1", "person 0.5 0.5 0.1 0.1", "1.5 0.5 0.5 0.1 0.1"])
 def test_read_labels_rejects_malformed_lines(tmp_path, content):
     from app.core.errors import ConfigError
-    from app.tooling.evaluate import read_labels
+    from app.inference.accuracy import read_labels
 
     path = tmp_path / "a.txt"
     path.write_text(f"0 0.5 0.5 0.2 0.2\n\n{content}\n")
@@ -181,7 +181,7 @@ def test_read_labels_rejects_malformed_lines(tmp_path, content):
 
 
 def test_read_labels_converts_to_coco_pixels(tmp_path):
-    from app.tooling.evaluate import read_labels
+    from app.inference.accuracy import read_labels
 
     path = tmp_path / "a.txt"
     path.write_text("3 0.5 0.25 0.2 0.1\n")
@@ -191,7 +191,7 @@ def test_read_labels_converts_to_coco_pixels(tmp_path):
 
 def test_load_dataset_errors(dataset, tmp_path):
     from app.core.errors import ConfigError
-    from app.tooling.evaluate import load_dataset
+    from app.inference.accuracy import load_dataset
 
     root = make_dataset(tmp_path / "ds", dataset, n=1)
     (root / "data.yaml").write_text("path: .\nnc: 80\n")
@@ -253,7 +253,7 @@ def test_eval_image_shape_follows_exif_orientation():
 
     from PIL import Image
 
-    from app.tooling.evaluate import pipeline_shape
+    from app.inference.accuracy import pipeline_shape
 
     for orientation, expected in ((1, (24, 40)), (6, (40, 24)), (8, (40, 24)), (3, (24, 40))):
         exif = Image.Exif()

@@ -210,7 +210,7 @@ def test_int8_only_flags_without_int8(weights, tmp_path, capsys):
 
 def test_fp32_parts_select_the_head_nodes(fp32_onnx):
     from app.core.errors import ConfigError
-    from app.tooling.quantize import fp32_nodes, inspect_yolo_onnx
+    from app.inference.precision.quantize import fp32_nodes, inspect_yolo_onnx
 
     info = inspect_yolo_onnx(fp32_onnx)
     assert info.head_prefix == "/model.22/" and info.imgsz == IMGSZ and info.names[0] == "person"
@@ -231,7 +231,7 @@ def test_fp32_parts_select_the_head_nodes(fp32_onnx):
 
 def test_calibration_images_spread_and_limits(calibration):
     from app.core.errors import ConfigError
-    from app.tooling.quantize import calibration_images, stride_for
+    from app.inference.precision.quantize import calibration_images, stride_for
 
     every = calibration_images(calibration)
     assert len(every) == 8 and every == sorted(every)

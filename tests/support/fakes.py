@@ -16,6 +16,10 @@ from app.inference.pipeline import Pipeline
 
 class FakeDetector:
     backend, provider, model_name, imgsz, precision = "fake", "fake", "fake", 32, "fp32"
+
+    @property
+    def shapes(self) -> tuple[tuple[int, int], ...]:
+        return ((self.imgsz, self.imgsz),)
     names = {0: "person", 1: "car"}
 
     def __init__(self, delay: float = 0.0, fail: set[int] | None = None, oom_above: int | None = None) -> None:

@@ -94,15 +94,30 @@ class FaultInjectingDetector:
             return self._faults, fault
 
     def infer(self, batch: np.ndarray) -> np.ndarray:
+        self._inject(len(batch))
+        return self._inner.infer(batch)
+
+    def candidates(self, images: np.ndarray, floor):
+        """The device-side path (torch) gets the same faults; a runtime without it is compacted
+        on the host, as the pipeline would."""
+        self._inject(len(images))
+        inner = getattr(self._inner, "candidates", None)
+        if inner is not None:
+            return inner(images, floor)
+        from app.inference.vision.candidates import compact
+        from app.inference.vision.preprocess import to_batch
+
+        return compact(self._inner.infer(to_batch(list(images))), floor)
+
+    def _inject(self, n: int) -> None:
         faults, fault = self._current()
         if faults.delay_ms:
             time.sleep(faults.delay_ms / 1e3)
         if fault == "raise_once":
             raise RuntimeError("injected backend failure")
         if fault == "oom_once":
-            raise OutOfMemory(f"injected device OOM at batch {len(batch)}")
+            raise OutOfMemory(f"injected device OOM at batch {n}")
         if fault == "hang":
             time.sleep(3600)
         if fault == "crash_worker":
             raise WorkerCrash("injected worker crash")
-        return self._inner.infer(batch)

@@ -54,10 +54,35 @@ def test_onnx_providers_aliases_and_order(monkeypatch):
         Settings(onnx_providers="vulkan")
 
 
-def test_half_on_cpu_rejected_for_torch():
-    with pytest.raises(ValidationError, match="half"):
-        Settings(half=True, device="cpu")
-    assert Settings(half=True, device="cuda:0").half
+def test_precision_is_checked_against_backend_and_device():
+    """CAMPUSGUARD_PRECISION replaced HALF: fp16 needs a GPU, int8 runs on onnx on the CPU."""
+    with pytest.raises(ValidationError, match="precision fp16 does not run on backend torch with device cpu"):
+        Settings(precision="fp16", device="cpu")
+    with pytest.raises(ValidationError, match="precision int8 does not run on backend torch.*onnx on CPU"):
+        Settings(precision="int8")
+    with pytest.raises(ValidationError, match="precision int8 does not run on backend onnx with device cuda:0"):
+        Settings(precision="int8", backend="onnx", device="cuda:0")
+    assert Settings(precision="fp16", device="cuda:0").precision == "fp16"
+    assert Settings(precision="int8", backend="onnx").precision == "int8"
+    assert Settings().precision == "fp32"
+
+
+def test_replaced_half_settings_name_their_successor():
+    from app.config import unknown_variables
+
+    problems = unknown_variables(["CAMPUSGUARD_HALF", "CAMPUSGUARD_MIGRAPHX_FP16"])
+    assert problems == [
+        "CAMPUSGUARD_HALF was replaced: set CAMPUSGUARD_PRECISION=fp16 instead (CAMPUSGUARD_HALF=false is the default, fp32)",
+        "CAMPUSGUARD_MIGRAPHX_FP16 was replaced: set CAMPUSGUARD_PRECISION=fp16 instead (MIGraphX then compiles the graph "
+        "in fp16)"]
+
+
+def test_shapes_setting():
+    assert Settings().shape_list() == ((640, 640),)
+    assert Settings(shapes="384x640,480x640,640").shape_list() == ((640, 640), (384, 640), (480, 640))
+    assert Settings(imgsz="384x640", shapes="auto").shape_list([(1280, 960), (1920, 1080)]) == ((384, 640), (480, 640))
+    with pytest.raises(ValidationError, match="multiples of 32"):
+        Settings(shapes="380x640")
 
 
 @pytest.mark.parametrize("weights", ["model.pt", "model.onnx", "yolov8m.yaml", "a/b.YML"])

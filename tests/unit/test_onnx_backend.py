@@ -167,7 +167,7 @@ def test_migraphx_session_runs_one_fixed_padded_batch(monkeypatch, tiny_model, t
     assert shapes == [(4, 3, 32, 32)] * 3
 
 
-def test_half_with_fp32_graph_warns(monkeypatch, tiny_model, caplog):
+def test_fp16_with_fp32_graph_warns(monkeypatch, tiny_model, caplog):
     det = OnnxDetector(tiny_model, imgsz=32, half=True)
     assert det.precision == "fp32"
     assert "fp32 graph" in caplog.text

@@ -30,6 +30,7 @@ class FakeDetector:
 
     def __init__(self, imgsz: int = 64, box=(32.0, 32.0, 16.0, 8.0)) -> None:
         self.imgsz = imgsz
+        self.shapes = ((imgsz, imgsz),)
         self.box = box
         self.release_calls = 0
         self.batches: list[tuple[int, ...]] = []

@@ -13,7 +13,7 @@ from typing import Callable, Protocol, runtime_checkable
 
 import numpy as np
 
-from app.core.imgsz import ImgSize
+from app.core.imgsz import ImgSize, input_hw
 from app.core.types import DeviceInfo, MemoryStats
 
 
@@ -28,13 +28,21 @@ class BackendOptions:
     model_name: str | None = None
     device: str = "cpu"
     imgsz: ImgSize = 640
-    half: bool = False
+    shapes: tuple[tuple[int, int], ...] = ()  # fixed input shapes (H, W), imgsz first; () = imgsz alone
+    precision: str = "fp32"  # what the graph computes in (app.inference.precision.spec names them)
     threads: int = 1
     onnx_providers: tuple[str, ...] = ("CPUExecutionProvider",)
     onnx_cache_dir: Path = Path(".cache/campusguard")
-    migraphx_fp16: bool = False
     onnx_cpu_fallback: bool = False
     max_batch_size: int = 8
+
+    @property
+    def half(self) -> bool:
+        return self.precision == "fp16"
+
+    @property
+    def all_shapes(self) -> tuple[tuple[int, int], ...]:
+        return self.shapes or (input_hw(self.imgsz),)
 
 
 @runtime_checkable
@@ -42,7 +50,8 @@ class Detector(Protocol):
     backend: str  # "torch" | "onnx"
     provider: str  # what actually runs the graph, e.g. "CPUExecutionProvider", "torch-cuda"
     names: dict[int, str]
-    imgsz: ImgSize  # N (square) or (height, width)
+    imgsz: ImgSize  # N (square) or (height, width): the primary shape
+    shapes: tuple[tuple[int, int], ...]  # every fixed (H, W) it was built and is warmed for, imgsz first
     model_name: str
     precision: str  # "fp32" | "fp16" | "int8": what the graph computes in, for reports and /health
 
@@ -57,6 +66,11 @@ class Detector(Protocol):
         Raises ``app.core.errors.OutOfMemory`` when the device runs out of memory, so the
         engine can release the cache and retry at a smaller batch.
         """
+
+    # Optional: ``candidates(images, floor) -> list[Candidates]`` takes the letterboxed batch as
+    # uint8 (N, H, W, 3) RGB, normalises it and runs the model on the device, and copies back
+    # only the anchors whose best class score exceeds ``floor`` (app/inference/vision/candidates.py).
+    # Without it the pipeline calls ``infer`` and compacts the full head output on the host.
 
     def device_info(self) -> DeviceInfo: ...
 

@@ -131,6 +131,12 @@ class OnnxDetector:
         opts.inter_op_num_threads = 1
         opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         opts.log_severity_level = 3
+        if index is None:
+            # A server's cores are shared with decoding, letterboxing and the event loop:
+            # intra-op threads that spin between runs burn them (measured: 2 spinning threads
+            # on a busy 2-core host ran at 0.46x the speed and 1.7x the CPU per image of 2 that
+            # sleep; docs/benchmarks.md, "Thread budget").
+            opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
         options = [migraphx_options(index or 0, migraphx_fp16, cache_dir, model_path, max_batch_size, ort.__version__)
                    if p == MIGRAPHX else ({"device_id": str(index or 0)} if p in GPU_PROVIDERS else {})
                    for p in chosen]
@@ -166,11 +172,12 @@ class OnnxDetector:
         if input_hw(self.imgsz) != input_hw(imgsz):
             raise ConfigError(f"{model_path} was exported for imgsz {format_imgsz(self.imgsz)}, "
                               f"settings ask for {format_imgsz(imgsz)}")
+        self.shapes = (input_hw(self.imgsz),)
         self.precision = graph_precision(model_path, self.input_dtype)
         if self.provider == MIGRAPHX and migraphx_fp16 and self.precision == "fp32":
             self.precision = "fp16"  # MIGraphX quantises the fp32 graph itself
         if half and self.precision == "fp32":
-            log.warning("half=true but %s is an fp32 graph: inference stays fp32 (export it with "
+            log.warning("precision fp16 but %s is an fp32 graph: inference stays fp32 (export it with "
                         "`campusguard export --half`, or let the service export the .pt)", model_path)
         self.model_name = model_name or model_path.stem
         self._arena = arena_spec(self.provider, self._device_info.index)
@@ -202,7 +209,7 @@ class OnnxDetector:
     @classmethod
     def _build(cls, model_path: Path, options: BackendOptions) -> "OnnxDetector":
         return cls(model_path, options.device, options.imgsz, list(options.onnx_providers), options.threads,
-                   options.onnx_cache_dir, options.migraphx_fp16, options.max_batch_size, options.half,
+                   options.onnx_cache_dir, options.half, options.max_batch_size, options.half,
                    options.onnx_cpu_fallback, options.model_name)
 
     def infer(self, batch: np.ndarray) -> np.ndarray:

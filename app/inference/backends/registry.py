@@ -5,6 +5,7 @@ It is also the one seam where the tests' fault injector enters (tests/support/se
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Callable
 
 from app.core.errors import ConfigError
@@ -18,9 +19,27 @@ def _torch(options: BackendOptions) -> Detector:
 
 
 def _onnx(options: BackendOptions) -> Detector:
+    """One session per fixed shape (each graph has its shape baked in)."""
     from app.inference.backends.onnx_backend import OnnxDetector
 
-    return OnnxDetector.from_options(options)
+    if len(options.all_shapes) == 1:
+        return OnnxDetector.from_options(options)
+    return per_shape(options, OnnxDetector.from_options)
+
+
+def per_shape(options: BackendOptions, build: Callable[[BackendOptions], Detector]) -> Detector:
+    """A ``ShapeSet`` of one detector per shape of ``options``, each built for that shape alone."""
+    from app.inference.backends.shapeset import ShapeSet
+
+    members: dict[tuple[int, int], Detector] = {}
+    try:
+        for shape in options.all_shapes:
+            members[shape] = build(replace(options, imgsz=shape if shape[0] != shape[1] else shape[0], shapes=()))
+    except BaseException:
+        for member in members.values():
+            member.close()
+        raise
+    return ShapeSet(members)
 
 
 BACKENDS: dict[str, Callable[[BackendOptions], Detector]] = {"torch": _torch, "onnx": _onnx}

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 
 import cv2
@@ -137,11 +138,30 @@ def to_rgb8(img: np.ndarray) -> np.ndarray:
     raise InvalidImage(f"unsupported channel count {channels}")
 
 
-def decode_image(data: bytes | bytearray | memoryview, max_pixels: int) -> np.ndarray:
-    """Decode ``data`` to an HxWx3 RGB uint8 array.
+@dataclass(frozen=True, slots=True)
+class Header:
+    """What the header says about an image that passed the checks (format, size, limit)."""
 
-    Raises ``InvalidImage`` (empty, garbage, truncated), ``UnsupportedMediaType`` (not
-    JPEG/PNG/BMP/WebP) or ``ImageTooLarge`` (more than ``max_pixels`` declared pixels).
+    fmt: str
+    width: int  # stored pixels
+    height: int
+    orientation: int  # EXIF 1..8
+
+    @property
+    def upright(self) -> tuple[int, int]:
+        """(width, height) once EXIF orientation is applied: the frame the boxes refer to."""
+        return (self.height, self.width) if self.orientation in (5, 6, 7, 8) else (self.width, self.height)
+
+
+REDUCTIONS = (8, 4, 2)  # libjpeg-turbo's DCT scaling, largest first
+_REDUCED_FLAGS = {2: cv2.IMREAD_REDUCED_COLOR_2, 4: cv2.IMREAD_REDUCED_COLOR_4, 8: cv2.IMREAD_REDUCED_COLOR_8}
+
+
+def probe(data: bytes | bytearray | memoryview, max_pixels: int) -> tuple[bytes, Header]:
+    """Sniff and read the header of untrusted bytes, refusing what must not be decoded.
+
+    Raises ``InvalidImage`` (empty, garbage, unreadable header), ``UnsupportedMediaType``
+    (not JPEG/PNG/BMP/WebP) or ``ImageTooLarge`` (more than ``max_pixels`` declared pixels).
     """
     if not data:
         raise InvalidImage("empty image")
@@ -158,15 +178,50 @@ def decode_image(data: bytes | bytearray | memoryview, max_pixels: int) -> np.nd
         raise InvalidImage("image has no pixels")
     if width * height > max_pixels:
         raise ImageTooLarge(f"image is {width}x{height} = {width * height} pixels; the limit is {max_pixels}")
+    return data, Header(fmt, width, height, orientation)
+
+
+def reduction_for(header: Header, scale: float, min_width: int = 0) -> int:
+    """The DCT reduction (1, 2, 4 or 8) a JPEG can be decoded at for a letterbox ``scale``.
+
+    A frame that is shrunk by ``scale`` <= 1/r anyway loses nothing the model sees when
+    libjpeg-turbo decodes it at 1/r (it skips most of the IDCT and colour work). Only JPEG
+    has this; ``min_width`` keeps a frame that is also wanted as evidence at least that wide.
+    """
+    if header.fmt != "jpeg":
+        return 1
+    width = header.upright[0]
+    for r in REDUCTIONS:
+        if scale <= 1.0 / r and -(-width // r) >= min_width:
+            return r
+    return 1
+
+
+def decode_pixels(data: bytes, header: Header, reduction: int = 1) -> np.ndarray:
+    """Decode probed bytes to an upright HxWx3 RGB uint8 array, at 1/``reduction`` size (JPEG).
+
+    The reduced array is ``ceil(side / reduction)`` on each side; whoever maps boxes back
+    must use the header's size (``Pipeline.prepare`` does, through the letterbox).
+    """
     buf = np.frombuffer(data, dtype=np.uint8)
-    img = cv2.imdecode(buf, cv2.IMREAD_UNCHANGED | cv2.IMREAD_ANYDEPTH)
+    if reduction > 1 and header.fmt == "jpeg":
+        # EXIF orientation is applied below for every format alike, never by OpenCV
+        img = cv2.imdecode(buf, _REDUCED_FLAGS[reduction] | cv2.IMREAD_IGNORE_ORIENTATION)
+    else:
+        img = cv2.imdecode(buf, cv2.IMREAD_UNCHANGED | cv2.IMREAD_ANYDEPTH)
     if img is None or img.size == 0:
-        raise InvalidImage(f"{fmt} data could not be decoded (corrupt or truncated)")
-    if fmt == "jpeg" and not _jpeg_complete(data):
+        raise InvalidImage(f"{header.fmt} data could not be decoded (corrupt or truncated)")
+    if header.fmt == "jpeg" and not _jpeg_complete(data):
         # libjpeg fills a truncated scan with grey and only warns; a half frame would
         # give confident nonsense, so refuse it.
         raise InvalidImage("jpeg data is truncated")
-    return apply_orientation(to_rgb8(img), orientation)
+    return apply_orientation(to_rgb8(img), header.orientation)
+
+
+def decode_image(data: bytes | bytearray | memoryview, max_pixels: int) -> np.ndarray:
+    """Decode ``data`` to an HxWx3 RGB uint8 array at full size (``probe`` says what it raises)."""
+    data, header = probe(data, max_pixels)
+    return decode_pixels(data, header)
 
 
 def _jpeg_complete(data: bytes) -> bool:

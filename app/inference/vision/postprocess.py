@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from app.inference.vision.candidates import Candidates
+
 DEFAULT_IOU = 0.7
 MAX_CANDIDATES = 4096  # pre-NMS top-k by score; bounds the IoU matrix at 16M cells
 MAX_FIXED_POINT_STEPS = 8  # then greedy_keep switches to the sequential pass
@@ -111,7 +113,7 @@ def nms(boxes: np.ndarray, scores: np.ndarray, class_ids: np.ndarray, iou_thresh
 
 
 def postprocess(
-    pred: np.ndarray,
+    pred: np.ndarray | Candidates,
     conf: float = 0.25,
     iou: float = DEFAULT_IOU,
     max_det: int = 300,
@@ -119,36 +121,40 @@ def postprocess(
     max_candidates: int = MAX_CANDIDATES,
     multi_label: bool = False,
 ) -> Detections:
-    """One image's head output (4+nc, anchors), xywh in input pixels -> Detections.
+    """One image's candidates (or its full head output (4+nc, anchors)), xywh in input
+    pixels -> Detections.
 
     By default each anchor contributes its best class only (Ultralytics' predict); with
     ``multi_label`` every class above ``conf`` does (Ultralytics' val, used for mAP).
+    Candidates compacted at a floor <= ``conf`` give exactly what the full head gives.
     """
-    pred = np.asarray(pred, dtype=np.float32)
-    if pred.ndim != 2 or pred.shape[0] < 5:
-        raise ValueError(f"expected a (4+nc, anchors) head output, got shape {pred.shape}")
-    class_scores = pred[4:]
+    cand = pred if isinstance(pred, Candidates) else Candidates.of_head(pred, conf)
+    rows = cand.rows
+    if len(rows) == 0:
+        return Detections.empty()
+    class_scores = rows[:, 4:]
     if multi_label:
         # every (anchor, class) pair above conf is a candidate, as Ultralytics' val does
-        cls_idx, anchor_idx = np.nonzero(class_scores > conf)
-        scores = class_scores[cls_idx, anchor_idx]
+        # (class-major order, as np.nonzero over the (classes, anchors) head gives it)
+        cls_idx, row_idx = np.nonzero(class_scores.T > conf)
+        scores = class_scores[row_idx, cls_idx]
     else:
-        cls_idx = class_scores.argmax(axis=0)
-        scores = np.take_along_axis(class_scores, cls_idx[None, :], axis=0)[0]
-        anchor_idx = np.flatnonzero(scores > conf)
-        cls_idx, scores = cls_idx[anchor_idx], scores[anchor_idx]
+        cls_idx = class_scores.argmax(axis=1)
+        scores = class_scores[np.arange(len(rows)), cls_idx]
+        row_idx = np.flatnonzero(scores > conf)
+        cls_idx, scores = cls_idx[row_idx], scores[row_idx]
     if classes is not None:
         # Filter after choosing each anchor's best class, as Ultralytics does: an anchor
         # whose best class is excluded contributes nothing, so a filtered result is always
         # a subset of the unfiltered one (never a second-best class surfacing).
         wanted = np.isin(cls_idx, np.fromiter(classes, dtype=np.int64, count=len(classes)))
-        anchor_idx, cls_idx, scores = anchor_idx[wanted], cls_idx[wanted], scores[wanted]
+        row_idx, cls_idx, scores = row_idx[wanted], cls_idx[wanted], scores[wanted]
     if scores.size == 0:
         return Detections.empty()
     if scores.size > max_candidates:
         top = np.sort(np.argsort(-scores, kind="stable")[:max_candidates])
-        anchor_idx, cls_idx, scores = anchor_idx[top], cls_idx[top], scores[top]
-    boxes = xywh_to_xyxy(pred[:4, anchor_idx].T)
+        row_idx, cls_idx, scores = row_idx[top], cls_idx[top], scores[top]
+    boxes = xywh_to_xyxy(rows[row_idx, :4])
     cand_scores = scores.astype(np.float32)
     cand_classes = cls_idx.astype(np.int64)
     keep = nms(boxes, cand_scores, cand_classes, iou)[:max_det]

@@ -1,4 +1,4 @@
-"""Letterbox every frame to one fixed square shape.
+"""Letterbox a frame to a fixed input shape (one per aspect class, app.inference.vision.shapes).
 
 One shape for every request is a lesson of the ROCm migration: dynamic input shapes made
 the allocator cache grow until OOM. The ``Letterbox`` transform is kept per image so
@@ -35,16 +35,26 @@ class Letterbox:
         return out
 
 
-def letterbox(img: np.ndarray, size: int | tuple[int, int]) -> tuple[np.ndarray, Letterbox]:
-    """Resize keeping aspect ratio and pad to ``size`` (N square, or (height, width)); HWC uint8."""
+def letterbox(img: np.ndarray, size: int | tuple[int, int],
+              original: tuple[int, int] | None = None) -> tuple[np.ndarray, Letterbox]:
+    """Resize keeping aspect ratio and pad to ``size`` (N square, or (height, width)); HWC uint8.
+
+    ``original`` (width, height) is the frame's true size when ``img`` was decoded smaller
+    (a reduced JPEG decode): the geometry, and so the mapping of boxes back to original
+    pixels, is computed from it, exactly as if the full frame had been letterboxed.
+    """
     out_h, out_w = (size, size) if isinstance(size, int) else size
-    h, w = img.shape[:2]
+    w, h = original or (img.shape[1], img.shape[0])
     scale = min(out_h / h, out_w / w)
     # A 1x20000 strip scales one side below half a pixel: keep at least one row/column
     # (cv2.resize refuses a zero size), so any shape the decoder accepts gets through.
     new_w, new_h = max(1, int(round(w * scale))), max(1, int(round(h * scale)))
-    if (new_w, new_h) != (w, h):
-        img = cv2.resize(img, (new_w, new_h), interpolation=cv2.INTER_LINEAR)
+    if (new_w, new_h) != (img.shape[1], img.shape[0]):
+        # Bilinear, as Ultralytics, up to a 2x shrink; beyond it bilinear reads 4 of every 9+
+        # pixels and aliases (a full 1080p frame into 640: mAP 0.4166 on up-scaled COCO against
+        # 0.4211 with area averaging; docs/benchmarks.md). A reduced JPEG decode never gets here.
+        shrink_2x = new_w * 2 <= img.shape[1] and new_h * 2 <= img.shape[0]
+        img = cv2.resize(img, (new_w, new_h), interpolation=cv2.INTER_AREA if shrink_2x else cv2.INTER_LINEAR)
     dw, dh = (out_w - new_w) / 2, (out_h - new_h) / 2
     top, bottom = int(round(dh - 0.1)), int(round(dh + 0.1))
     left, right = int(round(dw - 0.1)), int(round(dw + 0.1))

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from app.core.timeutil import as_utc, utcnow
-from app.core.types import Detection
+from app.core.types import Detection, in_frame_pixels
 from app.inference.vision.annotate import ZoneOverlay, alerts_of_pairs
 from app.rules.delivery.mqtt import MqttBridge, NoMqtt
 from app.rules.evidence.clips import ClipRecorder, NoClips
@@ -82,9 +82,11 @@ class FrameStep:
                                         tuple(detections), tuple(cam.frame_tracks), fresh))
             counts = dict(cam.zone_counts)
             alerts = [(e.zone, e.rule) for e in cam.open_events()]
+        # a reduced JPEG decode keeps a smaller frame: evidence draws the boxes in its pixels
+        drawn = in_frame_pixels(detections, frame_size, frame_rgb.shape) if frame_rgb is not None else detections
         if frame_rgb is not None:  # before the events: the start frame is in its clip
-            p.clips.record(camera_id, arrived, frame_rgb, detections, alerts)
-        events = [self._emit(cam, tr, detections, frame_rgb) for tr in transitions]
+            p.clips.record(camera_id, arrived, frame_rgb, drawn, alerts)
+        events = [self._emit(cam, tr, drawn, frame_rgb) for tr in transitions]
         if back is not None:
             events = p.health.back(back, arrived) + events
         p.series.frame(camera_id, counts, time.perf_counter() - t0)

@@ -76,8 +76,11 @@ class EventWriter:
         self.buffer.add((event, deliveries))
 
     def settle(self) -> None:
-        """Write what is buffered before a read that must see it (nothing while the store is down)."""
-        if self.up and len(self.buffer):
+        """Write what is buffered before a read that must see it (nothing while the store is down).
+
+        Flushes even when the buffer looks empty: the drain thread may have taken the last
+        chunk and still be writing it, and ``flush`` waits for that write (one lock)."""
+        if self.up:
             self.buffer.flush()
 
     @property

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-Boxes = list[list[float]]  # [x1, y1, x2, y2, confidence, class_id] per detection
+from app.inference.precision.agreement import Boxes, as_boxes, iou_matrix, match  # noqa: F401 (re-exported)
 
 
 @dataclass(frozen=True)
@@ -30,31 +30,6 @@ class ParityResult:
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-def iou_matrix(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """(len(a), len(b)) IoU of xyxy boxes."""
-    if len(a) == 0 or len(b) == 0:
-        return np.zeros((len(a), len(b)), np.float64)
-    tl = np.maximum(a[:, None, :2], b[None, :, :2])
-    br = np.minimum(a[:, None, 2:4], b[None, :, 2:4])
-    inter = np.clip(br - tl, 0, None).prod(-1)
-    area = lambda x: (x[:, 2] - x[:, 0]) * (x[:, 3] - x[:, 1])  # noqa: E731
-    return inter / (area(a)[:, None] + area(b)[None, :] - inter + 1e-9)
-
-
-def match(reference: Boxes, found: Boxes, min_iou: float = 0.5) -> list[tuple[int, int, float]]:
-    """Greedy one-to-one matches (ref index, found index, IoU), same class, best IoU first."""
-    ref, got = np.asarray(reference, np.float64).reshape(-1, 6), np.asarray(found, np.float64).reshape(-1, 6)
-    ious = iou_matrix(ref[:, :4], got[:, :4])
-    ious[ref[:, 5][:, None] != got[:, 5][None, :]] = 0.0
-    pairs = []
-    while ious.size and ious.max() >= min_iou:
-        i, j = np.unravel_index(int(ious.argmax()), ious.shape)
-        pairs.append((int(i), int(j), float(ious[i, j])))
-        ious[i, :] = 0.0
-        ious[:, j] = 0.0
-    return pairs
 
 
 def compare(reference: dict[str, Boxes], found: dict[str, Boxes], min_recall: float = 0.95,
@@ -74,9 +49,3 @@ def compare(reference: dict[str, Boxes], found: dict[str, Boxes], min_recall: fl
     return ParityResult(len(reference), n_ref, n_found, n_match, recall, precision,
                         float(np.mean(ious)) if ious else 0.0, conf_diff,
                         recall >= min_recall and precision >= min_precision)
-
-
-def as_boxes(detections) -> Boxes:
-    """``Pipeline.detect`` output -> plain lists (JSON-ready)."""
-    return [[round(d.x1, 2), round(d.y1, 2), round(d.x2, 2), round(d.y2, 2), round(d.confidence, 4), d.class_id]
-            for d in detections]

@@ -36,7 +36,7 @@ def library_step(pipeline, params, images: list[np.ndarray], batch: int) -> Call
 
     def library(i: int) -> int:
         prepared = [pipeline.prepare(img) for img in batch_of(images, i, batch)]
-        raw = pipeline.infer([p.letterboxed for p in prepared])
+        raw = pipeline.infer([p.letterboxed for p in prepared], params.conf)
         for out, p in zip(raw, prepared):
             pipeline.finish(out, p.letterbox, params)
         return batch
@@ -82,7 +82,7 @@ class Bench:
 
         extra = {"onnx_cache_dir": self.args.onnx_cache_dir} if self.args.onnx_cache_dir else {}
         return Settings(backend=backend, weights=Path(plan.weights), device=self.args.device, imgsz=self.args.imgsz,
-                        half=plan.precision == "fp16", threads=self.threads, **extra)
+                        precision=plan.precision, threads=self.threads, **extra)
 
     def backend_rows(self, plan: Plan, backend: str, describe: Callable[[str], None]) -> Iterator[dict[str, Any]]:
         from app import wiring

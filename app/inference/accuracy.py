@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import io
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -76,15 +77,18 @@ def read_labels(path: Path, width: int, height: int) -> list[tuple[int, list[flo
 
 
 def evaluate(pipeline: Pipeline, dataset: Dataset, batch_size: int = 1, progress: bool = True,
-             params: DetectParams = EVAL_PARAMS) -> EvalResult:
+             params: DetectParams = EVAL_PARAMS, shape: tuple[int, int] | None = None,
+             transform: Callable[[bytes], bytes] | None = None) -> EvalResult:
+    """mAP the way the service runs: each image at its aspect's shape (``shape`` forces one
+    for all); ``transform`` rewrites each image's bytes first (e.g. an up-scaled copy)."""
     from faster_coco_eval import COCO, COCOeval_faster
 
     images, annotations, detections = [], [], []
     bar = tqdm(total=len(dataset.images), desc="eval", unit="img", file=sys.stderr, disable=not progress)
     for start in range(0, len(dataset.images), batch_size):
         paths = dataset.images[start:start + batch_size]
-        blobs = [p.read_bytes() for p in paths]
-        results = pipeline.detect(blobs, params, batch_size=batch_size)
+        blobs = [transform(p.read_bytes()) if transform else p.read_bytes() for p in paths]
+        results = pipeline.detect(blobs, params, batch_size=batch_size, shape=shape)
         for offset, (path, blob, dets) in enumerate(zip(paths, blobs, results)):
             image_id = start + offset + 1
             height, width = pipeline_shape(blob)
@@ -111,6 +115,22 @@ def evaluate(pipeline: Pipeline, dataset: Dataset, batch_size: int = 1, progress
     stats = evaluator.stats
     return EvalResult(pipeline.detector.backend, pipeline.detector.provider, len(images),
                       float(stats[0]), float(stats[1]), len(annotations))
+
+
+def upscaled(width: int, quality: int = 90) -> Callable[[bytes], bytes]:
+    """A transform: the image resized (cubic) to ``width`` pixels wide and re-encoded as JPEG,
+    in memory, so a val set becomes camera-sized frames with the same (normalised) labels."""
+    import cv2
+    import numpy as np
+
+    def transform(data: bytes) -> bytes:
+        img = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR)
+        height = round(img.shape[0] * width / img.shape[1])
+        ok, buf = cv2.imencode(".jpg", cv2.resize(img, (width, height), interpolation=cv2.INTER_CUBIC),
+                               [cv2.IMWRITE_JPEG_QUALITY, quality])
+        return buf.tobytes()
+
+    return transform
 
 
 def pipeline_shape(data: bytes | Path) -> tuple[int, int]:
