@@ -83,7 +83,7 @@ def test_one_detector_per_gpu_amd(base):
         assert set(devices) == {KFD, renders[0]}
         assert "video" in svc["group_add"]
         assert any(str(g).startswith("${RENDER_GID") for g in svc["group_add"]), "host render group id"
-        assert "seccomp=unconfined" in svc["security_opt"]
+        assert "seccomp=${SECCOMP_PROFILE:-./seccomp/rocm-numa.json}" in svc["security_opt"]  # test_hardening.py
         assert size_bytes(svc["shm_size"]) >= 1 << 30
         env = svc["environment"]
         assert env["CAMPUSGUARD_DEVICE"] == "cuda:0", "the container sees only its GPU"
@@ -97,7 +97,8 @@ def test_one_detector_per_gpu_nvidia(base, nvidia, merged):
     assert set(nvidia["services"]) <= set(base["services"]), "the override only changes existing services"
     ids = []
     for name, svc in detector_services(merged).items():
-        assert "devices" not in svc and "group_add" not in svc and "security_opt" not in svc, name
+        assert "devices" not in svc and "group_add" not in svc, name
+        assert svc["security_opt"] == base["services"][name]["security_opt"], "the hardening stays"
         assert "MIOPEN_USER_DB_PATH" not in svc["environment"]
         assert svc["environment"]["CAMPUSGUARD_DEVICE"] == "cuda:0"
         (reservation,) = svc["deploy"]["resources"]["reservations"]["devices"]
@@ -251,22 +252,22 @@ def test_shared_postgres_event_store(base, merged):
     assert "postgres-data:/var/lib/postgresql/data" in pg["volumes"] and "postgres-data" in base["volumes"]
     assert pg["healthcheck"]["test"][:2] == ["CMD", "pg_isready"]
     env = pg["environment"]
-    assert env["POSTGRES_PASSWORD"].startswith("${POSTGRES_PASSWORD:?"), "credentials from deploy/.env, no default"
+    assert env["POSTGRES_PASSWORD_FILE"] == "/run/secrets/postgres-password", "the password is a secret file"
     example = dict(l.split("=", 1) for l in (DEPLOY / ".env.example").read_text().splitlines()
                    if "=" in l and not l.startswith("#"))
     dotenv = {**example, "SITE_FILE": "./site.example.yaml"}
-    from sqlalchemy.engine import make_url
-
     from app.rules.site.loader import load_site_config
 
     for config in (base, merged):
         for name, svc in detector_services(config).items():
             assert svc["depends_on"]["postgres"]["condition"] == "service_healthy", name
             senv = svc["environment"]
-            url = make_url(interpolate(senv["CAMPUSGUARD_EVENTS_DB_URL"], dotenv))
-            assert (url.drivername, url.host, url.port) == ("postgresql+psycopg", "postgres", 5432), name
-            assert (url.username, url.password, url.database) == tuple(
-                interpolate(env[k], dotenv) for k in ("POSTGRES_USER", "POSTGRES_PASSWORD", "POSTGRES_DB")), name
+            # the URL (with the password) is the events-db-url file; init-secrets.sh writes it from the
+            # same user, database and host: tests/deploy/test_secrets.py
+            assert senv["CAMPUSGUARD_EVENTS_DB_URL_FILE"] == "/run/secrets/events-db-url", name
+            assert "events-db-url" in svc["secrets"] and "postgres-password" in pg["secrets"]
+            assert (interpolate(env["POSTGRES_USER"], dotenv), interpolate(env["POSTGRES_DB"], dotenv)) == \
+                ("campusguard", "campusguard"), "the names init-secrets.sh puts in the URL by default"
             mounts = [interpolate(v, dotenv).split(":") for v in svc["volumes"]]
             site_mounts = [m for m in mounts if m[1] == senv["CAMPUSGUARD_SITE_CONFIG"]]
             assert len(site_mounts) == 1 and site_mounts[0][2:] == ["ro"], f"{name}: site file mounted read-only"

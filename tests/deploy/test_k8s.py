@@ -196,8 +196,10 @@ def test_selectors_and_references_match(rendered):
         if "configMap" in volume:
             refs.add(("ConfigMap", volume["configMap"]["name"]))
     present = {(r["kind"], r["metadata"]["name"]) for r in resources}
-    assert refs <= present and ("ConfigMap", "campusguard-config") in refs and ("Secret", "campusguard-api-keys") in refs
-    assert {("Secret", "campusguard-events-db"), ("ConfigMap", "campusguard-site")} <= refs
+    assert refs <= present and ("ConfigMap", "campusguard-config") in refs and ("ConfigMap", "campusguard-site") in refs
+    # the one Secret is created at the site from deploy/secrets (the base ships no value)
+    secrets = {v["secret"]["secretName"] for v in dep["spec"]["template"]["spec"]["volumes"] if "secret" in v}
+    assert secrets == {"campusguard-secrets"} and "Secret" not in {r["kind"] for r in resources}
     hpa = one(resources, "HorizontalPodAutoscaler")
     assert hpa["spec"]["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment", "name": dep["metadata"]["name"]}
     assert 1 <= hpa["spec"]["minReplicas"] < hpa["spec"]["maxReplicas"]
@@ -237,10 +239,14 @@ def test_configmap_holds_valid_settings():
         name = key[len("CAMPUSGUARD_"):].lower()
         assert name in Settings.model_fields, key
         fields[name] = value
+    files = {k: v for k, v in fields.items() if k.endswith("_file")}
+    assert set(files) == {"api_keys_file", "webhook_secret_file", "events_db_url_file"}
+    pod = one(resources, "Deployment")["spec"]["template"]["spec"]
+    mount = next(m for m in pod["containers"][0]["volumeMounts"] if m["name"] == "secrets")
+    assert all(path.startswith(mount["mountPath"] + "/") for path in files.values())
+    fields = {k: v for k, v in fields.items() if k not in files}
     settings = Settings(_env_file=None, **fields)  # raises on an invalid value
     assert settings.device == "cuda:0" and settings.port == 8000
-    secret = named(resources, "Secret", "campusguard-api-keys")
-    assert set(secret["stringData"]) == {"CAMPUSGUARD_API_KEYS"}
 
 
 def test_rules_on_with_the_site_file_and_the_shared_event_store(tmp_path):
@@ -259,9 +265,9 @@ def test_rules_on_with_the_site_file_and_the_shared_event_store(tmp_path):
     site = named(resources, "ConfigMap", volume["configMap"]["name"])["data"]["site.yaml"]
     (tmp_path / "site.yaml").write_text(site)
     assert load_site_config(tmp_path / "site.yaml") == load_site_config(K8S.parent / "site.example.yaml")
-    url = make_url(named(resources, "Secret", "campusguard-events-db")["stringData"]["CAMPUSGUARD_EVENTS_DB_URL"])
-    assert url.drivername == "postgresql+psycopg" and url.database
+    assert config["CAMPUSGUARD_EVENTS_DB_URL_FILE"].endswith("/events-db-url"), "the URL is a file of the Secret"
     assert "CAMPUSGUARD_EVENTS_DB_URL" not in config, "credentials belong in the Secret"
+    assert make_url("postgresql+psycopg://u:p@h:5432/d?sslmode=verify-full").query["sslmode"] == "verify-full"
 
 
 def test_threads_match_the_cpu_request(rendered):
