@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 export YOLO_OFFLINE := 1
 
-.PHONY: setup system-deps run test lint clean
+.PHONY: setup system-deps run demo test lint clean
 
 setup: $(VENV)/.installed
 
@@ -32,8 +32,14 @@ system-deps:
 	      ffmpeg python3-gi gir1.2-gst-rtsp-server-1.0 gstreamer1.0-plugins-base gstreamer1.0-plugins-good \
 	      gstreamer1.0-plugins-bad gstreamer1.0-plugins-ugly gstreamer1.0-libav >/dev/null; }
 
+# The first run: rules on with a starter site file and the SQLite event store under the data
+# folder (.cache/campusguard, CAMPUSGUARD_DATA_DIR), on 127.0.0.1 (no key needed there).
 run: setup
-	$(VENV)/bin/campusguard serve
+	$(VENV)/bin/campusguard serve --starter-site
+
+# `make run` plus a demo camera: a generated clip of a person crossing a line into a zone.
+demo: setup
+	$(VENV)/bin/campusguard demo
 
 # Two workers, whole files per worker (module-scoped servers stay one per module); markers
 # (server, pg, mqtt, browser, slow) select subsets: `.venv/bin/python -m pytest -m "not server"`.

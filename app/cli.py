@@ -1,4 +1,4 @@
-"""`campusguard serve | export | eval | detect | db | bench | loadtest | soak | parity | replay | keys`.
+"""`campusguard serve | export | eval | detect | db | bench | loadtest | soak | parity | replay | keys | gateway | demo | viewcheck-report`.
 
 Each command lives in its own module exposing ``configure(parser)`` and ``run(args) ->
 int``; this file only wires them together, so adding a command is one line in COMMANDS.
@@ -25,6 +25,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "parity": ("app.commands.parity", "detections on a device/precision against a stored CPU reference"),
     "replay": ("app.commands.replay", "re-run a site file's rules over the detection log, next to the recorded events"),
     "keys": ("app.commands.keys", "API keys: make one (secret printed once, hashed line for the keys file), check a file"),
+    "viewcheck-report": ("app.commands.viewcheck", "camera view checks on their labelled real-photo test set: "
+                                                   "confusion tables, time to alarm, per-check cost"),
+    "gateway": ("app.commands.gateway", "pull the site file's camera streams and POST their frames to the service"),
+    "demo": ("app.commands.demo", "start the service with a demo camera (a generated clip: a line crossing, an intrusion)"),
 }
 
 

@@ -24,6 +24,7 @@ from app.core.imgsz import ImgSize, format_imgsz, input_hw, parse_imgsz
 from app.core.secrets import resolve_file_settings
 
 DEFAULT_WEIGHTS = Path("../shared/models/yolov8n.pt")
+DEFAULT_DATA_DIR = Path(".cache/campusguard")
 ONNX_PROVIDER_ALIASES = {
     "migraphx": "MIGraphXExecutionProvider",
     "rocm": "ROCMExecutionProvider",
@@ -44,6 +45,17 @@ def normalize_device(value: str) -> str:
     if not _DEVICE_RE.match(value):
         raise ValueError(f"device must be 'cpu' or 'cuda:N', got {value!r}")
     return "cuda:0" if value == "cuda" else value
+
+
+def _data_dir_defaults(data: dict) -> dict:
+    """Paths not given default to places in ``data_dir`` (one setting moves them all)."""
+    base = Path(str(data.get("data_dir") or DEFAULT_DATA_DIR))
+    if not data.get("events_db_url"):
+        data["events_db_url"] = f"sqlite:///{base / 'events.db'}"
+    for name, default in (("snapshot_dir", base / "snapshots"), ("onnx_cache_dir", base)):
+        if data.get(name) in (None, ""):
+            data[name] = default
+    return data
 
 
 def _split_csv(value: object) -> object:
@@ -89,8 +101,10 @@ class Settings(BaseSettings):
         default_factory=lambda: ["migraphx", "rocm", "cuda", "cpu"],
         description="Ordered execution-provider preference; the first available is used",
     )
-    onnx_cache_dir: Path = Field(Path(".cache/campusguard"), description=(
-        "The service's data folder for built models: ONNX exports, int8 models, MIGraphX programs"))
+    data_dir: Path = Field(DEFAULT_DATA_DIR, description="The service's data folder: the defaults of the ONNX cache, the "
+                           "SQLite event store, snapshots, `serve --starter-site`'s site file and the demo clip live here")
+    onnx_cache_dir: Path = Field(DEFAULT_DATA_DIR, description=(
+        "The service's data folder for built models: ONNX exports, int8 models, MIGraphX programs (default: data_dir)"))
     onnx_cpu_fallback: bool = Field(
         False, description="Accept ONNX Runtime falling back to CPU when the GPU provider fails (default: refuse)")
 
@@ -156,8 +170,12 @@ class Settings(BaseSettings):
     dry_run_timeout_s: float = Field(55.0, gt=0, le=3600, description="Wall seconds one dry run may take (503 past it)")
     site_watch_s: float = Field(5.0, ge=0, description="Seconds between checks of the site file; a changed file "
                                 "is reloaded (a zone edit on another replica, a ConfigMap update); 0 = off")
-    events_db_url: str = Field("sqlite:///.cache/campusguard/events.db", description="SQLAlchemy URL of the event store")
-    snapshot_dir: Path = Field(Path(".cache/campusguard/snapshots"), description="Annotated JPEG per event")
+    events_db_url: str = Field(f"sqlite:///{DEFAULT_DATA_DIR / 'events.db'}",
+                               description="SQLAlchemy URL of the event store (default: SQLite in data_dir)")
+    snapshot_dir: Path = Field(DEFAULT_DATA_DIR / "snapshots", description="Annotated JPEG per event (default: "
+                               "data_dir/snapshots)")
+    ingest: Literal["embedded", "off"] = Field("embedded", description="embedded: pull the site file's camera sources "
+                                               "in this process; off: gateways pull them (docs/cameras.md)")
     webhook_urls: Annotated[list[str], NoDecode] = Field(default_factory=list, description="Event webhooks (comma list)")
     webhook_secret: SecretStr = Field(SecretStr(""), description="HMAC-SHA256 key for X-CampusGuard-Signature")
     webhook_timeout_s: float = Field(5.0, gt=0)
@@ -196,6 +214,7 @@ class Settings(BaseSettings):
         here so the value is validated like one given directly (app/core/secrets.py)."""
         if isinstance(data, dict):
             data = resolve_file_settings(dict(data), FILE_SETTINGS, ENV_PREFIX)
+            data = _data_dir_defaults(data)
         return data
 
     @field_validator("onnx_providers", mode="before")
@@ -344,7 +363,8 @@ FOREIGN_VARIABLES: dict[str, str] = {
     "CAMPUSGUARD_IMAGE": "image tag of the ROCm service in docker compose (deploy/.env)",
     "CAMPUSGUARD_CUDA_IMAGE": "image tag of the NVIDIA service in docker compose (deploy/.env)",
 }
-FOREIGN_PREFIXES: tuple[str, ...] = ("CAMPUSGUARD_TEST_",)  # the test suite's own variables (tests/conftest.py)
+# the test suite's own variables (tests/conftest.py); `campusguard gateway`'s options (app/ingest/gateway.py)
+FOREIGN_PREFIXES: tuple[str, ...] = ("CAMPUSGUARD_TEST_", "CAMPUSGUARD_GATEWAY_")
 # Names people plausibly guess, for which spelling distance finds the wrong setting.
 GUESSES: dict[str, str] = {
     "MAX_QUEUE": "queue_size", "QUEUE": "queue_size", "QUEUE_LENGTH": "queue_size", "MAX_QUEUE_SIZE": "queue_size",

@@ -9,6 +9,7 @@ ordinal, site file) run before that and fail startup immediately.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import threading
@@ -129,7 +130,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         preflight(settings)
         log_auth(settings, gate)
         rules = wiring.build_rules(settings, metrics)
+        ingest = wiring.build_ingest(settings, rules, metrics, sources, lambda: getattr(app.state, "engine", None))
+        ingest.start(rules.config if rules.enabled else None, asyncio.get_running_loop())  # SiteConfigError: stop
+        app.state.ingest = ingest
         rules.start()
+        sources.start()
         app.state.rules = rules
         audit = wiring.build_audit(rules, metrics)
         audit.start()
@@ -139,6 +144,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                                   daemon=True)
         loader.start()
         yield
+        await asyncio.to_thread(ingest.stop)  # every ffmpeg gone; its frames in flight finish on this loop
+        sources.stop()
         engine = getattr(app.state, "engine", None)
         if engine is not None:
             engine.begin_drain()
@@ -166,6 +173,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.provisioned = None
     app.state.started_at = time.time()
     app.state.rules = NoRules()
+    sources = wiring.build_sources(metrics)  # camera streams, from this process's ingest or gateways' reports
+    app.state.sources = sources
     install_error_handlers(app)
     install_docs(app)
     app.include_router(detect.router)
@@ -177,9 +186,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(status.router)
     app.include_router(metrics_route.router)
     if settings.site_config is not None:
-        from app.api import events, frames, site
+        from app.api import events, frames, site, sources as sources_route
 
         app.include_router(events.router)
+        app.include_router(sources_route.router)
         app.include_router(frames.router)
         app.include_router(site.router)
     if settings.console:

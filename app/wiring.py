@@ -10,6 +10,7 @@ are null objects (``NoRules``, ``NoMqtt``, ``NoClips``, ``NoFrameLog``), never `
 from __future__ import annotations
 
 import ipaddress
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -22,6 +23,8 @@ from app.core.errors import ConfigError
 from app.core.keys import KeySource
 from app.core.metrics import Metrics
 from app.core.roles import Keyring
+from app.core.sourcemetrics import SourceCollector
+from app.core.sources import SourceBook
 from app.core.throttle import FailureThrottle, ThrottleOptions
 from app.inference.backends.base import BackendOptions, Detector
 from app.inference.engine import EngineLimits, InferenceEngine
@@ -31,6 +34,7 @@ from app.inference.precision.provision import PrecisionOptions, Provisioned
 from app.rules.port import NoRules, Rules
 
 if TYPE_CHECKING:
+    from app.ingest.embedded import EmbeddedIngest, IngestOptions, NoIngest
     from app.rules.delivery.mqtt import MqttOptions
 
 
@@ -246,3 +250,54 @@ def mqtt_options(settings: Settings) -> "MqttOptions":
         discovery_prefix=settings.mqtt_discovery_prefix, qos=settings.mqtt_qos, client_id=settings.mqtt_client_id,
         ca_file=settings.mqtt_ca_file, ack_timeout_s=settings.webhook_timeout_s,
         max_backoff_s=settings.webhook_max_backoff_s)
+
+
+# --- camera ingest (docs/cameras.md) ----------------------------------------------------------
+def build_sources(metrics: Metrics) -> SourceBook:
+    """What each camera's stream is doing (either hosting), exported as ``campusguard_source_*``."""
+    book = SourceBook()
+    metrics.registry.register(SourceCollector(book, metrics.camera_label))
+    return book
+
+
+def ingest_options(settings: Settings) -> "IngestOptions":
+    from app.ingest.embedded import IngestOptions
+
+    return IngestOptions(mode=settings.ingest, secrets_dir=settings.secrets_dir, detect=detect_defaults(settings))
+
+
+def check_site(settings: Settings) -> None:
+    """Before the server starts: the site file as the lifespan will read it, and (ingest
+    embedded) every camera source's ${VAR} filled in and ffmpeg present. A ConfigError naming
+    the field otherwise: `campusguard serve` exits 2 with it."""
+    if settings.site_config is None:
+        return
+    from app.rules.site.writer import SiteFile
+
+    config, _ = SiteFile(settings.site_config).load()
+    if settings.ingest == "embedded":
+        from app.ingest.embedded import check_sources
+
+        check_sources(config, settings.secrets_dir, settings.site_config, os.environ)
+
+
+def build_ingest(settings: Settings, rules: Rules, metrics: Metrics, book: SourceBook,
+                 engine: Callable[[], InferenceEngine | None]) -> "EmbeddedIngest | NoIngest":
+    """The embedded ingest following the rules' site file, feeding ``engine()`` and the rules;
+    ``NoIngest`` with ``CAMPUSGUARD_INGEST=off`` or without a site file. The book follows reloads
+    and tells MQTT (Home Assistant) each stream's availability, whichever hosting pulls it."""
+    from app.ingest.embedded import EmbeddedIngest, EngineFeed, NoIngest
+
+    if not rules.enabled:
+        return NoIngest()
+    from app.rules.service.facade import RulesService
+
+    assert isinstance(rules, RulesService)
+    rules.site.listeners.append(book)
+    book.listeners.append(rules.mqtt.source_state)
+    if settings.ingest == "off":
+        return NoIngest()
+    ingest = EmbeddedIngest(ingest_options(settings), EngineFeed(engine, rules, metrics, detect_defaults(settings)),
+                            book, settings.site_config or "", os.environ)
+    rules.site.listeners.append(ingest)
+    return ingest

@@ -21,6 +21,7 @@ from app.core.audit import AuditTrail
 from app.core.errors import NotReady
 from app.core.metrics import Metrics
 from app.core.roles import Permission, Principal
+from app.core.sources import SourceBook
 from app.inference.backends.base import Detector
 from app.inference.engine import InferenceEngine
 from app.rules.port import NoRules, Rules, disabled
@@ -67,6 +68,11 @@ def get_rules(request: Request) -> Rules:
     return getattr(request.app.state, "rules", None) or NoRules()
 
 
+def get_sources(request: Request) -> SourceBook:
+    """Camera streams: this replica's ingest and the gateways' reports (app/core/sources.py)."""
+    return request.app.state.sources
+
+
 def get_gate(request: Request) -> Gate:
     return request.app.state.gate
 
@@ -85,6 +91,7 @@ StartedAtDep = Annotated[float, Depends(get_started_at)]
 AnyRulesDep = Annotated[Rules, Depends(get_rules)]
 GateDep = Annotated[Gate, Depends(get_gate)]
 AuditDep = Annotated[AuditTrail, Depends(get_audit)]
+SourcesDep = Annotated[SourceBook, Depends(get_sources)]
 
 
 def get_detector(engine: MaybeEngineDep) -> Detector | None:

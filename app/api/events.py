@@ -15,10 +15,10 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import FileResponse, Response
 
-from app.api.deps import Admin, PrincipalDep, Read, RecorderDep, Review, RulesDep
+from app.api.deps import Admin, PrincipalDep, Read, RecorderDep, Review, RulesDep, SourcesDep
 from app.api.dryrun import OPENAPI_BODY, dry_run as dry_run_reload
-from app.api.schemas import (CameraOut, CleanText, CountsOut, DryRunResult, ErrorBody, EventOut, EventPage, EventReview, ReloadResult,
-                             ResetResult, error_responses)
+from app.api.schemas import (CameraOut, CleanText, CountsOut, DryRunResult, ErrorBody, EventOut, EventPage, EventReview,
+                             ReloadResult, ResetResult, ViewAccepted, error_responses)
 from app.core.audit import summarize
 from app.core.roles import ANONYMOUS
 from app.core.timeutil import IsoDatetime, as_utc, iso
@@ -184,18 +184,40 @@ REVIEW_FIELDS = ("acknowledged", "false_positive", "note")
 
 
 @router.get("/cameras", response_model=list[CameraOut], summary="Configured cameras and their health")
-def list_cameras(rules: RulesDep) -> list[CameraOut]:
-    """Every camera of the site file: online / offline / never_seen, last frame, open events."""
-    return [CameraOut(**c) for c in rules.cameras()]
+def list_cameras(rules: RulesDep, sources: SourcesDep) -> list[CameraOut]:
+    """Every camera of the site file: online / offline / never_seen, last frame, open events,
+    and its stream (`source`) when this replica or a gateway pulls it."""
+    streams = sources.all()
+    return [CameraOut(**c, source=streams.get(c["id"])) for c in rules.cameras()]
 
 
 @router.get("/cameras/{camera_id}", response_model=CameraOut, summary="One camera's health",
             responses={404: {"model": ErrorBody, "description": "`unknown_camera`: not in the site file; `rules_disabled`"}})
-def get_camera(camera_id: str, rules: RulesDep) -> CameraOut:
+def get_camera(camera_id: str, rules: RulesDep, sources: SourcesDep) -> CameraOut:
     """Like one item of GET /cameras. Frame times are kept by the replica that evaluates the
     camera; the shipped nginx routes `/cameras/{id}...` there (docs/deploy.md), so behind it
     this is the camera's true state, while GET /cameras is that of whichever replica answers."""
-    return CameraOut(**rules.camera(camera_id))
+    return CameraOut(**rules.camera(camera_id), source=sources.get(camera_id))
+
+
+@router.post("/cameras/{camera_id}/view/accept", response_model=ViewAccepted, dependencies=[Review],
+             summary="Accept a camera's view as its new reference",
+             responses={404: {"model": ErrorBody, "description": "`unknown_camera`: not in the site file; `rules_disabled`"},
+                        409: {"model": ErrorBody, "description": "`view_not_checked`: no frame of the camera was "
+                              "view-checked by this replica yet; `view_checks_disabled`: its view checks are off"}})
+async def accept_view(camera_id: str, rules: RulesDep, record: RecorderDep) -> ViewAccepted:
+    """For a camera moved (or refocused) on purpose: its last checked frame becomes the
+    reference of its light mode, the other mode's reference is learned again, and its open
+    view problems end (reason `accepted`). Zones were drawn on the old view: check them. The
+    view checks live on the replica that gets the camera's frames (nginx routes
+    `/cameras/{id}...` there). Recorded in the audit trail (`camera.view_accept`)."""
+    before = await asyncio.to_thread(rules.camera, camera_id)
+    done = await asyncio.to_thread(rules.accept_view, camera_id)
+    problems = (before.get("view") or {}).get("problems", [])
+    record("camera.view_accept", camera_id, before=summarize({"problems": problems}),
+           after=summarize({"mode": done["mode"], "reference_at": done["reference_at"],
+                            "ended_events": done["ended_events"]}))
+    return ViewAccepted(**done)
 
 
 @router.get("/cameras/{camera_id}/counts", response_model=CountsOut, summary="Line-crossing counts of a camera",

@@ -7,6 +7,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
+from app.api.source_schemas import SourceOut
 from app.core.text import clean_text
 
 # Text that reaches the event store: no NUL (PostgreSQL refuses it), no lone surrogate (422 on every store)
@@ -152,6 +153,20 @@ class EventObject(BaseModel):
     direction: Literal["in", "out"] | None = Field(None, description="line_crossing only: the way it crossed")
 
 
+class ViewProblemObject(BaseModel):
+    """The one object of a ``camera_view`` event: which view problem, since when (docs/rules.md)."""
+
+    kind: Literal["blinded", "covered", "moved", "defocused", "frozen"]
+    since: dt.datetime = Field(description="Capture time of the first check that showed it (frozen: the first "
+                                           "identical frame)")
+    mode: Literal["day", "night"] | None = Field(None, description="Light mode (its reference was compared)")
+    measures: dict[str, float] = Field(default_factory=dict, description="The check's figures against the "
+                                       "reference (ratios; for the record)")
+    reason: Literal["healthy", "accepted", "relearning", "disabled", "removed"] | None = Field(
+        None, description="Why it ended: the view is healthy again, an operator accepted the view, the camera "
+                          "re-learns (new resolution, reset), the check was switched off, the camera was removed")
+
+
 class EventOut(BaseModel):
     """One occurrence of a rule in a zone of a camera."""
 
@@ -163,9 +178,12 @@ class EventOut(BaseModel):
     state: Literal["started", "ended"]
     started_at: dt.datetime
     ended_at: dt.datetime | None = None
-    objects: list[EventObject] = Field(default_factory=list)
+    objects: list[EventObject | ViewProblemObject] = Field(
+        default_factory=list, description="The objects that made the rule hold; for a `camera_view` event one "
+                                          "view-problem object (`kind`, `since`, ...)")
     max_count: int = Field(description="Most objects satisfying the rule on one frame during the event")
-    snapshot: str | None = Field(None, description="URL path of the annotated JPEG taken when the event started")
+    snapshot: str | None = Field(None, description="URL path of the annotated JPEG taken when the event started "
+                                 "(`camera_view`: the before/after pair, reference left, the view that raised it right)")
     clip: str | None = Field(None, description="URL path of the H.264 MP4 of the frames around the start; "
                              "written up to `clip_post_s` after it (404 until then)")
     acknowledged: bool = Field(False, description="An operator has seen it (PATCH)")
@@ -193,6 +211,40 @@ class EventReview(BaseModel):
         return self
 
 
+class ViewCheckOut(BaseModel):
+    status: Literal["ok", "problem", "learning", "suspended", "off"]
+    since: dt.datetime | None = Field(None, description="When this status began (capture time)")
+    pending_since: dt.datetime | None = Field(None, description="A change seen, not persisted yet")
+    note: str | None = None
+
+
+class ViewOut(BaseModel):
+    """A camera's view checks on this replica (the replica that gets its frames)."""
+
+    enabled: bool
+    mode: Literal["day", "night"] | None = Field(None, description="Light mode of the last check")
+    last_check: dt.datetime | None = Field(None, description="Capture time of the last checked frame")
+    frame_size: list[int] | None = Field(None, description="[width, height] the references belong to")
+    learned: dict[str, dt.datetime | None] = Field(description="When each light mode's reference was learned")
+    learning: float = Field(description="Progress 0..1 of the current mode's reference")
+    sparse: bool = Field(description="Frames came further apart than max_gap_s: the evidence restarted")
+    checks: dict[str, ViewCheckOut] = Field(description="Per kind: blinded, covered, moved, defocused, frozen")
+    problems: list[str] = Field(description="Kinds with an open problem (a camera_view event each)")
+    open_events: dict[str, str] = Field(default_factory=dict, description="kind -> id of its open camera_view event")
+
+
+class ViewAccepted(BaseModel):
+    """What ``POST /cameras/{id}/view/accept`` did."""
+
+    camera_id: str
+    mode: Literal["day", "night"] = Field(description="The light mode whose reference the view became")
+    reference_at: dt.datetime | None = Field(description="Capture time of the accepted view")
+    ended_events: list[str] = Field(description="camera_view events ended (reason `accepted`)")
+    ended_kinds: list[str]
+    message: str
+    reminder: str = Field(description="Zones were drawn on the old view: they may need redrawing")
+
+
 class CameraOut(BaseModel):
     """A configured camera as this replica sees it."""
 
@@ -204,6 +256,9 @@ class CameraOut(BaseModel):
     seconds_since_last_frame: float | None = Field(None, description="Since the last frame arrived (server clock)")
     offline_after_s: float
     open_events: list["EventOut"] = Field(default_factory=list)
+    view: ViewOut | None = Field(None, description="Its view checks (docs/rules.md, Camera view checks)")
+    source: SourceOut | None = Field(None, description="The camera's stream when this replica or a gateway pulls it "
+                                     "(docs/cameras.md); null: frames are POSTed")
 
 
 class LineCount(BaseModel):

@@ -1,15 +1,23 @@
-"""Run the HTTP service with uvicorn, settings from CAMPUSGUARD_* variables (and .env)."""
+"""Run the HTTP service with uvicorn, settings from CAMPUSGUARD_* variables (and .env).
+
+``--starter-site`` (what ``make run`` passes) turns the rules on for a first run: the site
+file is CAMPUSGUARD_SITE_CONFIG, else ``<data_dir>/site.yaml``, created from a starter when
+it is missing (app/tooling/demo/site.py). Without it and without CAMPUSGUARD_SITE_CONFIG the
+rules stay off, as the tests, compose and Kubernetes expect.
+"""
 
 from __future__ import annotations
 
 import argparse
 import logging
 import signal
+import sys
 import threading
+from pathlib import Path
 
 import uvicorn
 
-from app.config import load_settings
+from app.config import Settings, load_settings
 from app.core.logs import configure_logging
 from app.core.memory import tune_allocator
 
@@ -20,15 +28,36 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", default=None, help="default: CAMPUSGUARD_HOST or 127.0.0.1 (any other address "
                         "needs an API key, or CAMPUSGUARD_AUTH=off)")
     parser.add_argument("--port", type=int, default=None, help="default: CAMPUSGUARD_PORT or 8000")
+    parser.add_argument("--starter-site", action="store_true", help="rules on: use CAMPUSGUARD_SITE_CONFIG or "
+                        "<data_dir>/site.yaml, creating a starter site file there if it is missing (make run)")
 
 
 def run(args: argparse.Namespace) -> int:
-    tune_allocator()  # before any worker thread creates its own malloc arena
     overrides = {k: v for k, v in (("host", args.host), ("port", args.port)) if v is not None}
+    if args.starter_site:
+        overrides["site_config"] = starter_site(load_settings(**overrides))
+    return serve(overrides)
+
+
+def starter_site(settings: Settings) -> Path:
+    """The site file of a first run, created from the starter when missing."""
+    from app.tooling.demo.site import ensure_starter
+
+    path = settings.site_config or settings.data_dir / "site.yaml"
+    if ensure_starter(path):
+        print(f"campusguard serve: created a starter site file at {path} (cameras, zones and rules: docs/rules.md)",
+              file=sys.stderr)
+    return path
+
+
+def serve(overrides: dict) -> int:
+    """Start the service with the environment's settings and ``overrides``; the exit code."""
+    tune_allocator()  # before any worker thread creates its own malloc arena
     settings = load_settings(**overrides)
-    from app.wiring import auth_mode
+    from app.wiring import auth_mode, check_site
 
     auth_mode(settings)  # exposed without a key: refuse (exit 2) before anything loads
+    check_site(settings)  # an invalid site file, a camera source's ${VAR} set nowhere: exit 2, field named
     configure_logging(settings.log_format, settings.log_level)
     from app.main import create_app
 

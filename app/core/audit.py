@@ -30,6 +30,7 @@ ACTIONS: dict[str, str] = {
     "zone.delete": "a zone deleted in the zone editor",
     "site.reload": "the site file reloaded (POST /admin/reload or SIGHUP)",
     "camera.reset": "a camera's rule state reset",
+    "camera.view_accept": "a camera's current view accepted as its view-check reference (operator)",
     "event.review": "an event acknowledged, marked false positive or annotated",
     "keys.reload": "the keys file reloaded (changed on disk, or SIGHUP)",
     "auth.refused": "an admin route refused: a wrong key, or a role without the admin permission",

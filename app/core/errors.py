@@ -148,6 +148,13 @@ class SiteReadOnly(ServiceError):
     status, code = 409, "site_read_only"
 
 
+class ViewCheckConflict(ServiceError):
+    """A camera's view checks cannot do that now: no frame of it was checked yet
+    (``view_not_checked``), or its view checks are off (``view_checks_disabled``)."""
+
+    status, code = 409, "view_not_checked"
+
+
 class DeadlineExceeded(ServiceError):
     """The request waited longer than its deadline before inference started."""
 

@@ -19,6 +19,7 @@ from app.core.types import Counters, MemoryStats
 
 NAMESPACE = "campusguard"
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 10.0)
+VIEW_CHECK_BUCKETS = (0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1)  # budget: 2 ms per check
 BATCH_BUCKETS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 64)
 STAGES = ("decode", "queue_wait", "preprocess", "inference", "postprocess")
 OTHER_CAMERA = "_other"
@@ -105,6 +106,14 @@ class Metrics:
                                   namespace=ns, registry=r)
         self.rule_latency = Histogram("rule_evaluation_seconds", "Rule evaluation time per frame",
                                       namespace=ns, registry=r, buckets=LATENCY_BUCKETS)
+        self.camera_view_problem = Gauge("camera_view_problem", "1 while the camera's view has this problem "
+                                         "(kind: blinded, covered, moved, defocused, frozen); declared at 0 for every "
+                                         "configured camera", ["camera_id", "kind"], namespace=ns, registry=r)
+        self.camera_view_problems = Counter("camera_view_problems", "View problems started (camera_view events), by "
+                                            "camera and kind", ["camera_id", "kind"], namespace=ns, registry=r)
+        self.view_check_seconds = Histogram("view_check_seconds", "Time of one camera view check (frames between "
+                                            "checks cost nothing and are not observed)",
+                                            namespace=ns, registry=r, buckets=VIEW_CHECK_BUCKETS)
         self.invalid_timestamps = Counter("invalid_timestamps", "Frames refused for their capture time, by camera "
                                           "and reason (future: clock ahead; past: too old)",
                                           ["camera_id", "reason"], namespace=ns, registry=r)

@@ -30,7 +30,7 @@ Role = Literal["viewer", "operator", "camera", "admin"]
 PERMISSIONS: tuple[Permission, ...] = ("read", "review", "detect", "admin")
 ROLE_PERMISSIONS: dict[str, frozenset[str]] = {
     "viewer": frozenset({"read"}),                       # the console and every GET
-    "operator": frozenset({"read", "review"}),           # + acknowledge / false positive
+    "operator": frozenset({"read", "review"}),           # + acknowledge / false positive, accept a camera view
     "camera": frozenset({"detect"}),                     # a camera gateway: sends frames, reads nothing
     "admin": frozenset(PERMISSIONS),                     # + zone edits, reload, resets
 }
@@ -39,7 +39,7 @@ DEFAULT_ROLE = "admin"
 ANONYMOUS = "anonymous"  # the caller's name when no key is needed (auth off, or a public route)
 ACTIONS: dict[str, str] = {  # "role viewer may not <action> (needs admin)"
     "read": "read events, cameras, site and status",
-    "review": "review events",
+    "review": "review events or accept camera views",
     "detect": "send frames for detection",
     "admin": "change the configuration",
 }

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from app.core.errors import ConfigError
@@ -68,13 +68,16 @@ def resolve_file_settings(data: dict, names: tuple[str, ...], prefix: str) -> di
     return data
 
 
-def resolve_vars(text: str, environ: Mapping[str, str], secrets_dir: str | os.PathLike[str] | None) -> str:
+def resolve_vars(text: str, environ: Mapping[str, str], secrets_dir: str | os.PathLike[str] | None,
+                 encode: Callable[[int, str], str] | None = None) -> str:
     """``text`` with every ``${NAME}`` replaced: the file ``secrets_dir/NAME`` when it exists,
     else ``environ[NAME]``; anything else is a SecretError naming NAME (and never a value).
 
     For the site file's credentials (camera source URLs): ``rtsp://${GATE_USER}:${GATE_PW}@10.0.0.5/stream``.
     ``$${`` stands for a literal ``${``. Names are ``[A-Za-z_][A-Za-z0-9_]*``, so a reference
-    cannot reach outside ``secrets_dir``.
+    cannot reach outside ``secrets_dir``. ``encode(position, value)``, when given, turns each
+    value into what is inserted at that position of ``text`` (a URL's user info percent-encodes
+    a password, app/ingest/source.py).
     """
     directory = Path(secrets_dir) if secrets_dir else None
     parts: list[str] = []
@@ -89,7 +92,8 @@ def resolve_vars(text: str, environ: Mapping[str, str], secrets_dir: str | os.Pa
         if not _NAME.fullmatch(name):
             raise SecretError(f"${{{name[:64]}}} is not a variable name (letters, digits and _, not first a digit)")
         parts.append(text[pos:start])
-        parts.append(_lookup(name, environ, directory))
+        value = _lookup(name, environ, directory)
+        parts.append(encode(start, value) if encode is not None else value)
         pos = match.end()
     parts.append(text[pos:])
     return "".join(parts)

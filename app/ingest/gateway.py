@@ -6,12 +6,10 @@
 For multi-replica deployments, where the detection replicas run with ingest off. Each
 gateway pulls the cameras of its shard (``sha256(camera id) mod n == i``, the same on every
 host), sends each frame with a ``camera``-role key and reports each camera's source state
-(report.py). SIGHUP reloads the site file (cameras added, changed, removed); SIGTERM or
-SIGINT stops every reader (no ffmpeg is left behind) and exits 0. A site file or option
-that cannot be used exits 2 with the field named.
-
-The site file is read with plain YAML here (only ``cameras[].id`` and ``.source``); the
-service's site-file loader takes over when the gateway is wired into the CLI.
+(report.py). The site file is read by the service's own loader (every error at once, field
+named); SIGHUP reloads it (cameras added, changed, removed); SIGTERM or SIGINT stops every
+reader (no ffmpeg is left behind) and exits 0. A site file or option that cannot be used
+exits 2 with the field named.
 """
 
 from __future__ import annotations
@@ -25,17 +23,17 @@ import threading
 from collections.abc import Mapping
 from pathlib import Path
 
-import yaml
-from pydantic import ValidationError
-
+from app.core.errors import ConfigError
 from app.core.logs import configure_logging
 from app.core.redact import redact_url
+from app.core.secrets import SecretError, read_secret_file
 from app.ingest.command import FfmpegMissing
 from app.ingest.frames import FrameFormat
 from app.ingest.httpsink import HttpSink, parse_shard, shard_of
 from app.ingest.report import StateReporter
-from app.ingest.source import SourceError, SourceSpec
+from app.ingest.source import SourceError, SourceSpec, resolve_site, sources_of
 from app.ingest.supervisor import Supervisor
+from app.rules.site.loader import load_site_config
 
 log = logging.getLogger("app.ingest.gateway")
 
@@ -46,55 +44,30 @@ class GatewayError(Exception):
     """A site file, key or option the gateway cannot run with (exit 2)."""
 
 
-def load_sources(path: Path) -> dict[str, SourceSpec]:
-    """``cameras[].source`` of the site file, by camera id; every problem at once, field named."""
-    try:
-        doc = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as exc:
-        raise GatewayError(f"cannot read the site file {path}: {exc}") from None
-    cameras = doc.get("cameras") if isinstance(doc, dict) else None
-    if not isinstance(cameras, list):
-        raise GatewayError(f"{path}: no 'cameras' list")
-    sources: dict[str, SourceSpec] = {}
-    problems: list[str] = []
-    for index, camera in enumerate(cameras):
-        where = f"cameras[{index}]"
-        if not isinstance(camera, dict) or not isinstance(camera.get("id"), str):
-            problems.append(f"{where}.id: a camera needs an id")
-            continue
-        where = f"cameras[{index}] ({camera['id']}).source"
-        block = camera.get("source")
-        if block is None:
-            continue
-        try:
-            spec = SourceSpec.model_validate(block)
-        except ValidationError as exc:
-            for error in exc.errors(include_url=False, include_input=False):
-                field = ".".join(str(part) for part in error["loc"])
-                problems.append(f"{where}{'.' + field if field else ''}: {error['msg']}")
-            continue
-        if camera["id"] in sources:
-            problems.append(f"{where}: camera id {camera['id']!r} appears twice")
-        sources[camera["id"]] = spec
-    if problems:
-        raise GatewayError(f"{path}: " + "; ".join(problems))
-    return sources
-
-
-def select_shard(sources: Mapping[str, SourceSpec], index: int, total: int) -> dict[str, SourceSpec]:
-    return {cid: spec for cid, spec in sources.items() if shard_of(cid, total) == index}
+def load_sources(path: Path, index: int = 0, total: int = 1, environ: Mapping[str, str] | None = None,
+                 secrets_dir: Path | None = None) -> dict[str, SourceSpec]:
+    """The sources of this shard's cameras, by camera id, their ``${VAR}`` checked: the site
+    file as the service reads it (SiteConfigError listing every problem, field named)."""
+    config = load_site_config(path)
+    mine = {cid: spec for cid, spec in sources_of(config).items() if shard_of(cid, total) == index}
+    resolve_site(config, os.environ if environ is None else environ, secrets_dir, path, only=set(mine))
+    return mine
 
 
 def read_api_key(key_file: Path | None, environ: Mapping[str, str]) -> str | None:
-    """The ``camera``-role key: from ``--api-key-file``, else ``$CAMPUSGUARD_GATEWAY_API_KEY``."""
+    """The ``camera``-role key: from ``--api-key-file`` (default ``$CAMPUSGUARD_GATEWAY_API_KEY_FILE``,
+    a Docker or Kubernetes secret file), else ``$CAMPUSGUARD_GATEWAY_API_KEY``.
+
+    The file is read like every other ``_FILE`` setting (app/core/secrets.py: one line, size
+    capped, errors naming the setting and never the value). Both given is refused, as for the
+    service's settings: which one wins would be a guess."""
     if key_file is not None:
+        if environ.get(KEY_ENV, "").strip():
+            raise GatewayError(f"{KEY_ENV} and --api-key-file ({KEY_ENV}_FILE) are both set; set one")
         try:
-            key = Path(key_file).read_text(encoding="utf-8").strip()
-        except OSError as exc:
-            raise GatewayError(f"cannot read the API key file {key_file}: {exc.strerror}") from None
-        if not key:
-            raise GatewayError(f"the API key file {key_file} is empty")
-        return key
+            return read_secret_file(key_file, f"--api-key-file ({KEY_ENV}_FILE)").strip()
+        except SecretError as exc:
+            raise GatewayError(str(exc)) from None
     return environ.get(KEY_ENV, "").strip() or None
 
 
@@ -104,13 +77,16 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="site file with cameras[].source (default: $CAMPUSGUARD_SITE_CONFIG)")
     parser.add_argument("--service", required=True, help="the service's base URL, e.g. http://nginx:8000")
     parser.add_argument("--shard", default="0/1", help="i/n: pull the cameras with sha256(id) mod n == i (default 0/1)")
-    parser.add_argument("--api-key-file", type=Path, default=env("CAMPUSGUARD_GATEWAY_API_KEY_FILE"),
-                        help=f"file holding a camera-role key (else ${KEY_ENV})")
+    parser.add_argument("--api-key-file", type=Path, default=env(f"{KEY_ENV}_FILE") or None,
+                        help=f"file holding a camera-role key (default: ${KEY_ENV}_FILE; else ${KEY_ENV})")
     parser.add_argument("--secrets-dir", type=Path, default=env("CAMPUSGUARD_SECRETS_DIR"),
-                        help="a file named VAR here fills ${VAR} in source URLs (after the environment)")
+                        help="a file named VAR here fills ${VAR} in source URLs (before the environment; "
+                             "default: $CAMPUSGUARD_SECRETS_DIR)")
     parser.add_argument("--report-every-s", type=float, default=10.0, help="source state report interval")
     parser.add_argument("--timeout-s", type=float, default=10.0, help="HTTP timeout per frame")
     parser.add_argument("--gateway-id", default=None, help="name in state reports (default: host name)")
+    parser.add_argument("--heartbeat-file", type=Path, default=env("CAMPUSGUARD_GATEWAY_HEARTBEAT_FILE"),
+                        help="touched every --report-every-s while the gateway runs (container health checks)")
     parser.add_argument("--log-format", choices=["text", "json"], default=env("CAMPUSGUARD_LOG_FORMAT", "text"))
     parser.add_argument("--log-level", default=env("CAMPUSGUARD_LOG_LEVEL", "INFO"))
 
@@ -144,8 +120,8 @@ def run(args: argparse.Namespace) -> int:
             raise GatewayError("no site file: pass --site or set CAMPUSGUARD_SITE_CONFIG")
         index, total = parse_shard(args.shard)
         key = read_api_key(args.api_key_file, os.environ)
-        sources = select_shard(load_sources(args.site), index, total)
-    except (GatewayError, ValueError) as exc:
+        sources = load_sources(args.site, index, total, os.environ, args.secrets_dir)
+    except (GatewayError, ConfigError, ValueError) as exc:
         print(f"campusguard gateway: error: {exc}", file=sys.stderr)
         return 2
     if key is None:
@@ -175,11 +151,12 @@ def run(args: argparse.Namespace) -> int:
              redact_url(args.service))
     try:
         while not signals.stop:
-            signals.wake.wait()
+            _beat(args.heartbeat_file)
+            signals.wake.wait(args.report_every_s)
             signals.wake.clear()
             if signals.reload and not signals.stop:
                 signals.reload = False
-                _reload(args.site, index, total, supervisor, sinks)
+                _reload(args, index, total, supervisor, sinks)
                 reporter.notify()
     finally:
         supervisor.stop()
@@ -190,12 +167,22 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _reload(site: Path, index: int, total: int, supervisor: Supervisor, sinks: dict[str, HttpSink]) -> None:
+def _beat(path: Path | None) -> None:
+    """The heartbeat file's mtime says the main loop runs (compose and Kubernetes health checks)."""
+    if path is not None:
+        try:
+            path.touch()
+        except OSError as exc:
+            log.warning("cannot touch the heartbeat file %s: %s", path, exc.strerror)
+
+
+def _reload(args: argparse.Namespace, index: int, total: int, supervisor: Supervisor,
+            sinks: dict[str, HttpSink]) -> None:
     """SIGHUP: apply the site file as it is now; a file that cannot be used changes nothing."""
     try:
-        sources = select_shard(load_sources(site), index, total)
+        sources = load_sources(args.site, index, total, os.environ, args.secrets_dir)
         supervisor.update(sources)
-    except (GatewayError, SourceError) as exc:
+    except (ConfigError, SourceError) as exc:
         log.error("site file not reloaded (the cameras keep running as before): %s", exc)
         return
     for camera_id in [cid for cid in sinks if cid not in sources]:

@@ -20,6 +20,10 @@
 #   grafana-admin-password  Grafana's `admin` password (GF_SECURITY_ADMIN_PASSWORD__FILE)
 #   tls.crt, tls.key        only if absent: a self-signed certificate for trials
 #                           (deploy/scripts/self-signed-cert.sh); replace it with your own
+#   cameras/                the passwords of the site file's camera source URLs, for the
+#                           gateways (--secrets-dir): YOU put one file per ${VAR} in it, named
+#                           VAR (printf '%s' 'the password' | sudo tee cameras/GATE_CAM_PASSWORD),
+#                           then run this script again: it gives each file to the gateways' user
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/secrets-lib.sh"
@@ -55,6 +59,14 @@ else
     own "$dir/tls.key" "$NGINX_OWNER" 0400
     echo "   kept     $dir/tls.crt, $dir/tls.key"
 fi
+# the camera passwords: a folder the operator fills; only the gateways' user can enter it
+mkdir -p "$dir/cameras"
+own "$dir/cameras" "$DETECTOR_OWNER" 0500
+for f in "$dir/cameras"/*; do
+    [ -f "$f" ] || continue
+    own "$f" "$DETECTOR_OWNER" 0400
+    echo "   camera   $f"
+done
 
 # compose reads SECRETS_DIR from deploy/.env: its `:?` guard names this script until it is set
 [ -f "$env_file" ] || cp "$here/../.env.example" "$env_file"

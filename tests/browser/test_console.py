@@ -141,6 +141,42 @@ def test_camera_tile_shows_latest_frame_status_and_zones(server, api, open_page,
     screenshot(page, "cameras")
 
 
+def report_stream(api, camera: str, state: str, **source) -> None:
+    """What `campusguard gateway` sends for a camera's stream (docs/cameras.md)."""
+    now = dt.datetime.now(dt.timezone.utc).isoformat()
+    body = {"gateway": "gateway-0", "reported_at": now, "ttl_s": 300,
+            "source": {"source": "rtsp://admin:hunter2@10.0.0.5:554/Streaming/Channels/102", "state": state,
+                       "since": now, **source}}
+    r = api.put(f"/cameras/{camera}/source", json=body)
+    assert r.status_code == 204, r.text
+
+
+def test_camera_tile_shows_the_stream_state(server, api, open_page):
+    """Issue #24: a camera whose stream is pulled shows the stream's state in words, its fps and
+    the reader's error, with the URL's credentials never on the page; a camera without a source
+    shows no stream line."""
+    report_stream(api, "door-cam", "auth_failed", reconnects=3,
+                  last_error="401 Unauthorized from rtsp://admin:hunter2@10.0.0.5:554/Streaming/Channels/102")
+    page = open_page(server.url, KEYS["viewer"])
+    try:
+        goto(page, "cameras")
+        stream = page.locator("article.tile[data-camera=door-cam] p.stream")
+        stream.locator(".stream-auth_failed").wait_for()
+        assert stream.locator(".stream-state").inner_text() == "Stream: camera refused the password"
+        assert "3 reconnects" in stream.inner_text()
+        assert "401 Unauthorized from rtsp://***@10.0.0.5:554" in stream.locator(".stream-error").inner_text()
+        assert stream.get_attribute("title") == "rtsp://***@10.0.0.5:554/Streaming/Channels/102 (gateway gateway-0)"
+        assert "hunter2" not in page.content()
+        assert page.locator("article.tile[data-camera=plaza-cam] p.stream").is_hidden()  # no source
+        report_stream(api, "door-cam", "streaming", input_fps=2.0, frames_read=10, frames_sent=10)
+        stream.locator(".stream-streaming").wait_for()  # refreshes by itself
+        assert stream.inner_text().startswith("Stream: live 2.0 fps") and stream.locator(".stream-error").count() == 0
+        assert api.delete("/cameras/door-cam/source").status_code == 204
+        stream.wait_for(state="hidden")
+    finally:
+        page.close()
+
+
 def test_event_appears_without_reload_and_is_acknowledged(server, api, open_page, bus):
     page = open_page(server.url, KEYS["operator"])
     goto(page, "events")

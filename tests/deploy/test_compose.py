@@ -7,6 +7,7 @@ policies and depends_on conditions; every replica is behind nginx and a Promethe
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import re
@@ -124,7 +125,8 @@ def test_every_service_has_restart_and_healthcheck(base, merged):
 
 
 def test_images_are_pinned_official(base):
-    images = {name: svc["image"] for name, svc in base["services"].items() if not name.startswith("detector-")}
+    images = {name: svc["image"] for name, svc in base["services"].items()
+              if not name.startswith(("detector-", "gateway-"))}  # ours: built from the Dockerfiles
     assert images["lb"].startswith("nginx:") or images["lb"].startswith("haproxy:")
     assert images["prometheus"].startswith("prom/prometheus:v")
     assert images["grafana"].startswith("grafana/grafana:")
@@ -292,3 +294,37 @@ def test_each_replica_bounds_its_cpu_threads(base):
         threads = svc["environment"]["CAMPUSGUARD_THREADS"]
         default = int(re.fullmatch(r"\$\{CAMPUSGUARD_THREADS:-(\d+)\}", threads).group(1))
         assert 1 <= default and default * len(detector_services(base)) <= 64
+
+
+def test_camera_gateway(base, merged):
+    """Issue #24: a gateway pulls the cameras' streams and POSTs through nginx with a camera key;
+    the replicas' ingest is off, so no camera is pulled twice; the NVIDIA node runs its image.
+    Issue #31: the key and the camera passwords are files from init-secrets.sh (its hardening:
+    tests/deploy/test_hardening.py)."""
+    from app.ingest.gateway import configure
+
+    gateways = {name: svc for name, svc in base["services"].items() if name.startswith("gateway-")}
+    assert gateways, "no gateway service"
+    shards = set()
+    for name, svc in gateways.items():
+        assert svc["entrypoint"] == ["campusguard", "gateway"]
+        parser = argparse.ArgumentParser()
+        configure(parser)
+        args = parser.parse_args(svc["command"])  # the command line the gateway really accepts
+        # nginx's port for this network (8080 only redirects to HTTPS)
+        assert args.service == "http://lb:8000" and args.gateway_id == name
+        assert f":{args.site}:ro" in " ".join(svc["volumes"]), "the site file is mounted where --site reads it"
+        shards.add(args.shard)
+        # the camera key as a Docker secret (the `camera` line of api-keys.yaml), never a value
+        assert svc["environment"] == {"CAMPUSGUARD_GATEWAY_API_KEY_FILE": "/run/secrets/camera-key"}
+        assert svc["secrets"] == ["camera-key"] and base["secrets"]["camera-key"]["file"].endswith("}/camera-key")
+        # the camera passwords: SECRETS_DIR/cameras, read-only, where --secrets-dir reads them
+        assert f"${{SECRETS_DIR:?run sudo deploy/scripts/init-secrets.sh first}}/cameras:{args.secrets_dir}:ro" \
+            in svc["volumes"]
+        assert svc["depends_on"]["lb"]["condition"] == "service_healthy"
+        assert str(args.heartbeat_file) in " ".join(svc["healthcheck"]["test"])
+        assert "CUDA_IMAGE" in merged["services"][name]["image"] and "CUDA" not in svc["image"]
+    n = len(gateways)
+    assert shards == {f"{i}/{n}" for i in range(n)}, "each camera pulled by exactly one gateway"
+    for name, svc in detector_services(base).items():
+        assert svc["environment"]["CAMPUSGUARD_INGEST"] == "off", name

@@ -107,3 +107,16 @@ def test_replica_variable_filters_every_campusguard_query(dashboard):
     for q in dashboard_queries(dashboard):
         if q.where.startswith("dashboard panel"):
             assert 'replica=~"$replica"' in q.expr, q.where
+
+
+def test_camera_stream_panels(dashboard):
+    """Issue #24: a dead source is visible (the state per camera, what CampusGuardCameraStreamDown watches)."""
+    state = panel(dashboard, "Camera stream state")
+    assert state["type"] == "state-timeline"
+    assert exprs(state) == ['max by (camera_id) (campusguard_source_state{state="streaming",replica=~"$replica"})']
+    flow = " ".join(exprs(panel(dashboard, "Stream frames/s read, sent, dropped by camera")))
+    for name in ("campusguard_source_frames_read_total", "campusguard_source_frames_sent_total",
+                 "campusguard_source_frames_dropped_total"):
+        assert name in flow
+    assert "by (camera_id, reason)" in flow
+    assert "campusguard_source_reconnects_total" in exprs(panel(dashboard, "Stream reconnects per hour by camera"))[0]

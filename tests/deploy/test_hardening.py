@@ -72,6 +72,30 @@ def test_replicas_are_hardened(configs):
             assert svc["environment"]["CAMPUSGUARD_ONNX_CACHE_DIR"].startswith("/var/cache/campusguard/")
 
 
+def test_gateways_are_hardened(configs):
+    """The camera gateways (#24) run as the replicas do, without a GPU: Docker's default seccomp
+    profile (no NUMA calls, nothing `unconfined`), nothing writable but the /tmp tmpfs, limits
+    of their own, the edge network only (the load balancer and the cameras, not PostgreSQL),
+    and their secrets as files: the camera key a Docker secret, the camera passwords the
+    read-only SECRETS_DIR/cameras folder."""
+    for config in configs.values():
+        gateways = {name: svc for name, svc in config["services"].items() if name.startswith("gateway-")}
+        assert gateways
+        for name, svc in gateways.items():
+            assert not any(opt.startswith("seccomp") for opt in svc["security_opt"]), name
+            assert any(t.startswith("/tmp:") for t in svc["tmpfs"]), name
+            assert all(v.endswith(":ro") for v in svc["volumes"]), name
+            assert re.fullmatch(r"\$\{GATEWAY_MEM_LIMIT:-\d+g\}", svc["mem_limit"]), name
+            assert re.fullmatch(r"\$\{GATEWAY_PIDS_LIMIT:-\d+\}", str(svc["pids_limit"])), name
+            assert svc["networks"] == ["edge"], name
+            assert "devices" not in svc and "group_add" not in svc, name
+            assert svc["environment"]["CAMPUSGUARD_GATEWAY_API_KEY_FILE"] == "/run/secrets/camera-key"
+            assert not any(k in svc["environment"] for k in ("CAMPUSGUARD_GATEWAY_API_KEY", "CAMPUSGUARD_API_KEYS_FILE"))
+            secrets_dir = [v for v in svc["volumes"] if v.startswith("${SECRETS_DIR:?")]
+            assert secrets_dir == [f"${{SECRETS_DIR:?run sudo deploy/scripts/init-secrets.sh first}}/cameras:"
+                                   "/run/secrets/cameras:ro"], name
+
+
 def test_the_unconfined_fallback_is_opt_in_and_keeps_the_rest(configs):
     merged = merge_compose(configs["amd"], load_compose(UNCONFINED))
     for name, svc in merged["services"].items():

@@ -148,7 +148,7 @@ def test_crd_schema_rejects_typos():
 # --- wiring --------------------------------------------------------------------------------
 def test_gpu_requests(rendered):
     name, resources = rendered
-    container = one(resources, "Deployment")["spec"]["template"]["spec"]["containers"][0]
+    container = named(resources, "Deployment", "campusguard-detector")["spec"]["template"]["spec"]["containers"][0]
     gpu, other = ("amd.com/gpu", "nvidia.com/gpu") if name == "base" else ("nvidia.com/gpu", "amd.com/gpu")
     for section in ("requests", "limits"):
         assert container["resources"][section][gpu] == 1
@@ -160,7 +160,7 @@ def test_gpu_requests(rendered):
 
 def test_probes_and_rollout(rendered):
     _, resources = rendered
-    dep = one(resources, "Deployment")
+    dep = named(resources, "Deployment", "campusguard-detector")
     container = dep["spec"]["template"]["spec"]["containers"][0]
     assert container["readinessProbe"]["httpGet"]["path"] == "/health/ready"
     assert container["livenessProbe"]["httpGet"]["path"] == "/health/live"
@@ -177,7 +177,7 @@ def test_probes_and_rollout(rendered):
 
 def test_selectors_and_references_match(rendered):
     _, resources = rendered
-    dep, svc = one(resources, "Deployment"), one(resources, "Service")
+    dep, svc = named(resources, "Deployment", "campusguard-detector"), one(resources, "Service")
     pod_labels = dep["spec"]["template"]["metadata"]["labels"]
     container = dep["spec"]["template"]["spec"]["containers"][0]
 
@@ -241,7 +241,7 @@ def test_configmap_holds_valid_settings():
         fields[name] = value
     files = {k: v for k, v in fields.items() if k.endswith("_file")}
     assert set(files) == {"api_keys_file", "webhook_secret_file", "events_db_url_file"}
-    pod = one(resources, "Deployment")["spec"]["template"]["spec"]
+    pod = named(resources, "Deployment", "campusguard-detector")["spec"]["template"]["spec"]
     mount = next(m for m in pod["containers"][0]["volumeMounts"] if m["name"] == "secrets")
     assert all(path.startswith(mount["mountPath"] + "/") for path in files.values())
     fields = {k: v for k, v in fields.items() if k not in files}
@@ -258,7 +258,7 @@ def test_rules_on_with_the_site_file_and_the_shared_event_store(tmp_path):
 
     resources = render(K8S / "base")
     config = named(resources, "ConfigMap", "campusguard-config")["data"]
-    pod = one(resources, "Deployment")["spec"]["template"]["spec"]
+    pod = named(resources, "Deployment", "campusguard-detector")["spec"]["template"]["spec"]
     mount = next(m for m in pod["containers"][0]["volumeMounts"] if m["name"] == "site")
     volume = next(v for v in pod["volumes"] if v["name"] == "site")
     assert mount["readOnly"] and config["CAMPUSGUARD_SITE_CONFIG"] == f"{mount['mountPath']}/site.yaml"
@@ -274,5 +274,52 @@ def test_threads_match_the_cpu_request(rendered):
     """os.cpu_count() in a pod is the node's cores: threads=0 would spin all of them per pod."""
     _name, resources = rendered
     data = named(resources, "ConfigMap", "campusguard-config")["data"]
-    container = one(resources, "Deployment")["spec"]["template"]["spec"]["containers"][0]
+    container = named(resources, "Deployment", "campusguard-detector")["spec"]["template"]["spec"]["containers"][0]
     assert int(data["CAMPUSGUARD_THREADS"]) == int(container["resources"]["requests"]["cpu"])
+
+
+def test_camera_gateway(rendered):
+    """Issue #24: a gateway Deployment pulls the cameras' streams (one pod, Recreate: never two on the
+    same cameras), reads the same site file, posts to the detectors' Service with a camera key, and
+    the detectors' ingest is off."""
+    import argparse
+
+    from app.ingest.gateway import configure
+
+    name, resources = rendered
+    dep = named(resources, "Deployment", "campusguard-gateway")
+    detector = named(resources, "Deployment", "campusguard-detector")
+    assert dep["spec"]["replicas"] == 1 and dep["spec"]["strategy"]["type"] == "Recreate"
+    pod = dep["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["command"] == ["campusguard", "gateway"]
+    assert container["image"] == detector["spec"]["template"]["spec"]["containers"][0]["image"]
+    assert ("rocm" if name == "base" else "cuda") in container["image"]
+    assert not any("gpu" in r for r in container["resources"]["requests"]), "decoding needs no GPU here"
+    parser = argparse.ArgumentParser()
+    configure(parser)
+    args = parser.parse_args(container["args"])  # the command line the gateway really accepts
+    svc = one(resources, "Service")
+    assert args.service == f"http://{svc['metadata']['name']}" and args.shard == "0/1"
+    mounts = {m["name"]: m for m in container["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert f"{mounts['site']['mountPath']}/site.yaml" == str(args.site)
+    assert volumes["site"]["configMap"]["name"] == "campusguard-site"
+    # secrets as files from the Secrets the documented commands create (none in the base, #31):
+    # only `camera-key` of campusguard-secrets, and the camera passwords as --secrets-dir
+    assert not [r for r in resources if r["kind"] == "Secret"]
+    assert "envFrom" not in container
+    (key_env,) = container["env"]
+    key_file = key_env["value"]
+    assert key_env["name"] == "CAMPUSGUARD_GATEWAY_API_KEY_FILE" and "valueFrom" not in key_env
+    assert key_file == f"{mounts['camera-key']['mountPath']}/camera-key"
+    assert volumes["camera-key"]["secret"]["secretName"] == "campusguard-secrets"
+    assert volumes["camera-key"]["secret"]["items"] == [{"key": "camera-key", "path": "camera-key"}]
+    assert mounts["camera-secrets"]["mountPath"] == str(args.secrets_dir)
+    assert volumes["camera-secrets"]["secret"]["secretName"] == "campusguard-camera-secrets"
+    commands = (K8S / "base/kustomization.yaml").read_text()
+    assert "create secret generic campusguard-camera-secrets" in commands and "secrets/cameras/" in commands
+    assert "--from-file=deploy/secrets/camera-key" in commands
+    assert str(args.heartbeat_file) in " ".join(container["livenessProbe"]["exec"]["command"])
+    assert str(args.heartbeat_file).startswith(mounts["tmp"]["mountPath"] + "/")  # writable under a read-only root
+    assert named(resources, "ConfigMap", "campusguard-config")["data"]["CAMPUSGUARD_INGEST"] == "off"

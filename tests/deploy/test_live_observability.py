@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import math
 import subprocess
 import time
@@ -63,6 +64,13 @@ def traffic(live_server, bus_jpg) -> dict[str, int]:
             assert r.json()["detections"], "bus.jpg has people and a bus"
         bad = client.post("/detect", content=b"this is not an image", headers={"content-type": "image/jpeg"})
         assert 400 <= bad.status_code < 500, bad.text
+        # a gateway's report of the camera's stream: the campusguard_source_* series (dashboard, alert)
+        now = dt.datetime.now(dt.timezone.utc).isoformat()
+        report = {"gateway": "gateway-0", "reported_at": now, "ttl_s": 30, "source": {
+            "source": "rtsp://10.0.0.5/stream2", "state": "streaming", "since": now, "reconnects": 1,
+            "frames_read": 12, "frames_sent": 10, "dropped": {"superseded": 2}, "input_fps": 1.0, "last_frame_at": now}}
+        r = client.put("/cameras/gate-cam/source", json=report)  # a camera of the site file
+        assert r.status_code == 204, r.text
     return {"/detect": 5}
 
 
@@ -104,7 +112,8 @@ def test_every_queried_metric_is_exported(live_server, traffic):
                  "campusguard_device_memory_reserved_bytes", "campusguard_device_memory_used_bytes",
                  "campusguard_detections_total", "campusguard_camera_detections_total",
                  "campusguard_inference_errors_total", "campusguard_rejected_requests_total",
-                 "campusguard_ready", "campusguard_cache_clears_total"):
+                 "campusguard_ready", "campusguard_cache_clears_total", "campusguard_source_state",
+                 "campusguard_source_frames_dropped_total", "campusguard_source_reconnects_total"):
         assert name in used, f"{name} is not used by any dashboard panel or alert"
         assert name in samples, f"{name} has no sample in /metrics"
     assert used & PROMETHEUS_SYNTHETIC <= {"up"}
@@ -240,7 +249,8 @@ def test_dashboard_queries_return_data(prometheus, live_server, bus_jpg):
     must_have_data = {"Replicas ready", "Request latency p50 / p95 / p99", "Stage latency p50 / p95 / p99",
                       "Batch size (images per inference)", "Queue depth", "VRAM per GPU",
                       "Detections/s by class", "Detections/s by camera", "Requests/s by route and status",
-                      "HTTP errors by status", "Build"}
+                      "HTTP errors by status", "Build", "Camera stream state",
+                      "Stream frames/s read, sent, dropped by camera"}
     seen = set()
     for q in dashboard_queries():
         if q.expr.startswith("label_values("):

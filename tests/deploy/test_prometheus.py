@@ -54,6 +54,7 @@ def test_alerts_required_by_the_issue_exist_and_are_tested():
         "CampusGuardReplicaNotReady": "campusguard_ready",
         "CampusGuardCacheClearsStalled": "campusguard_cache_clears_total",
         "CampusGuardAuthFailureBurst": "campusguard_auth_failures_total",  # issue 30: a brute-force burst
+        "CampusGuardCameraStreamDown": 'campusguard_source_state{state="streaming"}',  # issue 24: a dead source
     }
     for name, needle in required.items():
         assert needle in rules[name]["expr"], name

@@ -20,7 +20,7 @@ FILES = {"api-keys.yaml", "camera-key", "postgres-password", "events-db-url", "w
 
 
 def snapshot(folder) -> dict[str, tuple[bytes, int]]:
-    return {p.name: (p.read_bytes(), stat.S_IMODE(p.stat().st_mode)) for p in folder.iterdir()}
+    return {p.name: (p.read_bytes(), stat.S_IMODE(p.stat().st_mode)) for p in folder.iterdir() if p.is_file()}
 
 
 def test_init_secrets_twice_keeps_its_files_readable_by_their_owner_only(tmp_path):
@@ -32,6 +32,10 @@ def test_init_secrets_twice_keeps_its_files_readable_by_their_owner_only(tmp_pat
         assert mode == 0o400, (name, oct(mode))
         assert content.strip(), name
     assert stat.S_IMODE(secrets.stat().st_mode) == 0o711  # nobody lists the folder
+    # the camera passwords' folder: the operator fills it; only the gateways' user enters it
+    cameras = secrets / "cameras"
+    assert cameras.is_dir() and not any(cameras.iterdir())
+    assert stat.S_IMODE(cameras.stat().st_mode) == 0o500
     second = init_secrets(secrets, env_file)
     assert snapshot(secrets) == made, "a second run changed a secret"
     assert "created" not in second.stdout and second.stdout.count("kept") >= len(FILES) - 1
@@ -51,6 +55,21 @@ def test_init_secrets_twice_keeps_its_files_readable_by_their_owner_only(tmp_pat
     env = env_file.read_text()
     assert f"SECRETS_DIR={secrets}\n" in env and env.count("SECRETS_DIR=") == 1
     assert stat.S_IMODE(env_file.stat().st_mode) == 0o600
+
+
+def test_camera_passwords_the_operator_adds_get_the_gateways_owner_and_mode(tmp_path):
+    secrets, env_file = tmp_path / "secrets", tmp_path / "env"
+    init_secrets(secrets, env_file)
+    cameras = secrets / "cameras"
+    cameras.chmod(0o700)  # as root would write into it
+    (cameras / "GATE_CAM_PASSWORD").write_text("p@ss:w/rd")
+    (cameras / "GATE_CAM_PASSWORD").chmod(0o644)
+    again = init_secrets(secrets, env_file)
+    assert (cameras / "GATE_CAM_PASSWORD").read_text() == "p@ss:w/rd"
+    assert stat.S_IMODE((cameras / "GATE_CAM_PASSWORD").stat().st_mode) == 0o400
+    assert stat.S_IMODE(cameras.stat().st_mode) == 0o500
+    assert "GATE_CAM_PASSWORD" in again.stdout and "p@ss" not in again.stdout + again.stderr
+    cameras.chmod(0o700)  # let pytest clean up
 
 
 def test_a_replaced_secret_is_kept_and_a_bad_sslmode_is_refused(tmp_path):

@@ -38,6 +38,15 @@ def walk_clip(tmp_path_factory, dataset, stream_tools) -> WalkClip:
     return make_walk_clip(out, background_without_people(dataset), ultralytics_asset("bus.jpg"))
 
 
+@pytest.fixture(scope="session")
+def slow_walk_clip(tmp_path_factory, dataset, stream_tools) -> WalkClip:
+    """20 s of the same person walking slowly from 0.2 to 0.8 of the width: the real model on a
+    busy CPU gets a frame every second or two, and the tracker still links his boxes."""
+    out = tmp_path_factory.mktemp("clips") / "slow-walk.mp4"
+    return make_walk_clip(out, background_without_people(dataset), ultralytics_asset("bus.jpg"), seconds=20,
+                          walk=(0.2, 0.8))
+
+
 @pytest.fixture
 def rtsp_server(walk_clip) -> Iterator[RtspServer]:
     with RtspServer(walk_clip.path) as server:

@@ -48,7 +48,7 @@ def gateway(tmp_path, stream_tools):
 
     def start(site: Path, url: str, *extra: str) -> subprocess.Popen:
         log = (tmp_path / f"gateway-{len(procs)}.log").open("wb")
-        proc = subprocess.Popen([sys.executable, "-m", "app.ingest.gateway", "--site", str(site), "--service", url,
+        proc = subprocess.Popen([sys.executable, "-m", "app.cli", "gateway", "--site", str(site), "--service", url,
                                  "--api-key-file", str(key_file), "--report-every-s", "1", *extra],
                                 cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
         procs.append(proc)
@@ -110,16 +110,16 @@ def test_killed_gateway_takes_its_ffmpeg_along(tmp_path, walk_clip, service, gat
 
 
 @pytest.mark.parametrize("site_text, words", [
-    ("cameras:\n  - id: gate-cam\n    source: {url: 'smb://nas/cam'}\n", ["cameras[0] (gate-cam).source.url", "'smb'"]),
-    ("cameras:\n  - id: gate-cam\n    source: {url: 'rtsp://x/cam', fps: 0}\n", ["cameras[0] (gate-cam).source.fps"]),
+    ("cameras:\n  - id: gate-cam\n    source: {url: 'smb://nas/cam'}\n", ["cameras[0].source.url", "'smb'"]),
+    ("cameras:\n  - id: gate-cam\n    source: {url: 'rtsp://x/cam', fps: 0}\n", ["cameras[0].source.fps"]),
     ("cameras:\n  - id: gate-cam\n    source: {url: 'rtsp://u:${GATE_PW}@x/cam'}\n",
-     ["cameras[gate-cam].source.url", "${GATE_PW} is not set"]),
+     ["cameras[0].source.url", "${GATE_PW} is not defined"]),
 ])
 def test_unusable_site_file_exits_2_with_the_field_named(tmp_path, site_text, words):
     site = tmp_path / "site.yaml"
     site.write_text(site_text)
     env = {k: v for k, v in os.environ.items() if k != "GATE_PW"}
-    done = subprocess.run([sys.executable, "-m", "app.ingest.gateway", "--site", str(site), "--service",
+    done = subprocess.run([sys.executable, "-m", "app.cli", "gateway", "--site", str(site), "--service",
                            "http://127.0.0.1:9"], cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2
     assert all(w in done.stderr for w in words), done.stderr

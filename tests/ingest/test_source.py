@@ -14,9 +14,10 @@ import yaml
 from pydantic import ValidationError
 
 from app.core.redact import redact_text, redact_url, url_secrets
-from app.ingest.gateway import GatewayError, load_sources
+from app.ingest.gateway import load_sources
 from app.ingest.httpsink import parse_shard, shard_of
-from app.ingest.source import SourceError, SourceSpec, resolve, resolve_all
+from app.ingest.source import SourceError, SourceSpec, resolve, resolve_all, resolve_site
+from app.rules.site.loader import SiteConfigError, parse_site_text
 
 ISSUE_EXAMPLE = """
 cameras:
@@ -66,13 +67,13 @@ def test_site_file_errors_name_camera_and_field(tmp_path):
           - id: lot-cam
             source: {url: "rtsp://10.0.0.6/x", fps: 31}
     """))
-    with pytest.raises(GatewayError) as info:
-        load_sources(site)
-    message = str(info.value)
-    assert "cameras[0] (gate-cam).source.url" in message and "'gopher'" in message
-    assert "cameras[0] (gate-cam).source.fps" in message
-    assert "cameras[2] (lot-cam).source.fps" in message
-    assert "plaza-cam" not in message  # a camera without a source is fine
+    with pytest.raises(SiteConfigError) as info:
+        load_sources(site)  # the gateway reads the site file with the service's own loader
+    assert info.value.errors == [
+        "cameras[0].source.url: unsupported scheme 'gopher' in 'gopher://10.0.0.5/x': use one of rtsp://, rtsps://, "
+        "http://, https://, file://",
+        "cameras[0].source.fps: Input should be greater than 0",
+        "cameras[2].source.fps: Input should be less than or equal to 30"]  # plaza-cam has no source: fine
 
 
 def test_resolve_from_environment_and_secrets_dir(tmp_path):
@@ -81,8 +82,12 @@ def test_resolve_from_environment_and_secrets_dir(tmp_path):
     url = resolve(spec, {"CAM_USER": "guard", "CHANNEL": "102"}, tmp_path)
     # the password is percent-encoded in the user info (ffmpeg decodes it); the path is as given
     assert url == "rtsp://guard:p%40ss%3Aw%2Frd%3F%231@10.0.0.5:554/ch/102"
-    # the environment wins over the secrets directory
-    assert resolve(spec, {"CAM_USER": "g", "CAM_PASSWORD": "env", "CHANNEL": "1"}, tmp_path).startswith("rtsp://g:env@")
+    # one rule for every secret (app/core/secrets.py): the secrets directory wins over the environment
+    assert resolve(spec, {"CAM_USER": "g", "CAM_PASSWORD": "env", "CHANNEL": "1"}, tmp_path).startswith(
+        "rtsp://g:p%40ss")
+    assert resolve(spec, {"CAM_USER": "g", "CAM_PASSWORD": "env", "CHANNEL": "1"}).startswith("rtsp://g:env@")
+    # $${ is a literal ${ (not a variable)
+    assert resolve(SourceSpec(url="rtsp://cam/a$${b}"), {}) == "rtsp://cam/a${b}"
 
 
 def test_unset_variable_names_the_variable_and_field(tmp_path):
@@ -90,10 +95,27 @@ def test_unset_variable_names_the_variable_and_field(tmp_path):
     with pytest.raises(SourceError) as info:
         resolve(spec, {"OTHER": "secret-value"}, tmp_path)
     assert info.value.field == "source.url"
-    assert "${GATE_CAM_PASSWORD} is not set" in str(info.value) and str(tmp_path) in str(info.value)
+    assert "${GATE_CAM_PASSWORD} is not defined" in str(info.value) and str(tmp_path) in str(info.value)
+    assert "secret-value" not in str(info.value)
     with pytest.raises(SourceError) as info:
         resolve_all({"gate-cam": spec, "ok-cam": SourceSpec(url="file:///x.mp4")}, {})
     assert info.value.field == "cameras[gate-cam].source.url"
+
+
+def test_resolve_site_names_each_camera_field_and_only_the_shard():
+    config = parse_site_text(textwrap.dedent("""
+        cameras:
+          - id: plaza-cam
+          - id: gate-cam
+            source: {url: "rtsp://admin:${GATE_PW}@10.0.0.5/x"}
+          - id: lot-cam
+            source: {url: "rtsp://${LOT_USER}:${LOT_PW}@10.0.0.6/x"}
+    """))
+    with pytest.raises(SiteConfigError) as info:
+        resolve_site(config, {"LOT_USER": "u"}, None, "site.yaml")
+    assert [e.split(":")[0] for e in info.value.errors] == ["cameras[1].source.url", "cameras[2].source.url"]
+    assert "${GATE_PW} is not defined" in info.value.errors[0] and "${LOT_PW}" in info.value.errors[1]
+    assert resolve_site(config, {"GATE_PW": "pw"}, None, only={"gate-cam"}) == {"gate-cam": "rtsp://admin:pw@10.0.0.5/x"}
 
 
 def test_a_whole_url_variable_is_checked_once_filled_in():

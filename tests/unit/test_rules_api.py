@@ -14,6 +14,7 @@ from app.api.events import router
 from app.config import Settings
 from app.api.options import ApiOptions
 from app.core.metrics import Metrics
+from app.core.sources import SourceBook
 from app.api.access import Gate
 from app.core.roles import Keyring
 from app.rules.service.facade import RulesService
@@ -24,6 +25,7 @@ from tests.support.rules_util import EXAMPLE_SITE, H, W, at, people
 def make_app(rules, keys=()) -> FastAPI:
     app = FastAPI()
     app.state.rules = rules
+    app.state.sources = SourceBook()  # GET /cameras shows each camera's stream (none here)
     app.state.options = ApiOptions()
     app.state.gate = Gate.of(Keyring.parse(keys))
     install_error_handlers(app)

@@ -22,6 +22,7 @@ from app.wiring import mqtt_options
 from tests.support.mqtt_broker import Mosquitto, Subscriber, find_mosquitto
 from tests.conftest import free_port
 from tests.support.rules_util import H, W, at, people
+from tests.support.viewcheck import Camera, tape
 
 SITE = {"cameras": [{"id": "gate-cam", "name": "North gate", "zones": [
     {"name": "plaza", "polygon": [[0, 0.5], [1, 0.5], [1, 1], [0, 1]],
@@ -33,9 +34,9 @@ REQUIRED_HA_KEYS = ("name", "unique_id", "state_topic", "device", "availability"
 def service(tmp_path, mosquitto):
     made = []
 
-    def factory(**settings) -> RulesService:
+    def factory(site: dict = SITE, **settings) -> RulesService:
         path = tmp_path / "site.yaml"
-        path.write_text(yaml.safe_dump(SITE))
+        path.write_text(yaml.safe_dump(site))
         s = Settings(site_config=path, events_db_url=f"sqlite:///{tmp_path}/events.db", snapshot_dir=tmp_path / "s",
                      clips=False, mqtt_url=mosquitto.url, webhook_max_backoff_s=1.0, webhook_timeout_s=2.0,
                      **settings)
@@ -154,7 +155,7 @@ def test_late_subscriber_gets_retained_state_and_valid_discovery(service, subscr
     late = subscribe("#")
     got = late.wait_for(lambda m: {"campusguard/gate-cam/status", "campusguard/gate-cam/plaza/occupancy",
                                    "campusguard/availability", "campusguard/gate-cam/plaza/crowd/state"}
-                        <= {t for t, *_ in m} and sum(t.startswith("homeassistant/") for t, *_ in m) == 2)
+                        <= {t for t, *_ in m} and sum(t.startswith("homeassistant/") for t, *_ in m) == 3)
     retained = {t: p for t, p, r in got if r}
     assert retained["campusguard/availability"] == b"online"
     assert retained["campusguard/gate-cam/status"] == b"online"
@@ -173,7 +174,10 @@ def test_late_subscriber_gets_retained_state_and_valid_discovery(service, subscr
     assert (rule["payload_on"], rule["payload_off"]) == ("ON", "OFF")
     assert camera["device_class"] == "connectivity" and camera["state_topic"] == "campusguard/gate-cam/status"
     assert (camera["payload_on"], camera["payload_off"]) == ("online", "offline")
-    assert len({c["unique_id"] for c in configs.values()}) == 2
+    view = configs["homeassistant/binary_sensor/campusguard/gate-cam_view/config"]  # view checks: on by default
+    assert all(view.get(k) for k in REQUIRED_HA_KEYS) and view["device_class"] == "problem"
+    assert view["state_topic"] == "campusguard/gate-cam/view/problem" and view["device"] == camera["device"]
+    assert len({c["unique_id"] for c in configs.values()}) == 3
 
 
 def test_broker_restart_mid_stream_loses_no_event(service, subscribe, mosquitto):
@@ -282,3 +286,54 @@ def test_availability_last_will_and_graceful_offline(service, subscribe):
     sub.wait_for(lambda m: sub.on("campusguard/availability")[seen:] == [b"offline", b"online"])
     svc.stop()
     sub.wait_for(lambda m: sub.on("campusguard/availability")[-1:] == [b"offline"])
+
+
+def test_a_view_problem_is_the_cameras_problem_sensor_and_an_event(service, subscribe, dataset):
+    """Covered, then back: the camera_view event's start and end on the event topics (with the
+    before/after snapshot's URL), the camera's retained view/problem topic ON then OFF, and no
+    per-rule state topic for it."""
+    site = {"cameras": [{**SITE["cameras"][0], "view_checks": {"learn_s": 10, "interval_s": 1, "persist_s": 3}}]}
+    sub = subscribe("campusguard/#")
+    svc = service(site=site)
+    sub.wait_for(lambda m: any(t == "campusguard/availability" and p == b"online" for t, p, _ in m))
+    camera = Camera.on(dataset, 3)
+    events = []
+    for t in range(0, 32):
+        frame = camera.frame(tape if 14 <= t < 22 else None)
+        events += svc.evaluate("gate-cam", at(t), (frame.shape[1], frame.shape[0]), [], frame)
+    view = [e for e in events if e["rule"] == "camera_view"]
+    assert [(e["state"], e["objects"][0]["kind"]) for e in view] == [("started", "covered"), ("ended", "covered")]
+    sub.wait_for(lambda m: len(sub.on("campusguard/gate-cam/camera_view")) == 2)
+    got = envelopes(sub.on("campusguard/gate-cam/camera_view"))
+    assert [g["type"] for g in got] == ["event.started", "event.ended"]
+    assert got[0]["event"]["snapshot"] == f"/events/{view[0]['id']}/snapshot"
+    assert got[1]["event"]["objects"][0]["reason"] == "healthy"
+    sub.wait_for(lambda m: sub.on("campusguard/gate-cam/view/problem")[-1:] == [b"OFF"]
+                 and b"ON" in sub.on("campusguard/gate-cam/view/problem"))
+    assert sub.on("campusguard/gate-cam/view/problem")[-2:] == [b"ON", b"OFF"]
+    assert not [t for t, *_ in sub.messages if t.endswith("/camera_view/state")]
+
+
+def test_a_view_sensor_per_camera_with_view_checks_under_an_injective_id():
+    """The view sensor's id is one more name list (camera, "view") of discovery.py's injective
+    ids: it collides with no status or rule sensor (not even zone "view"'s rules, nor camera
+    a.b's with a_b's), and a camera whose view checks are off has none."""
+    from app.rules.delivery.discovery import decode_object_id, discovery_messages
+    from app.rules.site.loader import parse_site_config
+
+    square = [[0, 0], [1, 0], [1, 1]]
+    config = parse_site_config({"cameras": [
+        {"id": "a.b"}, {"id": "a_b"}, {"id": "quiet", "view_checks": {"enabled": False}},
+        {"id": "gate-cam", "zones": [{"name": "view", "polygon": square, "rules": [{"type": "intrusion"}]}]},
+    ]})
+    topics = Topics("campusguard")
+    configs = [json.loads(p) for _, p, _ in discovery_messages(topics, config)]
+    ids = [c["unique_id"] for c in configs]
+    assert len(ids) == len(set(ids)) == 4 + 3 + 1  # a status per camera, a view per camera with checks, one rule
+    views = {c["unique_id"]: c for c in configs if c.get("device_class") == "problem"}
+    assert {decode_object_id(u.removeprefix("campusguard_")) for u in views} == {
+        ("a.b", "view"), ("a_b", "view"), ("gate-cam", "view")}
+    gate = views["campusguard_gate-cam_view"]  # plain names keep a readable id
+    assert gate["state_topic"] == topics.view_problem("gate-cam") == "campusguard/gate-cam/view/problem"
+    assert gate["json_attributes_topic"] == "campusguard/gate-cam/camera_view"
+    assert "campusguard_gate-cam_view_intrusion" in ids  # zone "view"'s rule: another entity

@@ -33,9 +33,11 @@ SITE = {"cameras": [
         {"name": "x_y", "polygon": [[0, 0], [1, 0], [1, 1]], "rules": [{**RULE, "name": "z"}]},
         {"name": "x", "polygon": [[0, 0], [1, 0], [1, 1]], "rules": [{**RULE, "name": "y_z"}]},
         {"name": "plain", "polygon": [[0, 0], [1, 0], [1, 1]], "rules": [{**RULE, "name": "fire_lane"}]}]}]}
-# (names) of every entity of SITE: each camera's status, each camera/zone/rule
+# (names) of every entity of SITE the old release announced: each camera's status, each camera/zone/rule
 ENTITIES = [("a.b", "status"), ("a_b", "status"), ("a", "status"), ("cam", "status"), ("cam", "x_y", "z"),
             ("cam", "x", "y_z"), ("cam", "plain", "fire_lane")]
+# and now: each camera's view sensor too (view checks are on by default)
+CURRENT = ENTITIES + [(c["id"], "view") for c in SITE["cameras"]]
 
 
 @given(st.lists(NAME, min_size=1, max_size=3))
@@ -53,7 +55,7 @@ def test_the_collisions_of_the_issue_are_gone():
     assert legacy_object_id("a.b", "status") == legacy_object_id("a_b", "status")
     assert object_id("a.b", "status") == "a_-db_status" != object_id("a_b", "status") == "a__b_status"
     assert object_id("a_b", "status") != object_id("a", "b", "status")
-    assert len({object_id(*e) for e in ENTITIES}) == len(ENTITIES)
+    assert len({object_id(*e) for e in CURRENT}) == len(CURRENT)
 
 
 def retained_discovery(mosquitto) -> dict[str, dict]:
@@ -104,9 +106,9 @@ def test_configs_of_changed_ids_are_cleared_and_the_new_ids_are_stable(tmp_path,
             configs = retained_discovery(mosquitto)
         finally:
             svc.stop()
-        expected = {topics.discovery(object_id(*names)) for names in ENTITIES}
+        expected = {topics.discovery(object_id(*names)) for names in CURRENT}
         assert set(configs) == expected, sorted(set(configs) ^ expected)  # no orphan of the old ids is left
-        assert len({c["unique_id"] for c in configs.values()}) == len(ENTITIES)
+        assert len({c["unique_id"] for c in configs.values()}) == len(CURRENT)
         rule = configs[topics.discovery("cam_x__y_z")]
         assert rule["unique_id"] == "campusguard_cam_x__y_z" and rule["state_topic"] == "campusguard/cam/x_y/z/state"
         other = configs[topics.discovery("cam_x_y__z")]

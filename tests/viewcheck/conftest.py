@@ -9,7 +9,7 @@ import pytest
 
 from app.tooling.viewcheck.evaluate import SequenceResult, run_sequence
 from app.tooling.viewcheck.sequences import build
-from app.rules.logic.view.options import ViewCheckOptions
+from app.rules.site.viewchecks import ViewCheckOptions
 
 
 @pytest.fixture(scope="session")

@@ -163,3 +163,29 @@ def test_reconfigure_ends_the_problems_of_a_check_switched_off(camera):
     assert [(tr.kind, tr.reason) for tr in out] == [("covered", "disabled")]
     assert monitor.state().checks["covered"].status == "off"
     assert monitor.state().learned["day"] is not None  # the reference survives a reload
+
+
+def test_a_flat_picture_is_never_learned_nor_judged_against(camera):
+    """A black picture (a camera booting, a lens cap, a dark corner at night) has no
+    structure to lose: it is not learned as the reference (the monitor learns on, and says
+    why), nothing is raised while it lasts, and the scene that follows is learned. An
+    operator who accepts a black view gets blinded checked only, never "covered"."""
+    monitor = ViewMonitor(FAST)
+    rng = np.random.default_rng(7)
+
+    def noisy_black() -> np.ndarray:
+        return np.clip(rng.normal(3, 1.5, (240, 320, 3)), 0, 255).astype(np.uint8)
+
+    assert feed(monitor, [(t, noisy_black(), []) for t in range(0, 40, 2)]) == []
+    state = monitor.state()
+    assert state.learned["night"] is None and state.checks["covered"].status == "learning"
+    assert "no structure" in state.checks["covered"].note
+    assert feed(monitor, [(40 + t, camera.frame(), []) for t in range(0, 30, 2)]) == []
+    assert monitor.state().learned["day"] is not None and monitor.state().checks["covered"].note is None
+
+    accepting = ViewMonitor(FAST)
+    feed(accepting, [(0, noisy_black(), [])])
+    accepting.accept()
+    assert accepting.state().checks["covered"].status == "suspended"
+    assert accepting.state().checks["blinded"].status == "ok"
+    assert feed(accepting, [(2 + t, noisy_black(), []) for t in range(0, 30, 2)]) == []

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from app.rules.logic.view import KINDS, ViewCheckConfigError, ViewCheckOptions, parse_options
-from app.rules.logic.view.options import THRESHOLDS
+from app.rules.site.viewchecks import THRESHOLDS
 
 
 def test_defaults_are_on_with_every_check():
@@ -75,7 +75,7 @@ def test_options_are_frozen():
 def test_sensitivity_orders_every_threshold():
     """high is more sensitive than normal, normal than low, threshold by threshold."""
     low, normal, high = THRESHOLDS["low"], THRESHOLDS["normal"], THRESHOLDS["high"]
-    fire_when_below = ("covered_still", "covered_detail", "smeared_detail", "smeared_texture", "moved_gate",
+    fire_when_below = ("covered_still", "covered_detail", "smeared_detail", "smeared_texture", "smeared_dim", "moved_gate",
                        "replaced_structure", "defocus_sharpness", "frozen_tolerance")
     fire_when_above = ("blinded_saturated", "moved_aligned", "moved_shift", "moved_angle")
     for name in fire_when_below:

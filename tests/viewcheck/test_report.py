@@ -10,6 +10,7 @@ import cv2
 from app.tooling.viewcheck.bench import bench
 from app.tooling.viewcheck.scenarios import SCENARIOS
 from app.tooling.viewcheck.sequences import build
+from app.cli import main as campusguard
 from app.tooling.viewcheck.report import main
 
 
@@ -58,6 +59,8 @@ def test_the_report_prints_both_parts_and_writes_json(dataset, tmp_path, capsys)
 
 
 def test_bad_arguments_exit_2(dataset, tmp_path):
+    """Through ``campusguard viewcheck-report`` (the command table) and the module alike."""
+    assert campusguard(["viewcheck-report", "--dataset", str(dataset), "--scenarios", "smoke", "--no-bench"]) == 2
     assert main(["--dataset", str(dataset), "--scenarios", "smoke", "--no-bench"]) == 2
     assert main(["--dataset", str(dataset), "--sensitivity", "max", "--no-bench"]) == 2
     assert main(["--dataset", str(tmp_path), "--no-bench"]) == 2  # no images there

@@ -8,7 +8,7 @@ import pytest
 
 from app.tooling.viewcheck.evaluate import clearing, deadline
 from app.tooling.viewcheck.scenarios import NEGATIVES, TAMPERS
-from app.rules.logic.view.options import ViewCheckOptions
+from app.rules.site.viewchecks import ViewCheckOptions
 
 OPTIONS = ViewCheckOptions()
 

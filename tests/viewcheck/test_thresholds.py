@@ -13,15 +13,15 @@ from app.rules.logic.view.checks import Verdict, judge
 from app.rules.logic.view.features import analyse
 from app.tooling.viewcheck import effects
 from app.tooling.viewcheck.scenes import View, coco_images, read_image
-from app.rules.logic.view.options import THRESHOLDS
+from app.rules.site.viewchecks import THRESHOLDS
 from app.rules.logic.view.reference import Reference
 from tests.support.viewcheck import Camera, feed, learned, started
 
 TH = THRESHOLDS["normal"]
-# The documented defaults (docs/view-checks.md), written out: the bands below say where each
+# The documented defaults (docs/rules.md ("Camera view checks")), written out: the bands below say where each
 # witness frame's measure lies whatever the code's thresholds are; only verdicts use TH.
 DOC = {"blinded_saturated": 0.35, "covered_still": 0.6, "covered_detail": 0.5, "smeared_detail": 0.3,
-       "smeared_texture": 0.45, "moved_gate": 0.9, "moved_aligned": 0.8, "moved_shift": 0.05, "moved_angle": 2.5,
+       "smeared_texture": 0.45, "smeared_dim": 0.85, "moved_gate": 0.9, "moved_aligned": 0.8, "moved_shift": 0.05, "moved_angle": 2.5,
        "replaced_structure": 0.3, "defocus_sharpness": 0.15, "frozen_tolerance": 0.6}
 
 
@@ -108,11 +108,23 @@ def test_paint_is_covered_and_a_thin_coat_is_only_defocused(bench):
     assert coat.metrics["still"] >= DOC["covered_still"]  # the layout survives: only the paint rule can see it
     assert 0.5 * DOC["smeared_detail"] < coat.metrics["detail"] < DOC["smeared_detail"]
     assert 0.5 * DOC["smeared_texture"] < coat.metrics["texture"] < DOC["smeared_texture"]
+    assert 0.5 * DOC["smeared_dim"] < coat.metrics["brightness"] < DOC["smeared_dim"]  # paint darkens
     assert raised(coat) == ["covered"]
     thin = verdict(effects.spray(base, np.random.default_rng(2), (30, 30, 30), 0.2))
     assert DOC["smeared_detail"] < thin.metrics["detail"] < 2 * DOC["smeared_detail"]
     assert thin.metrics["texture"] < DOC["smeared_texture"]
     assert raised(thin) == ["defocused"]
+
+
+def test_a_strong_blur_keeps_its_brightness_so_it_is_not_paint(bench):
+    """The fresh part's first miss: a blur that takes as much structure (and structure per
+    brightness) as paint, but keeps the brightness, which paint never does: defocused."""
+    camera, _, verdict, _ = bench
+    v = verdict(effects.defocus(camera.view.render(), 0.04 * 320))
+    assert v.metrics["detail"] < DOC["smeared_detail"] and v.metrics["texture"] < DOC["smeared_texture"]
+    assert DOC["smeared_dim"] < v.metrics["brightness"] < 2 * DOC["smeared_dim"]
+    assert v.metrics["sharpness"] < DOC["defocus_sharpness"]
+    assert raised(v) == ["defocused"]
 
 
 def test_dim_and_soft_is_defocused_not_covered(bench):

@@ -44,9 +44,13 @@ class Topics(Protocol):
 
     def status(self, camera: str) -> str: ...
 
+    def source(self, camera: str) -> str: ...
+
     def state(self, camera: str, zone: str, rule: str) -> str: ...
 
     def event(self, camera: str, rule: str) -> str: ...
+
+    def view_problem(self, camera: str) -> str: ...
 
 ESCAPES = {"_": "__", ".": "_-d", ":": "_-c"}
 UNESCAPES = {"d": ".", "c": ":"}
@@ -103,10 +107,13 @@ def legacy_object_id(*names: str) -> str:
 
 
 def entities(config: "SiteConfig") -> list[tuple[tuple[str, ...], object]]:
-    """(names, (camera, zone, rule)) of every entity: a camera's status, each camera/zone/rule."""
+    """(names, (camera, zone, rule)) of every entity: a camera's status, its view (with view
+    checks on; zone ``"view"`` marks it, rule None), each camera/zone/rule."""
     out: list[tuple[tuple[str, ...], object]] = []
     for camera in config.cameras:
         out.append(((camera.id, "status"), (camera, None, None)))
+        if camera.view_checks.enabled:
+            out.append(((camera.id, "view"), (camera, "view", None)))
         out.extend(((camera.id, zone.name, rule.rule_name), (camera, zone, rule))
                    for zone in camera.zones for rule in zone.rules)
     return out
@@ -114,7 +121,8 @@ def entities(config: "SiteConfig") -> list[tuple[tuple[str, ...], object]]:
 
 def discovery_messages(topics: Topics, config: "SiteConfig") -> list[Message]:
     """Retained Home Assistant discovery configs: a binary sensor per camera/zone/rule
-    (ON while an event is open) and a connectivity sensor per camera (its status topic)."""
+    (ON while an event is open), a connectivity sensor per camera (its status topic) and,
+    with view checks on, a ``problem`` sensor per camera (ON while a view problem is open)."""
     if not topics.discovery_prefix:
         return []
     out: list[Message] = []
@@ -125,6 +133,11 @@ def discovery_messages(topics: Topics, config: "SiteConfig") -> list[Message]:
         if zone is None:
             entity = {"name": f"{camera.name or camera.id} camera", "device_class": "connectivity",
                       "state_topic": topics.status(camera.id), "payload_on": "online", "payload_off": "offline"}
+        elif rule is None:  # the camera's view checks
+            entity = {"name": f"{camera.name or camera.id} view", "device_class": "problem",
+                      "state_topic": topics.view_problem(camera.id), "payload_on": "ON", "payload_off": "OFF",
+                      "json_attributes_topic": topics.event(camera.id, "camera_view"),
+                      "json_attributes_template": "{{ value_json.event | tojson }}"}
         else:
             entity = {"name": f"{zone.name} {rule.rule_name}", "payload_on": "ON", "payload_off": "OFF",
                       "state_topic": topics.state(camera.id, zone.name, rule.rule_name),
@@ -133,6 +146,27 @@ def discovery_messages(topics: Topics, config: "SiteConfig") -> list[Message]:
         oid = object_id(*names)
         body = {**entity, "unique_id": f"{topics.node}_{oid}", "object_id": f"{topics.node}_{oid}",
                 "device": device, "availability": availability}
+        out.append((topics.discovery(oid), dumps(body), True))
+    return out + stream_messages(topics, config)
+
+
+def stream_messages(topics: Topics, config: "SiteConfig") -> list[Message]:
+    """Per camera with a ``source:``, a connectivity sensor of its stream (ON while streaming;
+    its source topic carries the state: connecting, streaming, stalled, auth_failed, ...).
+    A new entity (no id of older releases to clear); ``<camera>_stream`` has two names, so it
+    cannot be the id of a zone's rule."""
+    out: list[Message] = []
+    for camera in config.cameras:
+        if camera.source is None:
+            continue
+        oid = object_id(camera.id, "stream")
+        label = camera.name or camera.id
+        body = {"name": f"{label} stream", "device_class": "connectivity", "state_topic": topics.source(camera.id),
+                "value_template": "{{ 'ON' if value == 'streaming' else 'OFF' }}",
+                "unique_id": f"{topics.node}_{oid}", "object_id": f"{topics.node}_{oid}",
+                "device": {"identifiers": [f"{topics.node}_{object_id(camera.id)}"], "name": label,
+                           "manufacturer": "CampusGuard", "model": "CampusGuard Detector"},
+                "availability": [{"topic": topics.availability}]}
         out.append((topics.discovery(oid), dumps(body), True))
     return out
 

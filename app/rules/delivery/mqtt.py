@@ -14,10 +14,11 @@ Topics (``<prefix>`` = ``mqtt_topic_prefix``; camera, zone and rule names with `
 
     <prefix>/availability                   online / offline (retained; offline is the LWT)
     <prefix>/events                         every event start and end (JSON envelope)
-    <prefix>/<camera>/<rule>                the same envelope, per camera and rule
+    <prefix>/<camera>/<rule>                the same envelope, per camera and rule (camera_view too)
     <prefix>/<camera>/<zone>/<rule>/state   ON while an event of that rule is open (retained)
     <prefix>/<camera>/status                online / offline (retained, camera health)
     <prefix>/<camera>/<zone>/occupancy      objects in the zone now (retained, on change)
+    <prefix>/<camera>/view/problem          ON while a view problem of the camera is open (retained)
     homeassistant/binary_sensor/<node>/<object>/config   discovery (retained; ids: discovery.py)
 
 Retained state (availability, status, occupancy, discovery) is live state, not history:
@@ -57,6 +58,7 @@ log = logging.getLogger("campusguard.mqtt")
 
 Message = tuple[str, bytes, bool]  # (topic, payload, retain)
 CAMERA_EVENTS = ("camera_offline", "camera_online")
+NO_RULE_SENSOR = (*CAMERA_EVENTS, "camera_view")  # their state is a retained camera topic, not a rule's
 
 
 class PublishFailed(Exception):
@@ -126,8 +128,16 @@ class Topics:
     def status(self, camera: str) -> str:
         return f"{self.prefix}/{topic_part(camera)}/status"
 
+    def source(self, camera: str) -> str:
+        return f"{self.prefix}/{topic_part(camera)}/source"
+
     def occupancy(self, camera: str, zone: str) -> str:
         return f"{self.prefix}/{topic_part(camera)}/{topic_part(zone)}/occupancy"
+
+    def view_problem(self, camera: str) -> str:
+        """Depth 3 and ending in ``problem``: no occupancy (``.../occupancy``), state (depth 4)
+        or event topic (depth 2) can be equal to it."""
+        return f"{self.prefix}/{topic_part(camera)}/view/problem"
 
     def discovery(self, object_id: str) -> str:
         return f"{self.discovery_prefix}/binary_sensor/{self.node}/{object_id}/config"
@@ -135,12 +145,12 @@ class Topics:
 
 def event_messages(topics: Topics, payload: bytes) -> list[Message]:
     """The publishes of one outbox row (a webhook envelope): the event twice, and the
-    ON/OFF state of its binary sensor (retained). Camera health events have no sensor of
-    their own: their state is the retained status topic."""
+    ON/OFF state of its binary sensor (retained). Camera health and view events have no
+    sensor of their own: their state is the retained status and view/problem topics."""
     envelope = json.loads(payload)
     event = envelope["event"]
     out: list[Message] = [(topics.events, payload, False), (topics.event(event["camera_id"], event["rule"]), payload, False)]
-    if event["rule"] not in CAMERA_EVENTS:
+    if event["rule"] not in NO_RULE_SENSOR:
         on = envelope["type"] == "event.started"
         out.append((topics.state(event["camera_id"], event["zone"], event["rule"]), b"ON" if on else b"OFF", True))
     return out
@@ -291,6 +301,7 @@ class MqttBridge:
         self.publisher = publisher
         self.worker = worker
         self.topics = publisher.topics
+        self._sources: dict[str, str] = {}  # camera id -> its stream's state, as last published
 
     @classmethod
     def build(cls, options: "MqttOptions", store: EventStore, metrics=None) -> "MqttBridge":
@@ -330,9 +341,22 @@ class MqttBridge:
     def camera_status(self, camera_id: str, status: str) -> None:
         self.publisher.set_state(self.topics.status(camera_id), status.encode())
 
+    def source_state(self, camera_id: str, state: str | None) -> None:
+        """A camera stream's state (connecting, streaming, ...; None: nobody pulls it here any
+        more, the retained state is cleared), for its Home Assistant stream sensor."""
+        if state is None:
+            self._sources.pop(camera_id, None)
+        else:
+            self._sources[camera_id] = state
+        self.publisher.set_state(self.topics.source(camera_id), (state or "").encode())
+
     def occupancy(self, camera_id: str, counts: dict[str, int]) -> None:
         for zone, n in counts.items():
             self.publisher.set_state(self.topics.occupancy(camera_id, zone), str(n).encode())
+
+    def view_problem(self, camera_id: str, on: bool) -> None:
+        """The camera's view-problem sensor: ON while any view problem is open."""
+        self.publisher.set_state(self.topics.view_problem(camera_id), b"ON" if on else b"OFF")
 
     def announce(self, config: "SiteConfig") -> None:
         """Re-publish discovery after a reload (new cameras, zones or rules appear in HA; the
@@ -341,11 +365,14 @@ class MqttBridge:
             self.publisher.set_state(topic, payload)
 
     def snapshot(self, config: "SiteConfig", status: Callable[[str], str], counts: dict[str, dict[str, int]],
-                 open_rules: set[tuple[str, str, str]]) -> list[Message]:
+                 open_rules: set[tuple[str, str, str]], view_problems: set[str] = frozenset()) -> list[Message]:
         """Everything retained, as of now: discovery, then per seen camera its status,
-        occupancy and the ON/OFF of each rule. Cameras this replica never saw are left
-        alone (another replica may be serving them)."""
+        occupancy, the ON/OFF of each rule and of its view (``view_problems``: cameras with an
+        open view problem). Cameras this replica never saw are left alone (another replica
+        may be serving them)."""
         out = legacy_clears(self.topics, config) + discovery_messages(self.topics, config)
+        streams = dict(self._sources)
+        out += [(self.topics.source(c.id), streams[c.id].encode(), True) for c in config.cameras if c.id in streams]
         for camera in config.cameras:
             state = status(camera.id)
             if state not in ("online", "offline"):
@@ -357,6 +384,9 @@ class MqttBridge:
                 for rule in zone.rules:
                     on = (camera.id, zone.name, rule.rule_name) in open_rules
                     out.append((self.topics.state(camera.id, zone.name, rule.rule_name), b"ON" if on else b"OFF", True))
+            if camera.view_checks.enabled:
+                on = camera.id in view_problems
+                out.append((self.topics.view_problem(camera.id), b"ON" if on else b"OFF", True))
         return out
 
 
@@ -380,7 +410,13 @@ class NoMqtt:
     def camera_status(self, camera_id: str, status: str) -> None:
         pass
 
+    def source_state(self, camera_id: str, state: str | None) -> None:
+        pass
+
     def occupancy(self, camera_id: str, counts: dict[str, int]) -> None:
+        pass
+
+    def view_problem(self, camera_id: str, on: bool) -> None:
         pass
 
     def announce(self, config: "SiteConfig") -> None:

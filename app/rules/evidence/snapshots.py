@@ -7,7 +7,7 @@ written is logged and the event simply has none.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -26,11 +26,16 @@ class Snapshots:
     def write(self, event_id: str, frame_rgb: np.ndarray, detections: Sequence[Detection],
               zones: Sequence[ZoneOverlay], alerts: Alerts) -> str | None:
         """Write the annotated frame; its URL path, or None when it could not be written."""
+        return self.write_jpeg(event_id, lambda: annotate_jpeg(frame_rgb, detections, zones, alerts))
+
+    def write_jpeg(self, event_id: str, render: Callable[[], bytes]) -> str | None:
+        """Write the JPEG that ``render`` makes (e.g. a view problem's before/after pair) as the
+        event's snapshot; its URL path, or None when it could not be made or written."""
         path = self.files.path(event_id, SNAPSHOT)
         if path is None:
             return None
         try:
-            data = annotate_jpeg(frame_rgb, detections, zones, alerts)
+            data = render()
             path.parent.mkdir(parents=True, exist_ok=True)
             atomic_write(path, data)
             return snapshot_url(event_id)

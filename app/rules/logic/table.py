@@ -48,7 +48,11 @@ class CameraTable:
         new: dict[str, CameraRules] = {}
         for cam in config.cameras:
             prev = old.get(cam.id)
-            new[cam.id] = prev if (prev is not None and same_globals and prev.camera == cam) else CameraRules(cam, config)
+            if prev is not None and same_globals and prev.camera.rules_part() == cam.rules_part():
+                prev.camera = cam  # only its view checks changed, if anything: the rule state stays
+                new[cam.id] = prev
+            else:
+                new[cam.id] = CameraRules(cam, config)
         self.config = config
         self._cameras = new  # atomic swap: frames read the dict once
         retired = [c for cid, c in old.items() if new.get(cid) is not c]

@@ -52,6 +52,7 @@ from app.rules.service.frames import FrameParts, FrameStep, overlays
 from app.rules.service.health import CameraHealth
 from app.rules.service.series import RulesSeries
 from app.rules.service.siteconfig import SiteManager
+from app.rules.service.views import ViewChecks
 from app.rules.site.schema import SiteConfig
 from app.rules.store.db import EventStore
 from app.rules.store.errors import StoreUnavailable, describe, is_outage
@@ -105,8 +106,10 @@ class RulesService:
         self.site = SiteManager(parts.path, self.table, parts.version, watch_s=parts.watch_s,
                                 on_reloaded=self._reloaded, on_outcome=self.series.site_reload)
         snapshots = Snapshots(parts.evidence) if parts.evidence is not None else None
+        self.views = ViewChecks(parts.config, self.sink, self.series, snapshots, parts.mqtt)  # camera view checks
         self.frames = FrameStep(FrameParts(self.table, self.health, self.sink, self.series, self.latest,
-                                           parts.clips, parts.frame_log, snapshots, self.crossings, parts.mqtt))
+                                           parts.clips, parts.frame_log, snapshots, self.crossings, parts.mqtt,
+                                           self.views))
         if isinstance(parts.clips, ClipRecorder):
             parts.clips.on_failed = self._clip_failed
         if isinstance(parts.frame_log, FrameLog):
@@ -179,13 +182,14 @@ class RulesService:
         return self.site.put_zone(camera_id, zone_name, zone, if_match)
 
     def reset_camera(self, camera_id: str) -> int:
-        """Forget one camera's rule state (tracks, rule clock, open events) without a restart;
-        its open events end at its own rule time. Returns how many ended; NotFound if unknown."""
+        """Forget one camera's rule state (tracks, rule clock, open events) and view references
+        (learned again) without a restart; its open events end at its own rule time. Returns
+        how many ended; NotFound if unknown."""
         with self.table.lock:
             old = self.table.renew(camera_id)
             if old is None:
                 raise NotFound(f"camera {shorten(camera_id)} is not in the site file", code="unknown_camera")
-            ended = self._retire(old)
+            ended = self._retire(old) + self.views.relearn(camera_id)
             self._declare_series()
         log.info("camera %s: rule state reset (%d open event(s) ended)", camera_id, ended)
         return ended
@@ -197,6 +201,7 @@ class RulesService:
         self.health.reloaded(keep)
         self.latest.forget(keep)
         self.clips.forget(keep)
+        self.views.load(config)
         self._declare_series()
         self.mqtt.announce(config)
 
@@ -242,14 +247,19 @@ class RulesService:
                 counts[cam.id] = dict(cam.zone_counts)
                 open_rules.update((cam.id, e.zone, e.rule) for e in cam.open_events())
         assert isinstance(self.mqtt, MqttBridge)
-        return self.mqtt.snapshot(self.table.config, self.health.monitor.status, counts, open_rules)
+        return self.mqtt.snapshot(self.table.config, self.health.monitor.status, counts, open_rules,
+                                  self.views.with_problems())
+
+    def accept_view(self, camera_id: str) -> dict[str, Any]:
+        """The operator's "accept this view as the new reference" (app/rules/service/views.py)."""
+        return self.views.accept(camera_id)
 
     # --- queries --------------------------------------------------------------------------
     def cameras(self) -> list[dict[str, Any]]:
-        return self.health.cameras()
+        return [{**doc, "view": self.views.state(doc["id"])} for doc in self.health.cameras()]
 
     def camera(self, camera_id: str) -> dict[str, Any]:
-        return self.health.camera(camera_id)
+        return {**(doc := self.health.camera(camera_id)), "view": self.views.state(doc["id"])}
 
     def open_events(self, camera_id: str | None = None) -> list[EventRecord]:
         return [e.to_dict() for e in self.table.open_events(camera_id)]

@@ -5,7 +5,8 @@ for the console, the camera's rules step under its lock (frames of one camera on
 time, cameras in parallel) and the frame is logged in that order; the frame enters the
 clip buffer before any event is emitted (so an event's first frame is in its clip); then
 each started or ended event gets its snapshot, clip, metrics, crossing count and is stored
-and delivered; a camera back from offline gets its health events; MQTT gets the live state.
+and delivered; then the camera's view checks see the frame (views.py: at most one check per
+``interval_s``); a camera back from offline gets its health events; MQTT gets the live state.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from app.rules.logic.table import CameraTable
 from app.rules.service.events import EventSink
 from app.rules.service.health import CameraHealth
 from app.rules.service.series import RulesSeries
+from app.rules.service.views import ViewChecks
 from app.rules.store.framelog import FrameLog, LoggedFrame, NoFrameLog
 
 
@@ -55,6 +57,7 @@ class FrameParts:
     snapshots: Snapshots | None  # None: no snapshot folder
     crossings: CrossingCounts
     mqtt: MqttBridge | NoMqtt
+    views: ViewChecks
 
 
 class FrameStep:
@@ -87,6 +90,7 @@ class FrameStep:
         if frame_rgb is not None:  # before the events: the start frame is in its clip
             p.clips.record(camera_id, arrived, frame_rgb, drawn, alerts)
         events = [self._emit(cam, tr, drawn, frame_rgb) for tr in transitions]
+        events += p.views.observe(camera_id, arrived, frame_rgb, frame_size, detections)
         if back is not None:
             events = p.health.back(back, arrived) + events
         p.series.frame(camera_id, counts, time.perf_counter() - t0)

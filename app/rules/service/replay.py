@@ -22,8 +22,8 @@ Edges of the window, so that an unchanged site file reproduces the recorded even
   offline spell, changed config), replay ends its open events at the previous frame and
   starts afresh too.
 
-Camera health events (``camera_offline``/``camera_online``) are not rule events and are
-not compared.
+Camera health events (``camera_offline``/``camera_online``) and view problems
+(``camera_view``: no frames are logged) are not rule events and are not compared.
 """
 
 from __future__ import annotations

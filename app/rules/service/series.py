@@ -6,11 +6,12 @@ so ``rate()`` and alerts work before the first event and dashboards are never em
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from app.core.metrics import Metrics
 from app.rules.logic.evaluator import CameraRules
 from app.rules.site.schema import SiteConfig
+from app.rules.site.viewchecks import KINDS
 
 
 class RulesSeries:
@@ -29,6 +30,8 @@ class RulesSeries:
             label = m.camera_label(cam.camera.id)
             for reason in ("future", "past"):
                 m.invalid_timestamps.labels(label, reason)
+            for kind in KINDS:  # started view problems from 0 (the gauges: app/rules/service/views.py)
+                m.camera_view_problems.labels(label, kind)
             m.camera_frame_age.labels(label).set_function(lambda cid=cam.id: age_of(cid))
             m.camera_offline_after.labels(label).set(config.offline_after(cam.camera))
             for zone in cam.zones:
@@ -55,6 +58,26 @@ class RulesSeries:
 
     def crossing(self, camera_id: str, line: str, direction: str, class_name: str) -> None:
         self.metrics.line_crossings.labels(self.metrics.camera_label(camera_id), line, direction, class_name).inc()
+
+    def view_problems(self, camera_id: str, open_kinds: Iterable[str]) -> None:
+        """The camera's ``camera_view_problem`` gauges: 1 for each open kind, 0 for the others."""
+        label, on = self.metrics.camera_label(camera_id), set(open_kinds)
+        for kind in KINDS:
+            self.metrics.camera_view_problem.labels(label, kind).set(1 if kind in on else 0)
+
+    def view_started(self, camera_id: str, kind: str) -> None:
+        self.metrics.camera_view_problems.labels(self.metrics.camera_label(camera_id), kind).inc()
+
+    def view_check(self, seconds: float) -> None:
+        self.metrics.view_check_seconds.observe(seconds)
+
+    def retire_view(self, camera_id: str) -> None:
+        """A camera no longer in the site file: its view gauges go (its counters stay)."""
+        for kind in KINDS:
+            try:
+                self.metrics.camera_view_problem.remove(self.metrics.camera_label(camera_id), kind)
+            except KeyError:
+                pass
 
     def site_reload(self, trigger: str, outcome: str) -> None:
         self.metrics.site_reloads.labels(trigger, outcome).inc()

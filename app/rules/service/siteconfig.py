@@ -13,7 +13,7 @@ import logging
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from app.core.background import Periodic
 from app.core.timeutil import utcnow
@@ -25,6 +25,16 @@ from app.rules.site.writer import SiteFile, version_of
 log = logging.getLogger("campusguard.rules")
 
 Reloaded = Callable[[SiteConfig, list[CameraRules], int], None]  # (config, retired states, kept count)
+
+
+class SiteListener(Protocol):
+    """Another part of the process that follows the site file (the camera ingest): ``check``
+    may refuse a new config (a SiteConfigError naming the field; nothing is applied), ``applied``
+    is told once it runs (outside the camera table's lock: it may wait for frames in flight)."""
+
+    def check(self, config: SiteConfig) -> None: ...
+
+    def applied(self, config: SiteConfig) -> None: ...
 
 
 class SiteManager:
@@ -40,6 +50,7 @@ class SiteManager:
         self.reload_error: str | None = None  # why the file on disk is not the running version
         self._refused_version = ""
         self._edit_lock = threading.Lock()
+        self.listeners: list[SiteListener] = []
         self.watcher = Periodic("site-file-watch", self.check_file, watch_s) if watch_s > 0 else None
 
     def start(self) -> None:
@@ -71,6 +82,8 @@ class SiteManager:
         try:
             with self.table.lock:
                 config, version = self.site.load()  # raises before anything changes
+                for listener in self.listeners:
+                    listener.check(config)  # e.g. a camera source's ${VAR} that is not set: 422
                 retired, kept = self.table.load(config)
                 self.version, self.loaded_at = version, utcnow()
                 self.on_reloaded(config, retired, kept)
@@ -79,6 +92,8 @@ class SiteManager:
             self._refused_version, self.reload_error = self.disk_version(), str(exc)
             self.on_outcome(trigger, "refused")
             raise
+        for listener in self.listeners:
+            listener.applied(config)
         self.reload_error = None
         self.on_outcome(trigger, "ok")
         log.info("site config %s reloaded: %d camera(s), %d unchanged (state kept), %d replaced or removed",

@@ -15,6 +15,9 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from app.rules.site.viewchecks import ViewCheckOptions
+from app.rules.site.source import SourceSpec
+
 IDENT = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$"
 WEEKDAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 VEHICLES = ("car", "truck", "bus", "motorcycle")
@@ -235,6 +238,22 @@ class Camera(_Strict):
         None, description="[width, height]; informational (zones are normalized)")
     zones: tuple[Zone, ...] = ()
     offline_after_s: float | None = Field(None, gt=0, description="Silence before camera_offline; default: the site's")
+    source: SourceSpec | None = Field(None, description="The camera's stream, pulled by the service or a gateway "
+                                      "(docs/cameras.md); none: frames are POSTed to /detect")
+
+    view_checks: ViewCheckOptions = Field(default_factory=ViewCheckOptions, description=(
+        "Camera view checks (covered, blinded, moved, defocused, frozen): on by default; docs/rules.md"))
+
+    @field_validator("view_checks", mode="before")
+    @classmethod
+    def _view_defaults(cls, value: Any) -> Any:
+        return {} if value is None else value  # `view_checks:` with nothing under it: the defaults
+
+    def rules_part(self) -> "Camera":
+        """The camera without its view checks and its stream: what its rule state depends on (a
+        reload that only changes ``view_checks`` or ``source`` keeps the camera's tracks and open
+        events)."""
+        return self.model_copy(update={"view_checks": ViewCheckOptions(), "source": None})
 
 
 class TrackerConfig(_Strict):

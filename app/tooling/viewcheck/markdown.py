@@ -1,4 +1,4 @@
-"""The report's results as Markdown tables, for docs/view-checks.md (``--markdown PATH``)."""
+"""The report's results as Markdown tables, for docs/rules.md ("Camera view checks") (``--markdown PATH``)."""
 
 from __future__ import annotations
 

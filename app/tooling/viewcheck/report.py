@@ -6,7 +6,7 @@ zidane.jpg), runs one monitor per sequence with the default options (or
 scenario the sequences that met the target and the time to alarm / to clear, per kind
 the sequences raised in time and the false alarms, and the per-frame confusion table.
 Then the per-check cost on one core (``--no-bench`` skips it). ``--json PATH`` writes it
-all, ``--markdown PATH`` the tables for docs/view-checks.md. Exit status 0 when every
+all, ``--markdown PATH`` the tables for docs/rules.md ("Camera view checks"). Exit status 0 when every
 target is met, 1 when not, 2 on bad arguments.
 """
 
@@ -30,7 +30,7 @@ from app.tooling.viewcheck.markdown import report_markdown
 from app.tooling.viewcheck.scenarios import SCENARIOS
 from app.tooling.viewcheck.sequences import build
 from app.tooling.viewcheck.summary import PARTS, part_summary, sequence_record
-from app.rules.logic.view.options import ViewCheckConfigError, parse_options
+from app.rules.site.viewchecks import ViewCheckConfigError, parse_options
 
 DEFAULT_DATASET = Path(os.environ.get("CAMPUSGUARD_TEST_DATASET", "../shared/datasets/coco-val128"))
 

@@ -6,7 +6,7 @@ copy ``j`` uses image ``s * per_scenario + j``; an image whose position in that 
 any tuning; the rest is the **tuned** part. ``build(..., fresh=True)`` gives the **fresh**
 part: two sequences per scenario on the images after those (90..119 with the defaults),
 added after the set-aside part had been run once, to confirm the one fix it led to
-(docs/view-checks.md tells the story). Frames are made lazily (nothing is cached on disk)
+(docs/rules.md, "Camera view checks", tells the story). Frames are made lazily (nothing is cached on disk)
 and go through a JPEG round trip like a posted frame.
 """
 

@@ -10,7 +10,7 @@ from collections import Counter
 from typing import Any
 
 from app.tooling.viewcheck.evaluate import LABELS, SequenceResult, deadline
-from app.rules.logic.view.options import KINDS, ViewCheckOptions
+from app.rules.site.viewchecks import KINDS, ViewCheckOptions
 
 PARTS = ("tuned", "set_aside", "fresh")
 

@@ -1,11 +1,25 @@
-// Cameras: one tile per camera with its newest frame, zones, status and open events.
+// Cameras: one tile per camera with its newest frame, zones, status, open events and view problems.
 
 import { api, blobUrl } from "./api.js";
 import { age, h, replace, when } from "./dom.js";
 import { cameraOf, loadSite, zoneOverlay } from "./site.js";
+import { acceptAction, problemText } from "./view.js";
 
 const REFRESH_MS = 3000;
 const STATUS_TEXT = { online: "Online", offline: "Offline", never_seen: "Never seen" };
+// A camera stream's state (GET /cameras `source`, docs/cameras.md "States") in a guard's words.
+const STREAM_TEXT = {
+  connecting: "Stream: connecting",
+  streaming: "Stream: live",
+  stalled: "Stream froze: restarting",
+  auth_failed: "Stream: camera refused the password",
+  unreachable: "Stream: camera unreachable",
+  bad_stream: "Stream: picture cannot be read",
+  backoff: "Stream lost: retrying",
+  unknown: "Stream: no news from the gateway",
+};
+const NO_RULES = "Rules are off on this server (no site file): there are no cameras to show. "
+  + "Ask whoever runs it to start it with `make run`, which creates a site file with a first camera.";
 
 export function mount(main, ctx) {
   const grid = h("div", { class: "tiles", "aria-live": "off" });
@@ -19,12 +33,16 @@ export function mount(main, ctx) {
     const img = h("img", { alt: `Latest frame of ${cam.name || cam.id}`, hidden: true });
     const empty = h("p", { class: "no-frame" }, "No frame yet");
     const frame = h("div", { class: "frame" }, img, empty);
+    const accept = acceptAction(ctx, cam.id);
     const parts = {
-      img, empty, frame,
+      img, empty, frame, accept,
       status: h("span", { class: "badge" }),
+      view: h("span", { class: "badge view-problem", hidden: true }),
+      viewBox: h("div", { class: "view-accept", hidden: true }, accept.button, accept.result),
       age: h("span", { class: "age" }),
       open: h("span", { class: "open-events" }),
       zones: h("p", { class: "zones muted" }),
+      stream: h("p", { class: "stream", hidden: true }),
       overlay: null,
     };
     const el = h("article", { class: "tile", dataset: { camera: cam.id }, "aria-label": cam.name || cam.id },
@@ -32,7 +50,9 @@ export function mount(main, ctx) {
       h("div", { class: "tile-body" },
         h("h2", {}, cam.name || cam.id),
         h("p", { class: "cam-id muted" }, cam.id),
-        h("p", { class: "facts" }, parts.status, " ", parts.age, " ", parts.open),
+        h("p", { class: "facts" }, parts.status, " ", parts.view, " ", parts.age, " ", parts.open),
+        parts.viewBox,
+        parts.stream,
         parts.zones,
         h("p", {}, h("a", { href: `#/events?camera_id=${encodeURIComponent(cam.id)}` }, "Events of this camera"))));
     return { el, parts, frameAt: null, href: null };
@@ -57,14 +77,35 @@ export function mount(main, ctx) {
     }
   }
 
+  /** The stream line: shown only when this server or a gateway pulls the camera's stream. */
+  function updateStream(el, source) {
+    el.hidden = !source;
+    if (!source) return;
+    const state = String(source.state);
+    const facts = [];
+    if (state === "streaming") facts.push(`${Number(source.input_fps || 0).toFixed(1)} fps`);
+    if (source.reconnects) facts.push(`${source.reconnects} reconnect${source.reconnects === 1 ? "" : "s"}`);
+    replace(el,
+      h("span", { class: `stream-state stream-${state.replace(/[^\w-]/g, "")}` }, STREAM_TEXT[state] || `Stream: ${state}`),
+      facts.length ? ` ${facts.join(" · ")}` : "",
+      source.last_error && state !== "streaming" ? h("span", { class: "stream-error muted" }, source.last_error) : "");
+    el.title = `${source.source}${source.reported_by ? ` (gateway ${source.reported_by})` : ""}`;
+  }
+
   function update(cam, site, t) {
     const { parts } = t;
+    updateStream(parts.stream, cam.source);
     parts.status.textContent = STATUS_TEXT[cam.status] || cam.status;
     parts.status.className = `badge status-${cam.status}`;
     parts.age.textContent = cam.last_frame_at ? `last frame ${age(cam.seconds_since_last_frame)}` : "";
-    const n = (cam.open_events || []).length;
+    // the rules' open events and the camera's open view problems (camera_view events) alike
+    const n = (cam.open_events || []).length + Object.keys((cam.view || {}).open_events || {}).length;
     parts.open.textContent = `${n} open event${n === 1 ? "" : "s"}`;
     parts.open.className = n ? "open-events alert-count" : "open-events";
+    const problem = problemText(cam.view); // covered, moved, ...: the camera still sends frames, but sees nothing useful
+    parts.view.textContent = problem;
+    parts.view.hidden = !problem;
+    parts.viewBox.hidden = !problem && !parts.accept.result.textContent;
     const zones = (cameraOf(site, cam.id) || {}).zones || [];
     const key = JSON.stringify(zones.map((z) => [z.name, z.kind, z.polygon]));
     if (key !== parts.zonesKey) {
@@ -99,7 +140,7 @@ export function mount(main, ctx) {
       ctx.alert("");
     } catch (err) {
       if (err.status === 404) { // rules_disabled, or a server without the events routes
-        replace(grid, h("p", {}, "Rules are off on this server (no site file): there are no cameras to show."));
+        replace(grid, h("p", {}, NO_RULES));
         return;
       }
       ctx.alert(`Cameras: ${err.message}`);

@@ -3,6 +3,7 @@
 import { api, blobUrl } from "./api.js";
 import { h, replace, uid, when } from "./dom.js";
 import { loadSite } from "./site.js";
+import { KIND_TEXT, acceptAction } from "./view.js";
 
 const POLL_MS = 2500;
 const PAGE = 20;
@@ -18,7 +19,18 @@ function input(label, name, type, extra) {
   return h("div", { class: "field" }, h("label", { for: id }, label), h("input", { id, name, type, ...extra }));
 }
 
+const REASON_TEXT = {
+  healthy: "the view is back", accepted: "an operator accepted the view", relearning: "the camera re-learns its view",
+  disabled: "the check was switched off", removed: "the camera left the site file",
+};
+
+function viewProblem(e) { // the one object of a camera_view event: {kind, since, mode, reason}
+  return e.rule === "camera_view" && e.objects && e.objects[0] ? e.objects[0] : null;
+}
+
 function describe(e) {
+  const view = viewProblem(e);
+  if (view) return `view ${(KIND_TEXT[view.kind] || view.kind).toLowerCase()} on ${e.camera_id}`;
   return `${e.rule} in ${e.zone} on ${e.camera_id}`;
 }
 
@@ -66,6 +78,7 @@ export function mount(main, ctx) {
   let lastKey = "";
   let selected = null;
   let clipHref = null;
+  const acceptedNotes = new Map(); // event id -> what "accept this view" said (kept across redraws)
 
   for (const [k, v] of initial) if (form.elements[k]) form.elements[k].value = v;
 
@@ -185,7 +198,7 @@ export function mount(main, ctx) {
     const snap = h("img", { class: "snapshot", alt: `Snapshot: ${describe(e)}`, hidden: true });
     thumb(e, snap).catch((err) => ctx.alert(`Snapshot: ${err.message}`));
     const clip = h("div", { class: "clip" }, h("p", { class: "muted" }, "Loading clip…"));
-    loadClip(e, clip).catch((err) => replace(clip, h("p", { class: "error" }, `Clip: ${err.message}`)));
+    if (!viewProblem(e)) loadClip(e, clip).catch((err) => replace(clip, h("p", { class: "error" }, `Clip: ${err.message}`)));
     const noteId = uid("note");
     const opId = uid("operator");
     const typing = detail.querySelector("textarea");
@@ -213,15 +226,30 @@ export function mount(main, ctx) {
       }
     };
     const heading = h("h2", { tabindex: "-1" }, describe(e));
+    const view = viewProblem(e);
+    // a view problem's snapshot is the before/after pair; an open one may be accepted as the new view
+    const accept = view && e.state === "started" ? acceptAction(ctx, e.camera_id, (done) => {
+      acceptedNotes.set(e.id, done);
+      restart();
+    }) : null;
+    const accepted = acceptedNotes.get(e.id);
     replace(detail,
       heading,
       h("dl", { class: "facts-list" },
         h("dt", {}, "Started"), h("dd", {}, when(e.started_at)),
         h("dt", {}, "Ended"), h("dd", {}, e.ended_at ? when(e.ended_at) : "still open"),
-        h("dt", {}, "Objects"), h("dd", {}, String(e.max_count)),
+        view ? [h("dt", {}, "Problem"), h("dd", { class: "view-kind" }, KIND_TEXT[view.kind] || view.kind),
+          h("dt", {}, "Seen since"), h("dd", {}, when(view.since)),
+          view.reason ? [h("dt", {}, "Ended because"), h("dd", {}, REASON_TEXT[view.reason] || view.reason)] : null]
+          : [h("dt", {}, "Objects"), h("dd", {}, String(e.max_count))],
         h("dt", {}, "Review"), h("dd", { class: "review-state" }, reviewText(e)),
         e.reviewed_by ? [h("dt", {}, "Reviewed by"), h("dd", {}, `${e.reviewed_by}, ${when(e.reviewed_at)}`)] : null),
-      snap, clip,
+      snap,
+      view ? h("p", { class: "view-pair" }, "Left: the camera's reference view (before). Right: the view that raised the problem (now).") : null,
+      accept ? h("div", { class: "view-accept" }, accept.button, accept.result) : null,
+      accepted && !accept ? h("p", { class: "result accept-result ok", role: "status" }, `${accepted.message} ${accepted.reminder} `,
+        h("a", { href: `#/zones?camera=${encodeURIComponent(e.camera_id)}` }, "Open the zone editor")) : null,
+      view ? null : clip,
       h("div", { class: "field" }, h("label", { for: noteId }, "Note"), note),
       h("div", { class: "field" }, h("label", { for: opId }, "Your name (optional)"), operator),
       h("div", { class: "buttons" },

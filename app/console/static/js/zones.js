@@ -282,7 +282,9 @@ export function mount(main, ctx) {
   async function reloadSite(keepZone) {
     site = await loadSite();
     if (!site) {
-      ctx.alert("This server does not serve the site file (GET /site): zones cannot be edited here.");
+      ctx.alert("Zones cannot be drawn here: this server runs without a site file, so there are no cameras "
+        + "and no rules. Ask whoever runs it to start it with `make run` (it creates a site file with a first "
+        + "camera) or to point CAMPUSGUARD_SITE_CONFIG at the campus' site file.");
       return;
     }
     if (!site.writable) result.textContent = "The site file is read-only on this server: changes cannot be saved.";

@@ -17,7 +17,7 @@ import numpy as np
 
 from app.rules.logic.view.features import FrameFeatures
 from app.rules.logic.view.motion import Motion
-from app.rules.logic.view.options import Thresholds
+from app.rules.site.viewchecks import Thresholds
 from app.rules.logic.view.reference import Reference, texture
 
 Box = Sequence[float]  # (x1, y1, x2, y2, confidence), normalised to 0..1
@@ -59,12 +59,14 @@ def blinded(f: FrameFeatures, baseline: float, th: Thresholds) -> bool:
 
 def covered(f: FrameFeatures, ref: Reference, still: float, th: Thresholds) -> tuple[bool, dict[str, float]]:
     """The layout is gone and so is the structure (tape, a hand), or the structure is gone
-    and what is left is smeared and dim for its brightness (paint)."""
+    and what is left is smeared, dim for its brightness and darker than the reference
+    (paint: a lens knocked out of focus smears as much but keeps its brightness)."""
     detail = f.detail / ref.detail
     tex = texture(f) / ref.texture
+    dim = max(f.mean, 8.0) / max(ref.mean, 8.0)
     hit = (still < th.covered_still and detail < th.covered_detail) or \
-          (detail < th.smeared_detail and tex < th.smeared_texture)
-    return hit, {"still": still, "detail": detail, "texture": tex}
+          (detail < th.smeared_detail and tex < th.smeared_texture and dim < th.smeared_dim)
+    return hit, {"still": still, "detail": detail, "texture": tex, "brightness": dim}
 
 
 def judge(f: FrameFeatures, ref: Reference | None, fallback: Reference | None, boxes: Sequence[Box],
@@ -72,13 +74,15 @@ def judge(f: FrameFeatures, ref: Reference | None, fallback: Reference | None, b
     """Judge one frame against the reference of its light mode (``ref``). With none learned
     yet, what survives a change of light is judged against the other mode's (``fallback``):
     blinded, covered, and turned away (moved without the motion search); with no
-    reference at all, nothing is."""
+    reference at all, nothing is; against a flat one (an accepted black view), blinded only."""
     base = ref or fallback
     raw: dict[str, bool | None] = {k: None for k in ("blinded", "covered", "moved", "defocused")}
     metrics: dict[str, float] = {"saturated": f.saturated}
     if base is None:  # even "blinded" is relative: some scenes are half burnt-out by nature
         return Verdict(raw, metrics)
     raw["blinded"] = blinded(f, base.saturated, th)
+    if base.flat:  # no structure to lose, no layout to move, no detail to blur
+        return Verdict(raw, metrics)
     weight = box_weight(boxes, base.motion.size)
     current = base.motion.shrink(f.grey)
     still = base.motion.still(current, weight)

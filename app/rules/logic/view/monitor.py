@@ -23,7 +23,7 @@ import numpy as np
 from app.rules.logic.view.checks import Box, Verdict, judge, largest_box
 from app.rules.logic.view.features import FrameFeatures, analyse
 from app.rules.logic.view.frozen import FrozenTracker
-from app.rules.logic.view.options import KINDS, Kind, ViewCheckOptions
+from app.rules.site.viewchecks import KINDS, Kind, ViewCheckOptions
 from app.rules.logic.view.persistence import Persistence
 from app.rules.logic.view.reference import Learner, Reference, thumbnail
 from app.rules.logic.view.state import KindState, Mode, Status, ViewState, ViewTransition
@@ -63,7 +63,7 @@ def checked_boxes(boxes: Iterable[Box]) -> list[Box]:
 
 
 class ViewMonitor:
-    """View checks of one camera. See the module docstring and docs/view-checks.md."""
+    """View checks of one camera. See the module docstring and docs/rules.md ("Camera view checks")."""
 
     def __init__(self, options: ViewCheckOptions | None = None):
         self._options = options or ViewCheckOptions()
@@ -76,6 +76,7 @@ class ViewMonitor:
         self._shape: tuple[int, int] | None = None
         self._refs: dict[Mode, Reference | None] = {"day": None, "night": None}
         self._learners: dict[Mode, Learner] = {"day": Learner(), "night": Learner()}
+        self._flat: dict[Mode, bool] = {"day": False, "night": False}  # the last view learned was flat
         self._mode: Mode | None = None
         self._frozen = FrozenTracker()
         self._persist: dict[Kind, Persistence] = {k: Persistence() for k in KINDS}
@@ -161,6 +162,10 @@ class ViewMonitor:
                 note = None
                 if kind == "frozen" and status == "suspended":
                     note = "identical frames while nothing moves (static scene, noiseless encoder): frozen not judged"
+                elif status == "suspended":
+                    note = "the reference view has no structure (a black or flat picture): not judged"
+                elif status == "learning" and self._mode and self._flat[self._mode]:
+                    note = "the view has no structure (a black or flat picture): no reference can be learned from it"
                 checks[kind] = KindState(status=status, since=since, pending_since=p.pending_since, note=note)
             learner = self._learners[self._mode] if self._mode else None
             progress = 1.0 if self._mode and self._refs[self._mode] else (
@@ -240,8 +245,11 @@ class ViewMonitor:
             learner = self._learners[self._mode]
             learner.add(f, when, frame, quiet)
             if learner.progress(when, self._options.learn_s) >= 1.0:
-                self._refs[self._mode] = learner.build(when)
+                built = learner.build(when)
                 self._learners[self._mode] = Learner()
+                self._flat[self._mode] = built.flat
+                if not built.flat:  # a black or flat picture is no reference: learn on
+                    self._refs[self._mode] = built
             return
         pending = any(p.problem or p.pending_since for k, p in self._persist.items() if k != "frozen")
         if verdict.healthy and quiet and not pending and self._last_check is not None:
@@ -272,7 +280,9 @@ class ViewMonitor:
             return "suspended" if self._frozen.suspended else "learning" if self._frozen.learning else "ok"
         if self._mode is None:
             return "learning"
-        has_ref = self._refs[self._mode] is not None
+        ref = self._refs[self._mode]
         if kind in ("blinded", "covered"):  # (moved: "turned away" only, so still "learning")
-            has_ref = has_ref or self._refs[self._other(self._mode)] is not None
-        return "ok" if has_ref else "learning"
+            ref = ref or self._refs[self._other(self._mode)]
+        if ref is not None and ref.flat and kind != "blinded":
+            return "suspended"  # an accepted flat view: covered, moved, defocused cannot be judged against it
+        return "ok" if ref is not None else "learning"

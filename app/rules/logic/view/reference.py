@@ -21,6 +21,10 @@ from app.rules.logic.view.motion import MotionReference
 FOLLOW_S = 900.0  # time constant of the reference following a healthy view
 REBUILD_S = 60.0  # the motion reference (pre-rotated, transformed) is rebuilt at most this often
 MIN_SAMPLES = 8
+# Structure (``FrameFeatures.detail``) below this is a flat picture: black, a lens cap, noise
+# alone (~0.8). Real scenes measure 11-45 on the test set's photos, tape ~1.9. A flat view has
+# nothing to lose: it is no reference for covered, moved or defocused.
+FLAT_DETAIL = 1.5
 THUMB_W = 480  # width of the images shown to the operator
 
 
@@ -38,11 +42,17 @@ class Reference:
     motion: MotionReference
     detail: float
     texture: float  # detail per unit of brightness
+    mean: float  # brightness (mean grey level)
     sharpness: float
     saturated: float
     image: np.ndarray  # what the operator sees as "before"
     learned_at: dt.datetime
     rebuilt_at: dt.datetime
+
+    @property
+    def flat(self) -> bool:
+        """No structure to compare with (see FLAT_DETAIL)."""
+        return self.detail < FLAT_DETAIL
 
     @classmethod
     def of(cls, samples: list[FrameFeatures], image: np.ndarray, when: dt.datetime) -> Reference:
@@ -50,6 +60,7 @@ class Reference:
         return cls(grey=grey, motion=MotionReference(grey),
                    detail=max(float(np.median([s.detail for s in samples])), 0.5),
                    texture=max(float(np.median([texture(s) for s in samples])), 1e-3),
+                   mean=float(np.median([s.mean for s in samples])),
                    sharpness=max(float(np.median([s.sharpness for s in samples])), 1e-3),
                    saturated=float(np.median([s.saturated for s in samples])),
                    image=image, learned_at=when, rebuilt_at=when)
@@ -60,6 +71,7 @@ class Reference:
         cv2.addWeighted(self.grey, 1 - a, f.grey.astype(np.float32), a, 0, dst=self.grey)
         self.detail += a * (f.detail - self.detail)
         self.texture += a * (texture(f) - self.texture)
+        self.mean += a * (f.mean - self.mean)
         self.sharpness += a * (f.sharpness - self.sharpness)
         self.saturated += a * (f.saturated - self.saturated)
         if (when - self.rebuilt_at).total_seconds() >= REBUILD_S:

@@ -15,7 +15,7 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
-from app.rules.logic.view.options import Kind
+from app.rules.site.viewchecks import Kind
 
 Status = Literal["ok", "problem", "learning", "suspended", "off"]
 Mode = Literal["day", "night"]

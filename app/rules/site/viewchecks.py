@@ -1,5 +1,9 @@
 """Per-camera view-check options: the site file's ``view_checks:`` block, validated.
 
+It lives with the site file's schema (``Camera.view_checks`` in schema.py embeds
+``ViewCheckOptions``) so that the site layer validates it with everything else; the view
+checks themselves (app/rules/logic/view/) read it from here.
+
 Strict (no type coercion, unknown keys refused, bounds checked), on by default, and every
 error names its field, so the site loader can report ``view_checks.persist_s: ...``
 exactly as it reports zone errors. Thresholds are not options: ``sensitivity`` picks one of
@@ -28,7 +32,8 @@ class Thresholds:
     covered_still: float  # layout correlation with the reference below this ...
     covered_detail: float  # ... and structure below this share of the reference's: covered
     smeared_detail: float  # or structure below this share ...
-    smeared_texture: float  # ... and structure per brightness below this share: covered (paint)
+    smeared_texture: float  # ... and structure per brightness below this share ...
+    smeared_dim: float  # ... and brightness below this share (paint darkens; a soft lens does not): covered
     moved_gate: float  # layout correlation below this starts the motion search
     moved_aligned: float  # the moved reference must match at least this well ...
     moved_shift: float  # ... for a shift of at least this share of the width ...
@@ -39,9 +44,9 @@ class Thresholds:
 
 
 THRESHOLDS: dict[str, Thresholds] = {
-    "low": Thresholds(0.45, 0.45, 0.4, 0.22, 0.35, 0.85, 0.85, 0.08, 3.5, 0.2, 0.10, 0.4),
-    "normal": Thresholds(0.35, 0.6, 0.5, 0.3, 0.45, 0.9, 0.8, 0.05, 2.5, 0.3, 0.15, 0.6),
-    "high": Thresholds(0.25, 0.7, 0.6, 0.4, 0.55, 0.93, 0.75, 0.035, 2.0, 0.4, 0.22, 0.8),
+    "low": Thresholds(0.45, 0.45, 0.4, 0.22, 0.35, 0.8, 0.85, 0.85, 0.08, 3.5, 0.2, 0.10, 0.4),
+    "normal": Thresholds(0.35, 0.6, 0.5, 0.3, 0.45, 0.85, 0.9, 0.8, 0.05, 2.5, 0.3, 0.15, 0.6),
+    "high": Thresholds(0.25, 0.7, 0.6, 0.4, 0.55, 0.9, 0.93, 0.75, 0.035, 2.0, 0.4, 0.22, 0.8),
 }
 
 

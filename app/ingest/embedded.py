@@ -1,0 +1,160 @@
+"""The embedded hosting: ``campusguard serve`` pulls the site file's camera sources itself.
+
+For single-node sites and ``make run``. Each sampled frame goes straight to the engine and
+the camera's rules, with no HTTP hop, but exactly as if a gateway had POSTed it to
+``/detect?camera_id=<id>&timestamp=<capture time>``: the capture-time policy checks the
+time first (a refused frame is dropped and counted ``invalid_timestamp``), the engine's
+admission may refuse it (503 ``queue_full``: the frame is dropped and the camera waits for
+the Retry-After), the rules evaluate it with the decoded frame (detection log, evidence,
+view checks), and the detections are counted per camera like a request's.
+
+``EmbeddedIngest`` follows the site file (a ``SiteListener`` of the rules' SiteManager):
+``check`` refuses a file whose ``${VAR}`` cannot be filled in here (422 on a reload; at
+startup the server exits 2), ``applied`` starts, restarts and stops readers. With
+``CAMPUSGUARD_INGEST=off`` none of this is built (``NoIngest``): a detection replica behind
+gateways never pulls a stream nor needs a camera password.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from app.core.metrics import Metrics
+from app.core.sources import SourceBook
+from app.inference.engine import InferenceEngine
+from app.inference.pipeline import DetectParams
+from app.ingest.asyncsink import AsyncSink
+from app.ingest.command import FfmpegMissing, ffmpeg_binary
+from app.ingest.frames import Frame, FrameFormat
+from app.ingest.mailbox import SinkResult
+from app.ingest.source import SourceError, resolve_site, sources_of
+from app.ingest.states import CameraState
+from app.ingest.supervisor import Supervisor
+from app.rules.port import Rules
+from app.rules.site.loader import SiteConfigError
+from app.rules.site.schema import SiteConfig
+
+log = logging.getLogger("campusguard.ingest")
+
+
+@dataclass(frozen=True)
+class IngestOptions:
+    """``CAMPUSGUARD_INGEST`` and where ``${VAR}`` secrets are read from (app/wiring.py fills it)."""
+
+    mode: Literal["embedded", "off"] = "embedded"
+    secrets_dir: Path | None = None
+    detect: DetectParams = DetectParams()
+    stop_timeout_s: float = 10.0
+
+
+def check_sources(config: SiteConfig, secrets_dir: Path | None, path: Path | str,
+                  environ: Mapping[str, str]) -> None:
+    """Refuse a site file this process could not pull (SiteConfigError, field named): a
+    ``${VAR}`` set nowhere, or sources without ffmpeg installed."""
+    resolve_site(config, environ, secrets_dir, path)
+    if sources_of(config):
+        try:
+            ffmpeg_binary()
+        except FfmpegMissing as exc:
+            raise SiteConfigError(path, [str(exc)]) from None
+
+
+class EngineFeed:
+    """One frame into detection and the camera's rules, as POST /detect would do it."""
+
+    def __init__(self, engine: Callable[[], InferenceEngine | None], rules: Rules, metrics: Metrics,
+                 params: DetectParams) -> None:
+        self.engine, self.rules, self.metrics, self.params = engine, rules, metrics, params
+
+    async def __call__(self, frame: Frame) -> SinkResult:
+        engine = self.engine()
+        if engine is None:  # the model is still loading: wait a moment, like a gateway's 503
+            return SinkResult.busy(1.0, "not_ready")
+        when = self.rules.accept_capture_time(frame.camera_id, frame.captured_at)  # InvalidTimestamp: dropped
+        result = await engine.detect(frame.as_rgb(), self.params, keep_image=True)  # QueueFull: busy
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(engine.executor, self.rules.evaluate, frame.camera_id, when,
+                                   (result.width, result.height), result.detections, result.image)
+        self.metrics.count_detections([d.class_name for d in result.detections], frame.camera_id)
+        return SinkResult.sent()
+
+
+class EmbeddedIngest:
+    """The readers of this process, following the site file."""
+
+    enabled = True
+
+    def __init__(self, options: IngestOptions, feed: EngineFeed, book: SourceBook, site_path: Path | str,
+                 environ: Mapping[str, str] | None = None) -> None:
+        self.options, self.feed, self.book, self.site_path = options, feed, book, site_path
+        self.environ = environ if environ is not None else os.environ
+        self.supervisor: Supervisor | None = None
+
+    # --- SiteListener ----------------------------------------------------------------------
+    def check(self, config: SiteConfig) -> None:
+        """Refuse a site file this process could not pull (``check_sources``)."""
+        check_sources(config, self.options.secrets_dir, self.site_path, self.environ)
+
+    def applied(self, config: SiteConfig) -> None:
+        """Start new cameras, restart changed ones, stop removed ones (their ffmpeg is gone
+        when this returns)."""
+        if self.supervisor is None:
+            return
+        try:
+            summary = self.supervisor.update(sources_of(config))
+        except (SourceError, FfmpegMissing, RuntimeError) as exc:  # checked before; the file may have moved on
+            log.error("camera ingest not updated: %s", exc)
+            return
+        for camera_id in summary.stopped:
+            self.book.local_changed(camera_id, None)
+
+    # --- lifecycle ---------------------------------------------------------------------------
+    def start(self, config: SiteConfig, loop: asyncio.AbstractEventLoop) -> None:
+        """Check the site file's sources (SiteConfigError: startup stops) and start pulling them."""
+        self.check(config)
+        self.supervisor = Supervisor(lambda _cid: AsyncSink(loop, self.feed), output=FrameFormat.RGB,
+                                     listener=self._changed, environ=self.environ,
+                                     secrets_dir=self.options.secrets_dir)
+        self.book.set_local(self.states)
+        sources = sources_of(config)
+        if sources:
+            self.supervisor.start(sources)
+        log.info("camera ingest embedded: pulling %d camera source(s)", len(sources))
+
+    def stop(self) -> None:
+        """Stop every reader; returns once every ffmpeg child was killed and reaped."""
+        if self.supervisor is not None:
+            self.supervisor.stop(self.options.stop_timeout_s)
+
+    def states(self) -> dict[str, dict]:
+        return {cid: state.as_dict() for cid, state in self.supervisor.states().items()} if self.supervisor else {}
+
+    def pids(self) -> dict[str, int | None]:
+        return self.supervisor.pids() if self.supervisor is not None else {}
+
+    def _changed(self, state: CameraState) -> None:
+        self.book.local_changed(state.camera_id, state.state.value)
+
+
+class NoIngest:
+    """``CAMPUSGUARD_INGEST=off`` or no site file: nothing is pulled here."""
+
+    enabled = False
+
+    def start(self, config: SiteConfig | None, loop: asyncio.AbstractEventLoop) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
+
+    def states(self) -> dict[str, dict]:
+        return {}
+
+    def pids(self) -> dict[str, int | None]:
+        return {}

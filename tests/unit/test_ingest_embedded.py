@@ -1,0 +1,132 @@
+"""The embedded hosting's mechanics without a model: a frame reaches the engine and the camera's
+rules exactly as a POST would (the capture-time policy first, the engine's admission, the rules'
+camera health), and the site file is refused before start when this process could not pull
+it (startup exit 2, the field named); with ingest off a replica needs no camera password.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import os
+import shutil
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from app.config import Settings
+from app.core.errors import ConfigError
+from app.core.metrics import Metrics
+from app.inference.pipeline import DetectParams, Pipeline
+from app.ingest.asyncsink import AsyncSink
+from app.ingest.embedded import EngineFeed
+from app.ingest.frames import Frame
+from app.ingest.mailbox import SinkResult
+from app.wiring import build_engine, build_rules, check_site
+from tests.support.inprocess import IMGSZ, FakeDetector
+from tests.support.rules_util import EXAMPLE_SITE
+
+REPO = Path(__file__).resolve().parents[2]
+BAD_VAR_SITE = "cameras:\n  - id: gate-cam\n    source: {url: 'rtsp://admin:${GATE_PW_NOWHERE}@10.0.0.5/x'}\n"
+
+
+def settings(tmp: Path, **extra) -> Settings:
+    return Settings(_env_file=None, imgsz=IMGSZ, threads=1, preprocess_workers=1, warmup_iters=0,
+                    events_db_url=f"sqlite:///{tmp}/e.db", snapshot_dir=tmp / "snaps", **extra)
+
+
+@pytest.fixture
+def loop():
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    yield loop
+    loop.call_soon_threadsafe(loop.stop)
+    thread.join(5)
+    loop.close()
+
+
+def frame(camera: str, at: dt.datetime) -> Frame:
+    return Frame(camera, at, 64, 48, rgb=np.full((48, 64, 3), 90, np.uint8))
+
+
+def test_a_frame_feeds_engine_and_rules_as_if_posted(tmp_path, loop):
+    s = settings(tmp_path, site_config=EXAMPLE_SITE)
+    metrics = Metrics()
+    rules = build_rules(s, metrics)
+    engine = None
+    try:
+        engine = build_engine(s, Pipeline(FakeDetector(), 0, s.max_pixels), metrics)
+        current = {"engine": None}
+        sink = AsyncSink(loop, EngineFeed(lambda: current["engine"], rules, metrics, DetectParams()))
+        now = dt.datetime.now(dt.timezone.utc)
+        assert sink(frame("plaza-cam", now)) == SinkResult.busy(1.0, "not_ready")  # still loading
+        current["engine"] = engine
+        engine.start()
+        assert sink(frame("plaza-cam", now)) == SinkResult.busy(1.0, "not_ready")  # loaded, not warm yet
+        engine.mark_ready()
+        assert sink(frame("plaza-cam", now)) == SinkResult.sent()
+        camera = rules.camera("plaza-cam")
+        assert camera["status"] == "online" and camera["last_frame_at"] == now  # the capture time, as ?timestamp=
+        assert 'camera_id="plaza-cam",class_name="person"' in metrics.render().decode()  # counted like a request
+        # the capture-time policy sees it first: a frame two days old is dropped and counted per camera
+        old = sink(frame("plaza-cam", now - dt.timedelta(days=2)))
+        assert old == SinkResult.dropped("invalid_timestamp")
+        assert 'campusguard_invalid_timestamps_total{camera_id="plaza-cam",reason="past"} 1.0' in metrics.render().decode()
+        assert rules.camera("plaza-cam")["last_frame_at"] == now
+        engine.begin_drain()
+        assert sink(frame("plaza-cam", now)) == SinkResult.busy(1.0, "shutting_down")
+    finally:
+        if engine is not None:
+            engine.stop()
+        rules.stop()
+
+
+def test_check_site_needs_the_variables_only_where_ingest_runs(tmp_path):
+    site = tmp_path / "site.yaml"
+    site.write_text(BAD_VAR_SITE)
+    with pytest.raises(ConfigError) as info:
+        check_site(settings(tmp_path, site_config=site))
+    assert info.value.code == "invalid_site_config"
+    assert "cameras[0].source.url: ${GATE_PW_NOWHERE} is not defined" in info.value.message
+    check_site(settings(tmp_path, site_config=site, ingest="off"))  # a replica behind gateways: fine
+    secrets = tmp_path / "secrets"
+    secrets.mkdir()
+    (secrets / "GATE_PW_NOWHERE").write_text("pw\n")
+    check_site(settings(tmp_path, site_config=site, secrets_dir=secrets))
+
+
+@pytest.mark.parametrize("text, words", [
+    (BAD_VAR_SITE, "cameras[0].source.url: ${GATE_PW_NOWHERE} is not defined"),
+    ("cameras:\n  - id: gate-cam\n    source: {url: 'gopher://x/y'}\n", "cameras[0].source.url: unsupported scheme"),
+    ("cameras:\n  - id: gate-cam\n    source: {url: 'rtsp://x/y', fps: 0}\n", "cameras[0].source.fps: Input should be"),
+])
+def test_serve_exits_2_with_the_field_named(tmp_path, text, words):
+    site = tmp_path / "site.yaml"
+    site.write_text(text)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CAMPUSGUARD_")}
+    env.update(CAMPUSGUARD_SITE_CONFIG=str(site), CAMPUSGUARD_DATA_DIR=str(tmp_path / "data"))
+    done = subprocess.run([sys.executable, "-m", "app.cli", "serve", "--port", "9"], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert words in done.stderr
+
+
+def test_starter_site_is_created_once_and_valid(tmp_path):
+    from app.commands.serve import starter_site
+    from app.rules.site.loader import load_site_config
+
+    s = Settings(_env_file=None, data_dir=tmp_path / "data")
+    path = starter_site(s)
+    assert path == tmp_path / "data" / "site.yaml"
+    config = load_site_config(path)
+    assert [c.id for c in config.cameras] == ["front-door"] and config.cameras[0].zones
+    path.write_text(path.read_text() + "# mine\n")
+    assert starter_site(s) == path and path.read_text().endswith("# mine\n")  # never overwritten
+    assert s.events_db_url == f"sqlite:///{tmp_path / 'data' / 'events.db'}"  # one setting for the data folder
+    assert s.snapshot_dir == tmp_path / "data" / "snapshots"
+    shutil.rmtree(tmp_path / "data")
