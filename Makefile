@@ -11,7 +11,7 @@ setup: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml requirements/cpu.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -r requirements/cpu.txt -e ".[dev,nvidia]"
+	$(PY) -m pip install -q -r requirements/cpu.txt -e ".[dev,nvidia,openvino]"
 	touch $@
 
 # Debian packages the tests use: promtool and the Prometheus server, nginx (deploy tests),

@@ -72,7 +72,7 @@ class Settings(BaseSettings):
     )
 
     # --- model and backend -------------------------------------------------------------
-    backend: Literal["torch", "onnx"] = "torch"
+    backend: Literal["torch", "onnx", "openvino"] = "torch"
     weights: Path = Field(DEFAULT_WEIGHTS, description=".pt, .onnx or an architecture .yaml")
     model_name: str | None = Field(None, description="Name reported in replies; default: weights stem")
     device: str = Field("cpu", description="cpu or cuda:N (cuda:N is the AMD GPU on ROCm torch)")
@@ -81,8 +81,9 @@ class Settings(BaseSettings):
     shapes: Annotated[str, NoDecode] = Field(
         "", description="More fixed input shapes, one per aspect class (comma list of HxW, e.g. 384x640,480x640,"
         "640x384), or auto (the site file's camera resolutions); each frame goes to its aspect's shape")
-    precision: Literal["fp32", "fp16", "int8"] = Field(
-        "fp32", description="What the model computes in: fp32, fp16 (GPU) or int8 (onnx on CPU, built from the weights)")
+    precision: Literal["fp32", "fp16", "bf16", "int8"] = Field(
+        "fp32", description="What the model computes in: fp32, fp16 (GPU), bf16 (openvino on a CPU with avx512_bf16 or "
+        "amx_bf16) or int8 (onnx or openvino on CPU, built from the weights)")
     decode_reduce: bool = Field(True, description="Decode a JPEG at 1/2, 1/4 or 1/8 size when the letterbox shrinks it "
                                 "that much anyway (libjpeg-turbo DCT scaling); boxes stay in original pixels")
     evidence_min_width: int = Field(960, ge=0, le=8192, description="Frames kept for rules evidence (snapshots, clips, "
@@ -97,6 +98,9 @@ class Settings(BaseSettings):
         "Least F1 agreement with fp32 without labels; default per precision (fp16 0.97, int8 0.935)"))
     gate_conf: float = Field(0.4, gt=0, lt=1, description="Confidence the unlabelled gate compares detections at")
     threads: int = Field(0, ge=0, description="CPU threads for the backend; 0 = all cores")
+    requests_in_flight: int = Field(0, ge=0, le=64, description=(
+        "openvino: inference requests run side by side (a micro-batch's images, one request each, on OpenVINO's "
+        "THROUGHPUT streams); 0 = the number OpenVINO finds best, 1 = one at a time (LATENCY hint)"))
     onnx_providers: Annotated[list[str], NoDecode] = Field(
         default_factory=lambda: ["migraphx", "rocm", "cuda", "cpu"],
         description="Ordered execution-provider preference; the first available is used",
@@ -104,7 +108,7 @@ class Settings(BaseSettings):
     data_dir: Path = Field(DEFAULT_DATA_DIR, description="The service's data folder: the defaults of the ONNX cache, the "
                            "SQLite event store, snapshots, `serve --starter-site`'s site file and the demo clip live here")
     onnx_cache_dir: Path = Field(DEFAULT_DATA_DIR, description=(
-        "The service's data folder for built models: ONNX exports, int8 models, MIGraphX programs (default: data_dir)"))
+        "The service's data folder for built models: ONNX exports, int8 models, OpenVINO IR, MIGraphX programs (default: data_dir)"))
     onnx_cpu_fallback: bool = Field(
         False, description="Accept ONNX Runtime falling back to CPU when the GPU provider fails (default: refuse)")
 
@@ -322,8 +326,9 @@ class Settings(BaseSettings):
         suffix = self.weights.suffix.lower()
         if suffix not in {".pt", ".onnx", ".yaml", ".yml"}:
             raise ValueError(f"weights must be a .pt, .onnx or .yaml file, got {self.weights}")
-        if self.backend == "torch" and suffix == ".onnx":
-            raise ValueError("backend 'torch' cannot load an .onnx file; use backend=onnx")
+        if self.backend in ("torch", "openvino") and suffix == ".onnx":
+            raise ValueError(f"backend '{self.backend}' cannot load an .onnx file; use backend=onnx"
+                             + (" (openvino builds its model from the .pt)" if self.backend == "openvino" else ""))
         if self.webhook_urls and not self.webhook_secret.get_secret_value():
             raise ValueError("CAMPUSGUARD_WEBHOOK_URLS is set but CAMPUSGUARD_WEBHOOK_SECRET is empty: webhooks are "
                              "always signed; set CAMPUSGUARD_WEBHOOK_SECRET (or CAMPUSGUARD_WEBHOOK_SECRET_FILE) to a "

@@ -56,7 +56,7 @@ def backend_options(settings: Settings) -> BackendOptions:
         device=settings.device, imgsz=settings.imgsz, shapes=shapes, precision=settings.precision,
         threads=settings.resolved_threads, onnx_providers=tuple(settings.onnx_providers),
         onnx_cache_dir=settings.onnx_cache_dir, onnx_cpu_fallback=settings.onnx_cpu_fallback,
-        max_batch_size=settings.max_batch_size)
+        max_batch_size=settings.max_batch_size, inflight=settings.requests_in_flight)
 
 
 def decode_policy(settings: Settings) -> DecodePolicy:

@@ -32,7 +32,7 @@ from typing import Any
 
 from app.tooling.bench import report
 from app.tooling.bench.args import DEFAULT_WEIGHTS, csv_list, size_override, weights_override
-from app.tooling.bench.plan import make_plan, total_steps
+from app.tooling.bench.plan import make_plan, runs, runs_ultralytics, total_steps
 from app.tooling.bench.runner import Bench, load_images
 from app.tooling.bench.table import add_ratios, merge, write_outputs
 from app.commands.common import imgsz_arg
@@ -41,15 +41,16 @@ DEFAULT_IMAGES = Path("../shared/datasets/coco-val128/images")
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--backends", type=csv_list(str, ("torch", "onnx")), default=["torch", "onnx"],
-                        help="comma list (default torch,onnx)")
+    parser.add_argument("--backends", type=csv_list(str, ("torch", "onnx", "openvino")), default=["torch", "onnx"],
+                        help="comma list of torch,onnx,openvino (default torch,onnx)")
     parser.add_argument("--sizes", type=csv_list(str, tuple(DEFAULT_WEIGHTS)), default=["n", "m", "l"],
                         help="comma list of n,m,l (default n,m,l)")
     parser.add_argument("--batches", type=csv_list(int), default=[1, 4, 8, 16], help="comma list (default 1,4,8,16)")
     parser.add_argument("--batches-for", type=size_override(list), action="append", default=[], metavar="SIZE=LIST",
                         help="batch sizes for one model size, e.g. l=1,4 (repeatable)")
-    parser.add_argument("--precisions", type=csv_list(str, ("fp32", "fp16")), default=None,
-                        help="default: fp32 on CPU, fp32,fp16 on a GPU")
+    parser.add_argument("--precisions", type=csv_list(str, ("fp32", "fp16", "bf16", "int8")), default=None,
+                        help="default: fp32 on CPU, fp32,fp16 on a GPU; bf16 (openvino) and int8 (onnx, openvino: "
+                             "built and gated as the service does) on a CPU. A backend skips precisions it does not run")
     parser.add_argument("--iterations", type=int, default=30, help="timed iterations per row (default 30)")
     parser.add_argument("--iterations-for", type=size_override(int), action="append", default=[],
                         metavar="SIZE=N", help="timed iterations for one model size (repeatable)")
@@ -167,10 +168,11 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         for plan in plans:
-            if "ultralytics" in args.references and not bench.out_of_time(f"{plan.size}/ultralytics/{plan.precision}"):
+            if runs_ultralytics(plan, args) and not bench.out_of_time(f"{plan.size}/ultralytics/{plan.precision}"):
                 bench.rows_of(lambda: [bench.ultralytics_row(plan, describe)], plan, "ultralytics", "torch", keep)
             for backend in args.backends:
-                if not bench.out_of_time(f"{plan.size}/{backend}/{plan.precision}"):
+                if runs(backend, plan.precision, args.device) and \
+                        not bench.out_of_time(f"{plan.size}/{backend}/{plan.precision}"):
                     bench.rows_of(lambda: bench.backend_rows(plan, backend, describe), plan, "library", backend, keep)
     finally:
         bar.close()

@@ -81,7 +81,8 @@ def test_unreachable_database_at_startup_is_reported_not_fatal(server_factory, t
 
 def test_camera_goes_offline_and_comes_back(server_factory, tmp_path, dataset, pg_url):
     site = yaml.safe_load(site_copy(tmp_path).read_text())
-    next(c for c in site["cameras"] if c["id"] == CAMERA)["offline_after_s"] = 2
+    # 5 s of wall-clock silence: longer than a frame takes on a loaded CI machine
+    next(c for c in site["cameras"] if c["id"] == CAMERA)["offline_after_s"] = 5
     path = tmp_path / "site-offline.yaml"
     path.write_text(yaml.safe_dump(site))
     server = server_factory(site_config=path, events_db_url=pg_url, snapshot_dir=tmp_path / "snaps", imgsz=320)
@@ -95,13 +96,13 @@ def test_camera_goes_offline_and_comes_back(server_factory, tmp_path, dataset, p
             return next(cam for cam in c.get("/cameras").json() if cam["id"] == CAMERA)
 
         assert camera()["status"] == "online" and [e["id"] for e in camera()["open_events"]] == [started[0]["id"]]
-        assert wait_for(lambda: camera()["status"] == "offline", timeout=20)  # the sweep, not a frame
+        assert wait_for(lambda: camera()["status"] == "offline", timeout=30)  # the sweep, not a frame
         assert camera()["open_events"] == []
         assert c.get(f"/events/{started[0]['id']}").json()["ended_at"] == (t0 + dt.timedelta(seconds=10)).isoformat()[:19] + "Z"
         offline = c.get("/events", params={"camera_id": CAMERA, "rule": "camera_offline"}).json()["items"]
         assert len(offline) == 1 and offline[0]["state"] == "started"
         age = metric(c.get("/metrics").text, "campusguard_camera_last_frame_age_seconds", camera_id=CAMERA)
-        assert age is not None and age > 2
+        assert age is not None and age > 5
 
         back = detect(c, crowd, t0 + dt.timedelta(seconds=60)).json()["events"]
         assert [(e["rule"], e["state"]) for e in back] == [("camera_offline", "ended"), ("camera_online", "ended")]

@@ -150,7 +150,9 @@ def check_clip(client, started: dict, src: np.ndarray, tmp_path: Path) -> None:
         times = [round(float(f.pts * f.time_base), 3) for f in container.decode(stream)]
         assert (stream.codec_context.name, stream.width, stream.height) == (
             "h264", int(w * scale) // 2 * 2, int(h * scale) // 2 * 2)
-    assert times == [0.0, 2.0, 4.0, 6.0, 8.0, 9.0]
+    # the +15 s frame ends the clip; on a machine so loaded that it arrives more than post_s +
+    # QUIET_GRACE_S (10 s) of wall time after the start, the clip is written without it
+    assert times in ([0.0, 2.0, 4.0, 6.0, 8.0, 9.0], [0.0, 2.0, 4.0, 6.0, 8.0]), times
 
 
 def test_crowd_event_in_reply_store_metrics_and_webhook(server_factory, tmp_path, dataset):

@@ -50,7 +50,7 @@ def test_bench_options_and_plan():
 @pytest.mark.parametrize("argv", [
     ["--backends", "tensorrt"], ["--sizes", "x"], ["--batches", "0"], ["--batches", "a"], ["--batches", ""],
     ["--batches-for", "q=1"], ["--batches-for", "m"], ["--iterations-for", "m=0"], ["--weights", "m"],
-    ["--precisions", "int8"], ["--references", "trt"],
+    ["--precisions", "int4"], ["--references", "trt"],
 ])
 def test_bench_rejects_bad_values(argv, capsys):
     with pytest.raises(SystemExit):
@@ -108,3 +108,11 @@ def test_soak_frame_sizes_cover_64_to_4k():
 def test_every_command_module_has_a_docstring():
     for module in (command, loadtest, soak):
         assert module.__doc__ and module.__doc__.strip()
+
+
+def test_bench_skips_pairs_a_backend_does_not_run():
+    """bf16 runs on openvino only, int8 on onnx and openvino, on the CPU (the service's table)."""
+    from app.tooling.bench.plan import runs
+
+    assert runs("openvino", "bf16", "cpu") and runs("onnx", "int8", "cpu") and runs("openvino", "int8", "cpu")
+    assert not runs("onnx", "bf16", "cpu") and not runs("torch", "int8", "cpu") and not runs("openvino", "fp32", "cuda:0")

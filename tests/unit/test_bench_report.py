@@ -66,3 +66,12 @@ def test_merge_replaces_rows_with_the_same_key():
     merged = command.merge(old, new)
     assert len(merged) == len(old)
     assert [r["fps"] for r in merged if r["kind"] == "raw" and r["batch"] == 1] == [99.0]
+
+
+def test_rows_compare_with_onnx_fp32_of_the_same_kind_and_batch():
+    rows = _rows()
+    extra = dict(rows[2], backend="openvino", precision="int8", fps=120.0)  # library, batch 1
+    rows.append(extra)
+    command.add_ratios(rows)
+    assert extra["vs_onnx_fp32"] == 2.5 and rows[2]["vs_onnx_fp32"] == 1.0
+    assert rows[0]["vs_onnx_fp32"] is None  # the Ultralytics loop has no onnx counterpart

@@ -23,10 +23,10 @@ def test_precision_table_names_where_a_precision_runs():
     check_precision("torch", "cuda:0", "fp16")
     with pytest.raises(ConfigError, match="int8 does not run on backend torch with device cpu; it runs on onnx on CPU"):
         check_precision("torch", "cpu", "int8")
-    with pytest.raises(ConfigError, match="unknown precision 'bf16'"):  # issue #32 adds it as a row of SUPPORT
-        check_precision("onnx", "cpu", "bf16")
-    assert set(SUPPORT) == {"torch", "onnx"}
-    assert min_f1("int8") == 0.90 and min_f1("fp16") == 0.97 and min_f1("int8", 0.8) == 0.8
+    with pytest.raises(ConfigError, match="unknown precision 'int4'"):
+        check_precision("onnx", "cpu", "int4")
+    assert set(SUPPORT) == {"torch", "onnx", "openvino"}
+    assert min_f1("int8") == 0.90 and min_f1("fp16") == 0.97 and min_f1("bf16") == 0.97 and min_f1("int8", 0.8) == 0.8
 
 
 def test_one_build_at_a_time_across_replicas(tmp_path, monkeypatch):

@@ -35,6 +35,7 @@ class BackendOptions:
     onnx_cache_dir: Path = Path(".cache/campusguard")
     onnx_cpu_fallback: bool = False
     max_batch_size: int = 8
+    inflight: int = 0  # requests in flight (openvino): 0 = what the runtime finds best, 1 = one at a time
 
     @property
     def half(self) -> bool:
@@ -47,13 +48,13 @@ class BackendOptions:
 
 @runtime_checkable
 class Detector(Protocol):
-    backend: str  # "torch" | "onnx"
+    backend: str  # "torch" | "onnx" | "openvino"
     provider: str  # what actually runs the graph, e.g. "CPUExecutionProvider", "torch-cuda"
     names: dict[int, str]
     imgsz: ImgSize  # N (square) or (height, width): the primary shape
     shapes: tuple[tuple[int, int], ...]  # every fixed (H, W) it was built and is warmed for, imgsz first
     model_name: str
-    precision: str  # "fp32" | "fp16" | "int8": what the graph computes in, for reports and /health
+    precision: str  # "fp32" | "fp16" | "bf16" | "int8": what the graph computes in, for reports and /health
 
     def raw_call(self, batch: np.ndarray) -> Callable[[], object]:
         """A callable running the model alone on ``batch`` (already letterboxed, already on

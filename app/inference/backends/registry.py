@@ -27,6 +27,14 @@ def _onnx(options: BackendOptions) -> Detector:
     return per_shape(options, OnnxDetector.from_options)
 
 
+def _openvino(options: BackendOptions) -> Detector:
+    """One compiled model per shape in one detector (int8 needs its calibration frames:
+    precision/provision.py passes them)."""
+    from app.inference.backends.openvino_backend import load_openvino
+
+    return load_openvino(options)
+
+
 def per_shape(options: BackendOptions, build: Callable[[BackendOptions], Detector]) -> Detector:
     """A ``ShapeSet`` of one detector per shape of ``options``, each built for that shape alone."""
     from app.inference.backends.shapeset import ShapeSet
@@ -42,7 +50,7 @@ def per_shape(options: BackendOptions, build: Callable[[BackendOptions], Detecto
     return ShapeSet(members)
 
 
-BACKENDS: dict[str, Callable[[BackendOptions], Detector]] = {"torch": _torch, "onnx": _onnx}
+BACKENDS: dict[str, Callable[[BackendOptions], Detector]] = {"torch": _torch, "onnx": _onnx, "openvino": _openvino}
 
 
 def load_backend(options: BackendOptions) -> Detector:

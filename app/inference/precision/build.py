@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,15 +40,29 @@ def recipe_tag(recipe: Recipe) -> str:
 def int8_path(cache_dir: Path, weights: Path, shape: tuple[int, int], frames: tuple[Path, ...], recipe: Recipe) -> Path:
     """Where the int8 model of ``weights`` at ``shape`` lives: keyed by the weights' content,
     the shape, the recipe and the calibration frames (their names and sizes)."""
+    return cache_dir / "int8" / (f"{weights.stem}-{format_imgsz(shape)}-{weights_key(weights)}-{recipe_tag(recipe)}-"
+                                 f"{frames_key(frames)}.onnx")
+
+
+def weights_key(weights: Path) -> str:
+    """The weights' content hash (an architecture name: the name's hash)."""
     import hashlib
 
-    digest = file_digest(weights) if weights.is_file() else hashlib.sha256(str(weights).encode()).hexdigest()[:12]
-    frames_key = hashlib.sha256("".join(f"{p.name}:{p.stat().st_size};" for p in frames).encode()).hexdigest()[:8]
-    return cache_dir / "int8" / f"{weights.stem}-{format_imgsz(shape)}-{digest}-{recipe_tag(recipe)}-{frames_key}.onnx"
+    return file_digest(weights) if weights.is_file() else hashlib.sha256(str(weights).encode()).hexdigest()[:12]
 
 
-def build_int8(job: Int8Job, target: Path, progress: Progress = lambda _: None, label: str = "") -> Path:
-    """``target`` built (or found built by another replica) under its lock."""
+def frames_key(frames: tuple[Path, ...]) -> str:
+    """The calibration frames' identity (names and sizes): other frames, another model."""
+    import hashlib
+
+    return hashlib.sha256("".join(f"{p.name}:{p.stat().st_size};" for p in frames).encode()).hexdigest()[:8]
+
+
+@contextmanager
+def build_lock(target: Path, progress: Progress = lambda _: None, what: str = "build") -> Iterator[None]:
+    """Hold the build lock of ``target`` (a file or folder in the cache), waiting, and saying
+    so every few seconds, while another replica builds it. Check ``target`` again inside: the
+    other replica may have finished it."""
     from filelock import FileLock, Timeout
 
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -58,9 +73,16 @@ def build_int8(job: Int8Job, target: Path, progress: Progress = lambda _: None, 
             lock.acquire(timeout=LOCK_POLL_S)
             break
         except Timeout:
-            progress(f"waiting for another replica's int8 build{label} ({time.monotonic() - waited:.0f} s; "
-                     f"lock {lock.lock_file})")
+            progress(f"waiting for another replica's {what} ({time.monotonic() - waited:.0f} s; lock {lock.lock_file})")
     try:
+        yield
+    finally:
+        lock.release()
+
+
+def build_int8(job: Int8Job, target: Path, progress: Progress = lambda _: None, label: str = "") -> Path:
+    """``target`` built (or found built by another replica) under its lock."""
+    with build_lock(target, progress, f"int8 build{label}"):
         if target.is_file():
             return target
         fp32 = inspect_yolo_onnx(job.fp32_onnx)
@@ -78,5 +100,3 @@ def build_int8(job: Int8Job, target: Path, progress: Progress = lambda _: None, 
         finally:
             tmp.unlink(missing_ok=True)
         return target
-    finally:
-        lock.release()

@@ -97,6 +97,11 @@ def _pipeline(detector: Detector, precision: PrecisionOptions) -> Pipeline:
 
 
 def _build(options: BackendOptions, precision: PrecisionOptions, progress: Progress) -> Detector:
+    if options.backend == "openvino":  # builds its own IR per shape (int8: calibrated on these frames)
+        from app.inference.backends.openvino_backend import load_openvino
+
+        progress(f"loading the OpenVINO {options.precision} model")
+        return load_openvino(options, precision.calibration, progress)
     if options.precision not in BUILT:
         progress(f"loading the {options.precision} model")
         return load_backend(options)

@@ -10,11 +10,13 @@ from __future__ import annotations
 from app.core.errors import ConfigError
 
 REFERENCE = "fp32"
-PRECISIONS = ("fp32", "fp16", "int8")
+PRECISIONS = ("fp32", "fp16", "bf16", "int8")
 # backend -> device kind ("cpu" or "gpu") -> the precisions it runs there
 SUPPORT: dict[str, dict[str, frozenset[str]]] = {
     "torch": {"cpu": frozenset({"fp32"}), "gpu": frozenset({"fp32", "fp16"})},
     "onnx": {"cpu": frozenset({"fp32", "int8"}), "gpu": frozenset({"fp32", "fp16"})},
+    # OpenVINO on the CPU: fp32 (an explicit f32 hint), bf16 (CPUs with avx512_bf16 / amx_bf16), int8 (NNCF)
+    "openvino": {"cpu": frozenset({"fp32", "bf16", "int8"}), "gpu": frozenset()},
 }
 # Built by the service from the configured weights (calibrated), cached by weights hash.
 BUILT = frozenset({"int8"})
@@ -23,7 +25,8 @@ BUILT = frozenset({"int8"})
 # good int8 models agree 0.94-0.95 at conf 0.4, a broken one (no ignored scope) 0.93, a
 # useless one (box decoding quantised) near 0. Without labels the gate only catches gross
 # failures; with a labelled set (GATE_DATASET) it compares mAP50-95 instead.
-DEFAULT_MIN_F1: dict[str, float] = {"fp16": 0.97, "int8": 0.90}
+# bf16 agrees 0.985-0.989 with fp32 (issue #32's measurement), so 0.97 catches a broken one.
+DEFAULT_MIN_F1: dict[str, float] = {"fp16": 0.97, "bf16": 0.97, "int8": 0.90}
 DEFAULT_MAX_MAP_DROP = 0.01
 
 
@@ -41,7 +44,14 @@ def check_precision(backend: str, device: str, precision: str) -> None:
             raise ConfigError(f"backend {backend!r} runs fp32 only")
         return
     kind = device_kind(device)
+    if not table[kind]:
+        raise ConfigError(f"backend {backend} runs on the CPU only, not on device {device} "
+                          "(CAMPUSGUARD_DEVICE=cpu, or CAMPUSGUARD_BACKEND=torch or onnx on a GPU)")
     if precision in table[kind]:
+        if precision == "bf16":
+            from app.inference.precision.cpu import require_bf16
+
+            require_bf16()
         return
     where = [f"{b} on {k.upper()}" for b, kinds in SUPPORT.items() for k, ps in kinds.items() if precision in ps]
     raise ConfigError(f"precision {precision} does not run on backend {backend} with device {device}; "

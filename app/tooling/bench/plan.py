@@ -30,9 +30,22 @@ def total_steps(plans: list[Plan], args: argparse.Namespace) -> int:
     steps = 0
     per_row = args.warmup
     for plan in plans:
-        if "ultralytics" in args.references:
+        if runs_ultralytics(plan, args):
             steps += per_row + plan.iterations
-        for _backend in args.backends:
+        for _backend in (b for b in args.backends if runs(b, plan.precision, args.device)):
             kinds = 2 if "raw" in args.references else 1
             steps += kinds * len(plan.batches) * (per_row + plan.iterations)
     return steps
+
+
+def runs(backend: str, precision: str, device: str) -> bool:
+    """Whether ``backend`` runs ``precision`` on ``device`` (the service's table): a plan of
+    several backends skips the pairs that do not exist (bf16 on onnx, int8 on torch)."""
+    from app.inference.precision.spec import SUPPORT, device_kind
+
+    return precision in SUPPORT.get(backend, {}).get(device_kind(device), frozenset())
+
+
+def runs_ultralytics(plan: Plan, args: argparse.Namespace) -> bool:
+    """The Ultralytics loop has an fp32 and an fp16 row; bf16 and int8 would repeat fp32's."""
+    return "ultralytics" in args.references and plan.precision in ("fp32", "fp16")

@@ -36,6 +36,12 @@ def environment() -> dict[str, Any]:
             info[module] = __import__(module).__version__
         except Exception:  # not installed here
             continue
+    from importlib import metadata
+
+    try:  # the installed version, without importing openvino ahead of its telemetry switch (openvino_ir.py)
+        info["openvino"] = metadata.version("openvino")
+    except metadata.PackageNotFoundError:
+        pass
     return info
 
 

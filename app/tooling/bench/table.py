@@ -19,7 +19,7 @@ KINDS = ("ultralytics", "raw", "library")
 
 COLUMNS = ["device", "device_name", "size", "model", "kind", "backend", "provider", "precision", "batch",
            "iterations", "images", "seconds", "fps", "lat_p50_ms", "lat_p95_ms", "lat_p99_ms", "lat_mean_ms",
-           "per_image_ms", "peak_mem_mb", "mem_source", "vs_raw", "vs_ultralytics", "status"]
+           "per_image_ms", "peak_mem_mb", "mem_source", "vs_raw", "vs_ultralytics", "vs_onnx_fp32", "status"]
 NOT_AVAILABLE = "not available on this machine"
 MEASURED = ("lat_p50_ms", "lat_p95_ms", "lat_p99_ms", "lat_mean_ms", "per_image_ms", "peak_mem_mb")
 
@@ -35,7 +35,7 @@ def make_row(plan: Plan, kind: str, backend: str, provider: str, device: str, de
         "lat_p50_ms": lat.p50, "lat_p95_ms": lat.p95, "lat_p99_ms": lat.p99, "lat_mean_ms": lat.mean,
         "per_image_ms": (1e3 / fps) if fps else None,
         "peak_mem_mb": peak_bytes / 2**20 if peak_bytes else None, "mem_source": mem_source,
-        "vs_raw": None, "vs_ultralytics": None, "status": "ok",
+        "vs_raw": None, "vs_ultralytics": None, "vs_onnx_fp32": None, "status": "ok",
     }
 
 
@@ -56,7 +56,7 @@ def error_row(plan, kind: str, backend: str, device: str, exc: BaseException) ->
     return {"device": device, "device_name": "", "size": plan.size, "model": Path(plan.weights).stem, "kind": kind,
             "backend": backend, "provider": "", "precision": plan.precision, "batch": 0, "iterations": 0, "images": 0,
             "seconds": 0.0, "fps": None, **{k: None for k in MEASURED}, "mem_source": "", "vs_raw": None,
-            "vs_ultralytics": None, "status": status}
+            "vs_ultralytics": None, "vs_onnx_fp32": None, "status": status}
 
 
 def row_key(row: dict[str, Any]) -> tuple:
@@ -66,14 +66,18 @@ def row_key(row: dict[str, Any]) -> tuple:
 def add_ratios(rows: list[dict[str, Any]]) -> None:
     """``vs_raw``: FPS over the raw call of the same backend/size/precision/batch (torch's
     for the Ultralytics loop); ``vs_ultralytics``: FPS over the Ultralytics loop of the same
-    size and precision."""
+    size and precision; ``vs_onnx_fp32``: FPS over the onnx backend's fp32 row of the same kind,
+    size and batch (how far another runtime or precision moves the CPU default, issue #32)."""
     for r in rows:
         r.setdefault("status", "ok")  # tables written before rows had a status
     raw = {(r["device"], r["size"], r["backend"], r["precision"], r["batch"]): r["fps"] for r in rows if r["kind"] == "raw"}
     ultra = {(r["device"], r["size"], r["precision"]): r["fps"] for r in rows if r["kind"] == "ultralytics"}
+    onnx = {(r["device"], r["size"], r["kind"], r["batch"]): r["fps"] for r in rows
+            if r["backend"] == "onnx" and r["precision"] == "fp32" and r["kind"] != "ultralytics"}
     for r in rows:
         r["vs_raw"] = ratio(r["fps"], raw.get((r["device"], r["size"], r["backend"], r["precision"], r["batch"])))
         r["vs_ultralytics"] = ratio(r["fps"], ultra.get((r["device"], r["size"], r["precision"])))
+        r["vs_onnx_fp32"] = ratio(r["fps"], onnx.get((r["device"], r["size"], r["kind"], r["batch"])))
 
 
 def targets(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -110,7 +114,8 @@ def write_outputs(out: Path, rows: list[dict[str, Any]], meta: dict[str, Any], p
                ("precision", "precision", 0), ("batch", "batch", 0), ("fps", "FPS", 1), ("lat_p50_ms", "p50 ms", 1),
                ("lat_p95_ms", "p95 ms", 1), ("lat_p99_ms", "p99 ms", 1),
                ("peak_mem_mb", "peak VRAM MB" if on_gpu else "peak RSS MB", 0), ("vs_raw", "vs raw", 2),
-               ("vs_ultralytics", "vs Ultralytics", 2), ("iterations", "iters", 0), ("provider", "provider", 0)]
+               ("vs_ultralytics", "vs Ultralytics", 2), ("vs_onnx_fp32", "vs onnx fp32", 2), ("iterations", "iters", 0),
+               ("provider", "provider", 0)]
     sections = [
         f"Measured {meta.get('time_utc', '')} on `{meta.get('host', '')}` ({meta.get('cpu_count')} CPUs, load average "
         f"{meta.get('load_average')}), torch {meta.get('torch')}, onnxruntime {meta.get('onnxruntime')}, "

@@ -1,0 +1,172 @@
+"""OpenVINO on the CPU: one compiled model per fixed shape, several requests in flight.
+
+The IR is built from the configured ``.pt`` (``openvino_ir.py``) per shape and precision.
+Precision is set explicitly, never left to OpenVINO: on a CPU with bf16 its default is to run
+an fp32 model in bf16 without saying so (issue #32 measured it), so fp32 and int8 compile with
+``INFERENCE_PRECISION_HINT=f32`` (int8: the parts NNCF left in float, the box decoding above
+all, stay f32) and bf16 with ``bf16``.
+
+Requests in flight: a single frame runs on a model compiled with the LATENCY hint (every core
+on one request). With ``inflight`` 0 (auto) or > 1 each shape is compiled a second time with
+the THROUGHPUT hint (OpenVINO splits the cores into streams), and a micro-batch of N frames
+becomes N batch-1 requests on its ``AsyncInferQueue``, run side by side. A stream has only
+its share of the cores, so one frame on it alone would take about twice as long on two cores
+(measured), hence the two compiled models. ``inflight`` 1 compiles the LATENCY one only.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from app.core.errors import ConfigError, InferenceFailed
+from app.core.imgsz import ImgSize
+from app.core.memory import trim_heap
+from app.core.types import DeviceInfo, GpuInventory, MemoryStats
+from app.inference.backends.base import BackendOptions, Detector
+from app.inference.backends.openvino_ir import ensure_ir, import_openvino, read_meta
+from app.inference.devices import process_memory, validate_device
+
+log = logging.getLogger("campusguard.openvino")
+Shape = tuple[int, int]
+HINTS = {"fp32": "f32", "int8": "f32", "bf16": "bf16"}
+
+
+def compile_config(precision: str, threads: int, inflight: int) -> dict[str, object]:
+    """The CPU plugin's properties for ``precision``: LATENCY for ``inflight`` 1 (one frame,
+    every core), else THROUGHPUT (``inflight`` > 1 caps the requests; 0 lets OpenVINO pick)."""
+    config: dict[str, object] = {"INFERENCE_PRECISION_HINT": HINTS[precision],
+                                 "PERFORMANCE_HINT": "LATENCY" if inflight == 1 else "THROUGHPUT"}
+    if threads > 0:
+        config["INFERENCE_NUM_THREADS"] = threads
+    if inflight > 1:
+        config["PERFORMANCE_HINT_NUM_REQUESTS"] = inflight
+    return config
+
+
+@dataclass
+class _Session:
+    """One shape's compiled models: one request for a single frame (LATENCY), a request queue
+    for a micro-batch (THROUGHPUT, or the LATENCY model when one request is in flight)."""
+
+    compiled: object  # the LATENCY model
+    fan_out: object  # the THROUGHPUT model (the LATENCY one when ``inflight`` is 1)
+    single: object  # ov.InferRequest of the LATENCY model
+    queue: object  # ov.AsyncInferQueue of ``fan_out``
+    lock: threading.Lock
+
+
+class OpenVinoDetector:
+    backend = "openvino"
+
+    def __init__(self, folders: dict[Shape, Path], precision: str = "fp32", threads: int = 0, inflight: int = 0,
+                 model_name: str | None = None, imgsz: ImgSize | None = None) -> None:
+        if precision not in HINTS:
+            raise ConfigError(f"backend openvino runs fp32, bf16 or int8, not {precision}")
+        ov = import_openvino()
+        self._device_info = validate_device("cpu", GpuInventory("none"))
+        self.core = ov.Core()
+        if precision == "bf16" and "BF16" not in self.core.get_property("CPU", "OPTIMIZATION_CAPABILITIES"):
+            raise ConfigError("precision bf16: OpenVINO finds no bf16 support on this CPU (avx512_bf16 or amx_bf16)")
+        self.sessions: dict[Shape, _Session] = {}
+        for shape, folder in folders.items():
+            latency = self._compile(folder, compile_config(precision, threads, 1))
+            fan_out = latency if inflight == 1 else self._compile(folder, compile_config(precision, threads, inflight))
+            requests = int(fan_out.get_property("OPTIMAL_NUMBER_OF_INFER_REQUESTS"))
+            self.sessions[shape] = _Session(latency, fan_out, latency.create_infer_request(),
+                                            ov.AsyncInferQueue(fan_out, max(1, requests)), threading.Lock())
+        first = next(iter(folders.values()))
+        meta = read_meta(first)
+        self.names: dict[int, str] = {int(k): str(v) for k, v in meta["names"].items()}
+        self.shapes: tuple[Shape, ...] = tuple(folders)
+        self.imgsz: ImgSize = imgsz if imgsz is not None else self.shapes[0]
+        self.precision = precision
+        self.model_name = model_name or Path(meta["weights"]).stem
+        compiled = self.sessions[self.shapes[0]].compiled
+        self.streams = int(self.sessions[self.shapes[0]].fan_out.get_property("NUM_STREAMS"))
+        self.inflight = len(self.sessions[self.shapes[0]].queue)
+        self.provider = f"openvino-cpu-{HINTS[precision]}"
+        actual = str(compiled.get_property("INFERENCE_PRECISION_HINT"))
+        log.info("OpenVINO %s on CPU: inference precision %s, %s streams, %s requests in flight, shapes %s",
+                 ov.__version__, actual, self.streams, self.inflight, ", ".join(f"{h}x{w}" for h, w in self.shapes))
+
+    def _compile(self, folder: Path, config: dict[str, object]):
+        try:
+            return self.core.compile_model(str(folder / "model.xml"), "CPU", config)
+        except Exception as exc:
+            raise ConfigError(f"OpenVINO could not compile {folder / 'model.xml'}: {exc}") from exc
+
+    @classmethod
+    def from_options(cls, options: BackendOptions, calibration: tuple[Path, ...] = (),
+                     progress: Callable[[str], None] = lambda _: None) -> "OpenVinoDetector":
+        """Build (or find cached) the IR of every shape, then compile each."""
+        if options.weights.suffix.lower() == ".onnx":
+            raise ConfigError("backend openvino builds its model from the .pt weights (CAMPUSGUARD_WEIGHTS); "
+                              f"got {options.weights}: serve an .onnx with CAMPUSGUARD_BACKEND=onnx")
+        shapes = options.all_shapes
+        folders = {}
+        for i, shape in enumerate(shapes, 1):
+            label = f" {i}/{len(shapes)} ({shape[0]}x{shape[1]})"
+            folders[shape] = ensure_ir(options.weights, shape, options.precision, options.onnx_cache_dir, calibration,
+                                       progress, label)
+        return cls(folders, options.precision, options.threads, options.inflight, options.model_name, options.imgsz)
+
+    def _session(self, batch: np.ndarray) -> _Session:
+        shape = (batch.shape[2], batch.shape[3])
+        try:
+            return self.sessions[shape]
+        except KeyError:
+            raise ValueError(f"no OpenVINO model for input shape {shape[0]}x{shape[1]}; built for "
+                             f"{', '.join(f'{h}x{w}' for h, w in self.shapes)}") from None
+
+    def infer(self, batch: np.ndarray) -> np.ndarray:
+        """(N, 3, H, W) float32 -> (N, 4 + nc, anchors): one request per image, all in flight."""
+        batch = np.ascontiguousarray(batch, dtype=np.float32)
+        session = self._session(batch)
+        with session.lock:
+            if len(batch) == 1:
+                session.single.infer({0: batch}, share_inputs=True)
+                return session.single.get_output_tensor(0).data.copy()
+            return self._fan_out(session, batch)
+
+    @staticmethod
+    def _fan_out(session: _Session, batch: np.ndarray) -> np.ndarray:
+        results: list[np.ndarray | None] = [None] * len(batch)
+
+        def done(request, index: int) -> None:
+            results[index] = request.get_output_tensor(0).data[0].copy()
+
+        session.queue.set_callback(done)
+        for index in range(len(batch)):
+            session.queue.start_async({0: batch[index:index + 1]}, index, share_inputs=True)
+        session.queue.wait_all()
+        if any(r is None for r in results):
+            raise InferenceFailed("an OpenVINO request returned no output")
+        return np.stack(results)  # type: ignore[arg-type]
+
+    def raw_call(self, batch: np.ndarray) -> Callable[[], object]:
+        """The compiled model alone on a letterboxed batch (requests in flight included)."""
+        batch = np.ascontiguousarray(batch, dtype=np.float32)
+        return lambda: self.infer(batch)
+
+    def device_info(self) -> DeviceInfo:
+        return self._device_info
+
+    def memory(self) -> MemoryStats:
+        return process_memory()
+
+    def release_cache(self) -> None:
+        trim_heap()
+
+    def close(self) -> None:
+        self.sessions = {}
+
+
+def load_openvino(options: BackendOptions, calibration: tuple[Path, ...] = (),
+                  progress: Callable[[str], None] = lambda _: None) -> Detector:
+    return OpenVinoDetector.from_options(options, calibration, progress)
