@@ -20,7 +20,7 @@ from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 
 from app import __version__
-from app.api import auth, deepstack, detect, health, status
+from app.api import auth, deepstack, detect, edge, health, status
 from app.api import audit as audit_route
 from app.api import metrics as metrics_route
 from app.api.access import Gate
@@ -181,6 +181,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(deepstack.router)
     app.include_router(health.router)
     app.include_router(auth.router)
+    app.include_router(edge.router)
     app.include_router(audit_route.router)
     app.include_router(status.router)
     app.include_router(metrics_route.router)

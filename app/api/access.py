@@ -25,7 +25,7 @@ from app.core.audit import AuditEntry, AuditTrail, NoAudit
 from app.core.errors import Forbidden, InsufficientRole, TooManyAuthFailures, Unauthorized
 from app.core.keys import KeySource
 from app.core.metrics import Metrics
-from app.core.roles import ANONYMOUS, DEFAULT_ROLE, Keyring, Principal, check_permission, key_id
+from app.core.roles import ANONYMOUS, DEFAULT_ROLE, PERMISSIONS, Keyring, Principal, check_permission, key_id
 from app.core.throttle import FailureThrottle
 
 log = logging.getLogger("campusguard.auth")
@@ -114,10 +114,25 @@ class Gate:
 
 def route_permissions(request: Request) -> set[str]:
     """The permissions the matched route declares (``require_<permission>`` dependencies)."""
-    route = request.scope.get("route")
+    return declared_permissions(request.scope.get("route"))
+
+
+def dependency_names(route: object) -> set[str]:
+    """The names of the functions a route depends on directly (router dependencies included)."""
     dependant = getattr(route, "dependant", None)
-    names = {getattr(d.call, "__name__", "") for d in getattr(dependant, "dependencies", ())}
-    return {n.removeprefix("require_") for n in names if n.startswith("require_")}
+    return {getattr(d.call, "__name__", "") for d in getattr(dependant, "dependencies", ())}
+
+
+def declared_permissions_in_order(route: object) -> list[str]:
+    """The permissions ``route`` declares, in the order its dependencies check them (router's first)."""
+    dependant = getattr(route, "dependant", None)
+    names = [getattr(d.call, "__name__", "").removeprefix("require_") for d in getattr(dependant, "dependencies", ())]
+    return [n for n in dict.fromkeys(names) if n in PERMISSIONS]
+
+
+def declared_permissions(route: object) -> set[str]:
+    """The permissions ``route`` declares (``require_<permission>`` dependencies)."""
+    return {n.removeprefix("require_") for n in dependency_names(route)} & set(PERMISSIONS)
 
 
 class Recorder:

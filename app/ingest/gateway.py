@@ -26,6 +26,7 @@ from pathlib import Path
 from app.core.errors import ConfigError
 from app.core.logs import configure_logging
 from app.core.redact import redact_url
+from app.core.secrets import SecretError, read_secret_file
 from app.ingest.command import FfmpegMissing
 from app.ingest.frames import FrameFormat
 from app.ingest.httpsink import HttpSink, parse_shard, shard_of
@@ -54,15 +55,19 @@ def load_sources(path: Path, index: int = 0, total: int = 1, environ: Mapping[st
 
 
 def read_api_key(key_file: Path | None, environ: Mapping[str, str]) -> str | None:
-    """The ``camera``-role key: from ``--api-key-file``, else ``$CAMPUSGUARD_GATEWAY_API_KEY``."""
+    """The ``camera``-role key: from ``--api-key-file`` (default ``$CAMPUSGUARD_GATEWAY_API_KEY_FILE``,
+    a Docker or Kubernetes secret file), else ``$CAMPUSGUARD_GATEWAY_API_KEY``.
+
+    The file is read like every other ``_FILE`` setting (app/core/secrets.py: one line, size
+    capped, errors naming the setting and never the value). Both given is refused, as for the
+    service's settings: which one wins would be a guess."""
     if key_file is not None:
+        if environ.get(KEY_ENV, "").strip():
+            raise GatewayError(f"{KEY_ENV} and --api-key-file ({KEY_ENV}_FILE) are both set; set one")
         try:
-            key = Path(key_file).read_text(encoding="utf-8").strip()
-        except OSError as exc:
-            raise GatewayError(f"cannot read the API key file {key_file}: {exc.strerror}") from None
-        if not key:
-            raise GatewayError(f"the API key file {key_file} is empty")
-        return key
+            return read_secret_file(key_file, f"--api-key-file ({KEY_ENV}_FILE)").strip()
+        except SecretError as exc:
+            raise GatewayError(str(exc)) from None
     return environ.get(KEY_ENV, "").strip() or None
 
 
@@ -72,8 +77,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="site file with cameras[].source (default: $CAMPUSGUARD_SITE_CONFIG)")
     parser.add_argument("--service", required=True, help="the service's base URL, e.g. http://nginx:8000")
     parser.add_argument("--shard", default="0/1", help="i/n: pull the cameras with sha256(id) mod n == i (default 0/1)")
-    parser.add_argument("--api-key-file", type=Path, default=env("CAMPUSGUARD_GATEWAY_API_KEY_FILE"),
-                        help=f"file holding a camera-role key (else ${KEY_ENV})")
+    parser.add_argument("--api-key-file", type=Path, default=env(f"{KEY_ENV}_FILE") or None,
+                        help=f"file holding a camera-role key (default: ${KEY_ENV}_FILE; else ${KEY_ENV})")
     parser.add_argument("--secrets-dir", type=Path, default=env("CAMPUSGUARD_SECRETS_DIR"),
                         help="a file named VAR here fills ${VAR} in source URLs (before the environment; "
                              "default: $CAMPUSGUARD_SECRETS_DIR)")

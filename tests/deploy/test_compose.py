@@ -84,7 +84,7 @@ def test_one_detector_per_gpu_amd(base):
         assert set(devices) == {KFD, renders[0]}
         assert "video" in svc["group_add"]
         assert any(str(g).startswith("${RENDER_GID") for g in svc["group_add"]), "host render group id"
-        assert "seccomp=unconfined" in svc["security_opt"]
+        assert "seccomp=${SECCOMP_PROFILE:-./seccomp/rocm-numa.json}" in svc["security_opt"]  # test_hardening.py
         assert size_bytes(svc["shm_size"]) >= 1 << 30
         env = svc["environment"]
         assert env["CAMPUSGUARD_DEVICE"] == "cuda:0", "the container sees only its GPU"
@@ -98,7 +98,8 @@ def test_one_detector_per_gpu_nvidia(base, nvidia, merged):
     assert set(nvidia["services"]) <= set(base["services"]), "the override only changes existing services"
     ids = []
     for name, svc in detector_services(merged).items():
-        assert "devices" not in svc and "group_add" not in svc and "security_opt" not in svc, name
+        assert "devices" not in svc and "group_add" not in svc, name
+        assert svc["security_opt"] == base["services"][name]["security_opt"], "the hardening stays"
         assert "MIOPEN_USER_DB_PATH" not in svc["environment"]
         assert svc["environment"]["CAMPUSGUARD_DEVICE"] == "cuda:0"
         (reservation,) = svc["deploy"]["resources"]["reservations"]["devices"]
@@ -253,22 +254,22 @@ def test_shared_postgres_event_store(base, merged):
     assert "postgres-data:/var/lib/postgresql/data" in pg["volumes"] and "postgres-data" in base["volumes"]
     assert pg["healthcheck"]["test"][:2] == ["CMD", "pg_isready"]
     env = pg["environment"]
-    assert env["POSTGRES_PASSWORD"].startswith("${POSTGRES_PASSWORD:?"), "credentials from deploy/.env, no default"
+    assert env["POSTGRES_PASSWORD_FILE"] == "/run/secrets/postgres-password", "the password is a secret file"
     example = dict(l.split("=", 1) for l in (DEPLOY / ".env.example").read_text().splitlines()
                    if "=" in l and not l.startswith("#"))
     dotenv = {**example, "SITE_FILE": "./site.example.yaml"}
-    from sqlalchemy.engine import make_url
-
     from app.rules.site.loader import load_site_config
 
     for config in (base, merged):
         for name, svc in detector_services(config).items():
             assert svc["depends_on"]["postgres"]["condition"] == "service_healthy", name
             senv = svc["environment"]
-            url = make_url(interpolate(senv["CAMPUSGUARD_EVENTS_DB_URL"], dotenv))
-            assert (url.drivername, url.host, url.port) == ("postgresql+psycopg", "postgres", 5432), name
-            assert (url.username, url.password, url.database) == tuple(
-                interpolate(env[k], dotenv) for k in ("POSTGRES_USER", "POSTGRES_PASSWORD", "POSTGRES_DB")), name
+            # the URL (with the password) is the events-db-url file; init-secrets.sh writes it from the
+            # same user, database and host: tests/deploy/test_secrets.py
+            assert senv["CAMPUSGUARD_EVENTS_DB_URL_FILE"] == "/run/secrets/events-db-url", name
+            assert "events-db-url" in svc["secrets"] and "postgres-password" in pg["secrets"]
+            assert (interpolate(env["POSTGRES_USER"], dotenv), interpolate(env["POSTGRES_DB"], dotenv)) == \
+                ("campusguard", "campusguard"), "the names init-secrets.sh puts in the URL by default"
             mounts = [interpolate(v, dotenv).split(":") for v in svc["volumes"]]
             site_mounts = [m for m in mounts if m[1] == senv["CAMPUSGUARD_SITE_CONFIG"]]
             assert len(site_mounts) == 1 and site_mounts[0][2:] == ["ro"], f"{name}: site file mounted read-only"
@@ -297,7 +298,9 @@ def test_each_replica_bounds_its_cpu_threads(base):
 
 def test_camera_gateway(base, merged):
     """Issue #24: a gateway pulls the cameras' streams and POSTs through nginx with a camera key;
-    the replicas' ingest is off, so no camera is pulled twice; the NVIDIA node runs its image."""
+    the replicas' ingest is off, so no camera is pulled twice; the NVIDIA node runs its image.
+    Issue #31: the key and the camera passwords are files from init-secrets.sh (its hardening:
+    tests/deploy/test_hardening.py)."""
     from app.ingest.gateway import configure
 
     gateways = {name: svc for name, svc in base["services"].items() if name.startswith("gateway-")}
@@ -308,10 +311,16 @@ def test_camera_gateway(base, merged):
         parser = argparse.ArgumentParser()
         configure(parser)
         args = parser.parse_args(svc["command"])  # the command line the gateway really accepts
-        assert args.service == "http://lb:8080" and args.gateway_id == name
+        # nginx's port for this network (8080 only redirects to HTTPS)
+        assert args.service == "http://lb:8000" and args.gateway_id == name
         assert f":{args.site}:ro" in " ".join(svc["volumes"]), "the site file is mounted where --site reads it"
         shards.add(args.shard)
-        assert "CAMPUSGUARD_GATEWAY_API_KEY" in svc["environment"]
+        # the camera key as a Docker secret (the `camera` line of api-keys.yaml), never a value
+        assert svc["environment"] == {"CAMPUSGUARD_GATEWAY_API_KEY_FILE": "/run/secrets/camera-key"}
+        assert svc["secrets"] == ["camera-key"] and base["secrets"]["camera-key"]["file"].endswith("}/camera-key")
+        # the camera passwords: SECRETS_DIR/cameras, read-only, where --secrets-dir reads them
+        assert f"${{SECRETS_DIR:?run sudo deploy/scripts/init-secrets.sh first}}/cameras:{args.secrets_dir}:ro" \
+            in svc["volumes"]
         assert svc["depends_on"]["lb"]["condition"] == "service_healthy"
         assert str(args.heartbeat_file) in " ".join(svc["healthcheck"]["test"])
         assert "CUDA_IMAGE" in merged["services"][name]["image"] and "CUDA" not in svc["image"]

@@ -207,6 +207,11 @@ def test_cuda_installs_gpu_runtimes():
     assert set(pins) == {"torch", "torchvision", "onnxruntime-gpu"}
     assert pins["torch"].endswith("+cu128") and pins["torchvision"].endswith("+cu128")
     assert "download.pytorch.org/whl/cu128" in args_defaults(ins)["TORCH_INDEX_URL"]
+    # no second index next to PyPI (a package of the same name there could win): --index-url, torch only
+    text = DOCKERFILES["cuda"].read_text() + DOCKERFILES["rocm"].read_text()
+    assert "--extra-index-url" not in text
+    indexed = [c for c in installs if "--index-url" in c]
+    assert indexed and all("/tmp/torch.txt" in c for c in indexed)
 
 
 def test_pyproject_deps_script_matches_pyproject():

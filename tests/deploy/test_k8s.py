@@ -196,8 +196,10 @@ def test_selectors_and_references_match(rendered):
         if "configMap" in volume:
             refs.add(("ConfigMap", volume["configMap"]["name"]))
     present = {(r["kind"], r["metadata"]["name"]) for r in resources}
-    assert refs <= present and ("ConfigMap", "campusguard-config") in refs and ("Secret", "campusguard-api-keys") in refs
-    assert {("Secret", "campusguard-events-db"), ("ConfigMap", "campusguard-site")} <= refs
+    assert refs <= present and ("ConfigMap", "campusguard-config") in refs and ("ConfigMap", "campusguard-site") in refs
+    # the one Secret is created at the site from deploy/secrets (the base ships no value)
+    secrets = {v["secret"]["secretName"] for v in dep["spec"]["template"]["spec"]["volumes"] if "secret" in v}
+    assert secrets == {"campusguard-secrets"} and "Secret" not in {r["kind"] for r in resources}
     hpa = one(resources, "HorizontalPodAutoscaler")
     assert hpa["spec"]["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment", "name": dep["metadata"]["name"]}
     assert 1 <= hpa["spec"]["minReplicas"] < hpa["spec"]["maxReplicas"]
@@ -237,10 +239,14 @@ def test_configmap_holds_valid_settings():
         name = key[len("CAMPUSGUARD_"):].lower()
         assert name in Settings.model_fields, key
         fields[name] = value
+    files = {k: v for k, v in fields.items() if k.endswith("_file")}
+    assert set(files) == {"api_keys_file", "webhook_secret_file", "events_db_url_file"}
+    pod = named(resources, "Deployment", "campusguard-detector")["spec"]["template"]["spec"]
+    mount = next(m for m in pod["containers"][0]["volumeMounts"] if m["name"] == "secrets")
+    assert all(path.startswith(mount["mountPath"] + "/") for path in files.values())
+    fields = {k: v for k, v in fields.items() if k not in files}
     settings = Settings(_env_file=None, **fields)  # raises on an invalid value
     assert settings.device == "cuda:0" and settings.port == 8000
-    secret = named(resources, "Secret", "campusguard-api-keys")
-    assert set(secret["stringData"]) == {"CAMPUSGUARD_API_KEYS"}
 
 
 def test_rules_on_with_the_site_file_and_the_shared_event_store(tmp_path):
@@ -259,9 +265,9 @@ def test_rules_on_with_the_site_file_and_the_shared_event_store(tmp_path):
     site = named(resources, "ConfigMap", volume["configMap"]["name"])["data"]["site.yaml"]
     (tmp_path / "site.yaml").write_text(site)
     assert load_site_config(tmp_path / "site.yaml") == load_site_config(K8S.parent / "site.example.yaml")
-    url = make_url(named(resources, "Secret", "campusguard-events-db")["stringData"]["CAMPUSGUARD_EVENTS_DB_URL"])
-    assert url.drivername == "postgresql+psycopg" and url.database
+    assert config["CAMPUSGUARD_EVENTS_DB_URL_FILE"].endswith("/events-db-url"), "the URL is a file of the Secret"
     assert "CAMPUSGUARD_EVENTS_DB_URL" not in config, "credentials belong in the Secret"
+    assert make_url("postgresql+psycopg://u:p@h:5432/d?sslmode=verify-full").query["sslmode"] == "verify-full"
 
 
 def test_threads_match_the_cpu_request(rendered):
@@ -299,10 +305,21 @@ def test_camera_gateway(rendered):
     volumes = {v["name"]: v for v in pod["volumes"]}
     assert f"{mounts['site']['mountPath']}/site.yaml" == str(args.site)
     assert volumes["site"]["configMap"]["name"] == "campusguard-site"
+    # secrets as files from the Secrets the documented commands create (none in the base, #31):
+    # only `camera-key` of campusguard-secrets, and the camera passwords as --secrets-dir
+    assert not [r for r in resources if r["kind"] == "Secret"]
+    assert "envFrom" not in container
+    (key_env,) = container["env"]
+    key_file = key_env["value"]
+    assert key_env["name"] == "CAMPUSGUARD_GATEWAY_API_KEY_FILE" and "valueFrom" not in key_env
+    assert key_file == f"{mounts['camera-key']['mountPath']}/camera-key"
+    assert volumes["camera-key"]["secret"]["secretName"] == "campusguard-secrets"
+    assert volumes["camera-key"]["secret"]["items"] == [{"key": "camera-key", "path": "camera-key"}]
     assert mounts["camera-secrets"]["mountPath"] == str(args.secrets_dir)
-    secret = named(resources, "Secret", volumes["camera-secrets"]["secret"]["secretName"])
-    key = named(resources, "Secret", container["envFrom"][0]["secretRef"]["name"])
-    assert set(key["stringData"]) == {"CAMPUSGUARD_GATEWAY_API_KEY"} and secret["stringData"]
+    assert volumes["camera-secrets"]["secret"]["secretName"] == "campusguard-camera-secrets"
+    commands = (K8S / "base/kustomization.yaml").read_text()
+    assert "create secret generic campusguard-camera-secrets" in commands and "secrets/cameras/" in commands
+    assert "--from-file=deploy/secrets/camera-key" in commands
     assert str(args.heartbeat_file) in " ".join(container["livenessProbe"]["exec"]["command"])
     assert str(args.heartbeat_file).startswith(mounts["tmp"]["mountPath"] + "/")  # writable under a read-only root
     assert named(resources, "ConfigMap", "campusguard-config")["data"]["CAMPUSGUARD_INGEST"] == "off"
