@@ -23,6 +23,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "loadtest": ("app.commands.loadtest", "HTTP concurrency sweep against a running server"),
     "soak": ("app.commands.soak", "long mixed-size run against a running server, tracking memory"),
     "parity": ("app.commands.parity", "detections on a device/precision against a stored CPU reference"),
+    "bench-shadow": ("app.commands.bench_shadow", "detection p50/p95 and admission with the shadow reference on vs off"),
     "replay": ("app.commands.replay", "re-run a site file's rules over the detection log, next to the recorded events"),
     "keys": ("app.commands.keys", "API keys: make one (secret printed once, hashed line for the keys file), check a file"),
     "viewcheck-report": ("app.commands.viewcheck", "camera view checks on their labelled real-photo test set: "

@@ -112,6 +112,14 @@ class Settings(BaseSettings):
     onnx_cpu_fallback: bool = Field(
         False, description="Accept ONNX Runtime falling back to CPU when the GPU provider fails (default: refuse)")
 
+    # --- shadow reference (docs/shadow.md) ----------------------------------------------------
+    shadow_backend: Literal["", "torch", "onnx"] = Field("", description="Reference runtime for shadowed frames; empty = off")
+    shadow_weights: Path | None = Field(None, description="The reference's model (.pt, or .onnx for onnx); default: WEIGHTS")
+    shadow_device: str = Field("cpu", description="Where the reference runs: cpu or cuda:N (always fp32)")
+    shadow_sample: float = Field(0.01, ge=0, le=1, description="Fraction of answered frames also run on the reference")
+    shadow_min_interval_s: float = Field(60.0, ge=0, description="At least one frame per camera this often; 0 = off")
+    shadow_window_s: float = Field(900.0, gt=0, le=86_400, description="Rolling window of the agreement figures")
+
     # --- detection defaults ------------------------------------------------------------
     conf: float = Field(0.25, ge=0.0, le=1.0)
     iou: float = Field(0.7, ge=0.0, le=1.0)
@@ -284,7 +292,7 @@ class Settings(BaseSettings):
             raise ValueError(f"public_routes entries are route paths starting with '/', got {bad}")
         return value
 
-    @field_validator("device")
+    @field_validator("device", "shadow_device")
     @classmethod
     def _device(cls, value: str) -> str:
         return normalize_device(value)

@@ -23,6 +23,7 @@ from app import __version__
 from app.api import auth, deepstack, detect, edge, health, status
 from app.api import audit as audit_route
 from app.api import metrics as metrics_route
+from app.api import shadow as shadow_route
 from app.api.access import Gate
 from app.api.docs import install_docs
 from app.api.errors import install_error_handlers
@@ -30,6 +31,7 @@ from app.api.middleware import RequestGuard
 from app import wiring
 from app.config import Settings
 from app.core.audit import AuditEntry, summarize
+from app.core.errors import ConfigError
 from app.core.imgsz import format_imgsz
 from app.core.keys import KeyChange
 from app.core.metrics import Metrics
@@ -38,6 +40,7 @@ from app.inference.vision.shapes import describe as describe_shapes
 from app.core.types import GpuInventory
 from app.inference.backends.models import require_weights
 from app.inference.devices import parse_device, torch_inventory, validate_device
+from app.inference.shadow.lane import NoShadow
 from app.rules.port import NoRules
 
 log = logging.getLogger("campusguard")
@@ -51,6 +54,7 @@ def preflight(settings: Settings) -> None:
         validate_device(settings.device, torch_inventory())
     else:
         validate_device("cpu", GpuInventory("none"))
+    wiring.check_shadow(settings)
 
 
 def load_engine(app: FastAPI, settings: Settings, metrics: Metrics) -> None:
@@ -70,6 +74,11 @@ def load_engine(app: FastAPI, settings: Settings, metrics: Metrics) -> None:
         engine.start()
         started = time.perf_counter()
         engine.warmup(settings.warmup_iters)
+        if settings.shadow_backend:
+            progress.note(f"loading the shadow reference ({settings.shadow_backend} on {settings.shadow_device})")
+        shadow = wiring.build_shadow(settings, engine, metrics)  # ConfigError: a reference that cannot run
+        shadow.start()
+        app.state.shadow = shadow
         info = detector.device_info()
         metrics.build_info.info({"version": __version__, "backend": detector.backend, "provider": detector.provider,
                                  "model": detector.model_name, "precision": detector.precision,
@@ -80,6 +89,10 @@ def load_engine(app: FastAPI, settings: Settings, metrics: Metrics) -> None:
         log.info("ready: %s on %s (%s), provider %s, %s (requested %s), shapes %s, warm-up %.2fs", detector.model_name,
                  info.device, info.name, detector.provider, detector.precision, provisioned.requested, shapes,
                  time.perf_counter() - started)
+    except ConfigError as exc:
+        log.critical("startup failed: %s; exiting", exc.message)
+        logging.shutdown()
+        os._exit(LOAD_FAILURE_EXIT_CODE)
     except Exception:
         log.critical("model loading failed; exiting", exc_info=True)
         logging.shutdown()
@@ -150,6 +163,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         if engine is not None:
             engine.begin_drain()
             engine.stop()
+        app.state.shadow.stop()
         gate.keys.stop()
         audit.stop()  # its last records while the store is still open
         rules.stop()
@@ -173,6 +187,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.provisioned = None
     app.state.started_at = time.time()
     app.state.rules = NoRules()
+    app.state.shadow = NoShadow()  # the lane replaces it once the reference is loaded (CAMPUSGUARD_SHADOW_*)
+    wiring.register_shadow_metrics(metrics, lambda: app.state.shadow)
     sources = wiring.build_sources(metrics)  # camera streams, from this process's ingest or gateways' reports
     app.state.sources = sources
     install_error_handlers(app)
@@ -184,6 +200,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(edge.router)
     app.include_router(audit_route.router)
     app.include_router(status.router)
+    app.include_router(shadow_route.router)
     app.include_router(metrics_route.router)
     if settings.site_config is not None:
         from app.api import events, frames, site, sources as sources_route

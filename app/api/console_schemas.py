@@ -80,3 +80,7 @@ class StatusDocument(BaseModel):
     event_store: str | None = Field(None, description="`ok` or why the event store is unavailable; null: rules off")
     webhooks: list[DeliveryTarget] = []
     mqtt: MqttTarget | None = None
+    shadow: dict[str, Any] = Field(default_factory=lambda: {"enabled": False}, description=(
+        "The shadow reference (docs/shadow.md): `enabled`, the reference, sample rate, queue, sampled / compared / "
+        "dropped counts and, over the rolling window, `overall` and per-camera `frames`, `recall`, `precision`, "
+        "`agreement` (their F1) and `confidence_drift` (null while the window is empty)"))

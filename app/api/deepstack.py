@@ -22,7 +22,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Request, Security
 
-from app.api.deps import EngineDep, GateDep, MetricsDep, OptionsDep, api_key_header
+from app.api.deps import EngineDep, GateDep, MetricsDep, OptionsDep, ShadowDep, api_key_header
 from app.api.images import MAX_FORM_FIELDS, read_upload, require_images
 from app.api.schemas import DeepStackPrediction, DeepStackResponse
 from app.core.errors import InvalidParameter, shorten
@@ -86,7 +86,7 @@ def parse_min_confidence(raw: str | None) -> float:
              summary="DeepStack-compatible object detection")
 async def deepstack_detection(request: Request, header: Annotated[str | None, Depends(header_key)],
                               gate: GateDep, engine: EngineDep, options: OptionsDep,
-                              metrics: MetricsDep) -> DeepStackResponse:
+                              metrics: MetricsDep, shadow: ShadowDep) -> DeepStackResponse:
     """Multipart `image`, optional `min_confidence` (text decimal, default 0.40) and `api_key`."""
     started = time.perf_counter()
     # up to MAX_FORM_FIELDS files so a keyless caller sending two images gets 401, not 400
@@ -97,6 +97,7 @@ async def deepstack_detection(request: Request, header: Annotated[str | None, De
     min_conf = parse_min_confidence(parsed.fields.get("min_confidence"))
     params = DetectParams(conf=min_conf, iou=options.defaults.iou, max_det=options.defaults.max_det)
     result = await engine.detect(image.data, params)
+    shadow.offer(None, image.data, params, result.detections)
     metrics.count_detections([d.class_name for d in result.detections])
     predictions = [DeepStackPrediction(label=d.class_name, confidence=round(d.confidence, 4),
                                        x_min=int(round(d.x1)), y_min=int(round(d.y1)),

@@ -24,6 +24,7 @@ from app.core.roles import Permission, Principal
 from app.core.sources import SourceBook
 from app.inference.backends.base import Detector
 from app.inference.engine import InferenceEngine
+from app.inference.shadow.lane import NoShadow, ShadowLane
 from app.rules.port import NoRules, Rules, disabled
 
 # Declared once: OpenAPI lists it as the `ApiKey` security scheme, so Swagger UI's
@@ -73,6 +74,11 @@ def get_sources(request: Request) -> SourceBook:
     return request.app.state.sources
 
 
+def get_shadow(request: Request) -> ShadowLane | NoShadow:
+    """The shadow lane (``NoShadow`` while off or until the reference is loaded)."""
+    return getattr(request.app.state, "shadow", None) or NoShadow()
+
+
 def get_gate(request: Request) -> Gate:
     return request.app.state.gate
 
@@ -92,6 +98,7 @@ AnyRulesDep = Annotated[Rules, Depends(get_rules)]
 GateDep = Annotated[Gate, Depends(get_gate)]
 AuditDep = Annotated[AuditTrail, Depends(get_audit)]
 SourcesDep = Annotated[SourceBook, Depends(get_sources)]
+ShadowDep = Annotated[ShadowLane | NoShadow, Depends(get_shadow)]
 
 
 def get_detector(engine: MaybeEngineDep) -> Detector | None:

@@ -10,7 +10,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import Response
 
-from app.api.deps import AnyRulesDep, Detect, EngineDep, MetricsDep, OptionsDep
+from app.api.deps import AnyRulesDep, Detect, EngineDep, MetricsDep, OptionsDep, ShadowDep
 from app.api.images import parse_upload
 from app.api.options import ApiOptions
 from app.api.schemas import (BatchItem, BatchResponse, Box, DetectionOut, DetectResponse, ErrorBody,
@@ -179,7 +179,7 @@ DETECT_RESPONSES = {**ERRORS, 200: {"description": "Detections (JSON), or the an
 @router.post("/detect", response_model=DetectResponse, responses=DETECT_RESPONSES, openapi_extra=IMAGE_BODY,
              summary="Detect objects in one image")
 async def detect(request: Request, engine: EngineDep, params: ParamsDep, frame: FrameDep, options: OptionsDep,
-                 metrics: MetricsDep, rules: AnyRulesDep,
+                 metrics: MetricsDep, rules: AnyRulesDep, shadow: ShadowDep,
                  annotate: Annotated[bool, Query(description="Reply with an annotated JPEG instead of JSON")] = False,
                  ) -> DetectResponse | Response:
     """Send the frame as multipart field `image` or as a raw `image/*` body.
@@ -194,6 +194,7 @@ async def detect(request: Request, engine: EngineDep, params: ParamsDep, frame: 
     rules_on = rules.enabled and frame.camera_id is not None
     # annotate=true answers the frame at its own size (full decode); rules keep evidence-sized frames
     result = await engine.detect(upload.data, params, keep_image="full" if jpeg else "evidence" if rules_on else "none")
+    shadow.offer(frame.camera_id, upload.data, params, result.detections)  # after the answer; never blocks
     events = await run_rules(engine, rules, frame, when, result)
     metrics.count_detections([d.class_name for d in result.detections], frame.camera_id)
     request.scope["state"].update(camera_id=frame.camera_id, detections=len(result.detections), images=1)
@@ -225,7 +226,7 @@ def item_error(index: int, outcome: BaseException) -> ErrorBody:
 @router.post("/detect/batch", response_model=BatchResponse, responses=ERRORS, openapi_extra=BATCH_BODY,
              summary="Detect objects in several images")
 async def detect_batch(request: Request, engine: EngineDep, params: ParamsDep, frame: FrameDep,
-                       options: OptionsDep, metrics: MetricsDep, rules: AnyRulesDep) -> BatchResponse:
+                       options: OptionsDep, metrics: MetricsDep, rules: AnyRulesDep, shadow: ShadowDep) -> BatchResponse:
     """Several images as repeated multipart fields `images` (or `image`); the reply is JSON.
 
     Each image succeeds or fails on its own: a corrupt file yields an error entry for that
@@ -248,6 +249,7 @@ async def detect_batch(request: Request, engine: EngineDep, params: ParamsDep, f
         if isinstance(outcome, BaseException):
             items.append(BatchItem(index=index, filename=upload.filename, ok=False, error=item_error(index, outcome)))
             continue
+        shadow.offer(frame.camera_id, upload.data, params, outcome.detections)
         events = await run_rules(engine, rules, frame, when, outcome)
         metrics.count_detections([d.class_name for d in outcome.detections], frame.camera_id)
         items.append(BatchItem(index=index, filename=upload.filename, ok=True,

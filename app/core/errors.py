@@ -118,6 +118,12 @@ class NotFound(ServiceError):
     status, code = 404, "not_found"
 
 
+class ShadowDisabled(NotFound):
+    """A shadow route while CAMPUSGUARD_SHADOW_BACKEND is empty."""
+
+    code = "shadow_disabled"
+
+
 class NotReady(ServiceError):
     """The model is not loaded and warmed up yet, or the inference worker is down."""
 

@@ -166,6 +166,12 @@ class InferenceEngine:
         s = self.state
         return s.ready and s.worker_alive and not s.tripped and not s.draining
 
+    @property
+    def idle(self) -> bool:
+        """Nothing admitted, queued, held for a batch or in hand: background work (the shadow
+        reference) may use the machine now without delaying a request already here."""
+        return not (self._admitted or self.state.in_hand or self.batcher.held or self.queue.qsize())
+
     def begin_drain(self) -> None:
         self.state.draining = True
         self.metrics.ready.set(0)

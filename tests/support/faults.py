@@ -39,6 +39,7 @@ class Faults:
 
     delay_ms: float = 0.0
     fault: str = ""
+    drop_class: int = -1  # >= 0: that class's scores are zeroed in every output (a model that lost a class)
 
     def __post_init__(self) -> None:
         if self.fault not in FAULTS:
@@ -95,19 +96,26 @@ class FaultInjectingDetector:
 
     def infer(self, batch: np.ndarray) -> np.ndarray:
         self._inject(len(batch))
-        return self._inner.infer(batch)
+        return self._drop(self._inner.infer(batch))
+
+    def _drop(self, out: np.ndarray) -> np.ndarray:
+        cls = self._current()[0].drop_class
+        if cls >= 0:
+            out = np.array(out, copy=True)
+            out[:, 4 + cls, :] = 0.0
+        return out
 
     def candidates(self, images: np.ndarray, floor):
         """The device-side path (torch) gets the same faults; a runtime without it is compacted
         on the host, as the pipeline would."""
         self._inject(len(images))
         inner = getattr(self._inner, "candidates", None)
-        if inner is not None:
+        if inner is not None and self._current()[0].drop_class < 0:
             return inner(images, floor)
         from app.inference.vision.candidates import compact
         from app.inference.vision.preprocess import to_batch
 
-        return compact(self._inner.infer(to_batch(list(images))), floor)
+        return compact(self._drop(self._inner.infer(to_batch(list(images)))), floor)
 
     def _inject(self, n: int) -> None:
         faults, fault = self._current()

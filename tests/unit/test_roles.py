@@ -38,6 +38,8 @@ ROUTES: dict[tuple[str, str], str] = {
     ("DELETE", "/admin/site/cameras/{camera_id}/zones/{zone_name}"): "admin",
     ("POST", "/admin/reload"): "admin", ("POST", "/admin/cameras/{camera_id}/reset"): "admin",
     ("GET", "/audit"): "admin",
+    ("GET", "/shadow/worst"): "admin",
+    ("GET", "/shadow/worst/{frame_id}.jpg"): "admin",
 }
 HOLDS = {"viewer": {"read"}, "operator": {"read", "review"}, "camera": {"detect"},
          "admin": {"read", "review", "detect", "admin"}}
