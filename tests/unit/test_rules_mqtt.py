@@ -222,7 +222,7 @@ def test_tls_and_credentials(tls_broker, tmp_path):
     store = EventStore(f"sqlite:///{tmp_path}/e.db")
     bridges = []
     try:
-        for password, event_id in (("s3cret", "good"), ("wrong", "bad")):
+        for password, event_id in (("s3cret", "good"), ("n0t-her-pa55", "bad")):
             metrics = Metrics()
             settings = Settings(mqtt_url=f"mqtts://alice:{password}@127.0.0.1:{tls_broker.port}",
                                 mqtt_ca_file=tls_broker.ca_file, mqtt_client_id=f"cg-{event_id}", webhook_timeout_s=2)
