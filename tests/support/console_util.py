@@ -57,3 +57,28 @@ def site_app(tmp: Path, site_file: Path = EXAMPLE_SITE, **settings) -> Iterator[
     finally:
         for rules in built:
             rules.stop()
+
+
+@contextmanager
+def serve(app, port: int) -> Iterator[str]:
+    """The in-process app on a real loopback socket (uvicorn in a thread, no lifespan: the
+    engine and rules are handed in by ``inprocess_app``), for a real browser. Yields its URL."""
+    import threading
+    import time
+
+    import uvicorn
+
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, lifespan="off", log_level="warning",
+                                           access_log=False))
+    thread = threading.Thread(target=server.run, name="console-test-server", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise RuntimeError("the test server did not start")
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(10)
