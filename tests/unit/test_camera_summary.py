@@ -164,3 +164,16 @@ def test_a_cursor_resumes_after_its_camera_when_cameras_came_or_went():
     assert resume_at(cams[1:], 3, "c2") == 2  # c0 was removed: c3 comes next, not c4
     assert resume_at(cams, 3, "gone") == 3  # its camera was removed: the offset stands
     assert resume_at(cams[:2], 3, "c2") == 2  # fewer cameras than the offset: an empty last page
+
+
+def test_a_camera_area_is_optional_bounded_and_not_rule_state():
+    from pydantic import ValidationError
+
+    from app.rules.site.schema import Camera
+
+    assert Camera(id="a").area is None and Camera(id="a", area="library").area == "library"
+    for bad in ("", "x" * 65, 3):
+        with pytest.raises(ValidationError):
+            Camera(id="a", area=bad)
+    # a reload that only moves a camera to another area keeps its tracks and open events
+    assert Camera(id="a", area="library").rules_part() == Camera(id="a", area="dorms").rules_part()

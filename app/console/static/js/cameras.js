@@ -28,6 +28,8 @@ export function mount(main, ctx) {
   const summary = h("p", { class: "muted summary", "aria-live": "polite" }, "Refreshes every 3 s.");
   const grid = h("div", { class: "camera-groups" });
   main.append(h("h1", {}, "Cameras"), form, summary, grid);
+  const wanted = initial.get("area"); // its option comes with the first answer's facets
+  if (wanted) form.elements.area.append(h("option", { value: wanted }, wanted));
   for (const [k, v] of initial) if (form.elements[k]) form.elements[k].value = v;
   group.checked = initial.get("group") === "1";
 
