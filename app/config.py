@@ -170,7 +170,8 @@ class Settings(BaseSettings):
     # --- observability -----------------------------------------------------------------
     log_format: Literal["text", "json"] = "text"
     log_level: str = "INFO"
-    metrics_max_cameras: int = Field(100, ge=0)
+    metrics_max_cameras: int = Field(500, ge=0, description=(
+        "Distinct camera_id label values in /metrics; more are summed as _other (README: the series this costs)"))
 
     # --- server ------------------------------------------------------------------------
     host: str = Field("127.0.0.1", description="Listen address; beyond loopback a key is required (or auth=off)")

@@ -203,8 +203,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(shadow_route.router)
     app.include_router(metrics_route.router)
     if settings.site_config is not None:
-        from app.api import events, frames, site, sources as sources_route
+        from app.api import camera_summary, events, frames, site, sources as sources_route
 
+        app.include_router(camera_summary.router)
         app.include_router(events.router)
         app.include_router(sources_route.router)
         app.include_router(frames.router)

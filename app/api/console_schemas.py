@@ -7,7 +7,7 @@ from __future__ import annotations
 
 
 import datetime as dt
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -84,3 +84,52 @@ class StatusDocument(BaseModel):
         "The shadow reference (docs/shadow.md): `enabled`, the reference, sample rate, queue, sampled / compared / "
         "dropped counts and, over the rolling window, `overall` and per-camera `frames`, `recall`, `precision`, "
         "`agreement` (their F1) and `confidence_drift` (null while the window is empty)"))
+
+
+class StreamSummary(BaseModel):
+    """What a tile shows of a camera's stream (the full state is in GET /cameras)."""
+
+    state: str = Field(description="connecting, streaming, stalled, ... (docs/cameras.md, States)")
+    source: str = Field(description="The stream's URL as shown anywhere (no user info, no query string)")
+    since: dt.datetime | None = None
+    reconnects: int = 0
+    input_fps: float = Field(0.0, description="Frames per second read, to one decimal")
+    last_error: str | None = None
+    reported_by: str | None = Field(None, description="The gateway that reports it; null: this replica pulls it")
+
+
+class CameraSummary(BaseModel):
+    """One tile of the Cameras page: a camera as this replica sees it, without the details that
+    change on every request (ages are computed by the page from ``last_seen_at`` and the
+    response's ``Date``), so an unchanged page keeps its ETag."""
+
+    id: str
+    name: str | None = None
+    area: str | None = Field(None, description="The camera's `area` in the site file (null: none)")
+    status: Literal["online", "offline", "never_seen"]
+    last_frame_at: dt.datetime | None = Field(None, description="Capture time of the last frame")
+    last_seen_at: dt.datetime | None = Field(None, description="When the last frame arrived (server clock)")
+    offline_after_s: float
+    open_events: int = Field(description="Open rule events and open view problems of the camera")
+    view_problems: list[str] = Field(default_factory=list, description="Kinds with an open view problem")
+    view_checks: bool = Field(description="Whether its camera view checks are on")
+    stream: StreamSummary | None = Field(None, description="Its stream when this replica or a gateway pulls it")
+
+
+class CameraFacets(BaseModel):
+    """Counts over every configured camera (not only the filtered page): the page's filter choices."""
+
+    status: dict[str, int] = Field(description="online / offline / never_seen -> cameras")
+    area: dict[str, int] = Field(description="area -> cameras (`\"\"`: cameras without an area)")
+
+
+class CameraSummaryPage(BaseModel):
+    """A page of camera tiles in site-file order; `next_cursor` fetches the next page."""
+
+    items: list[CameraSummary]
+    total: int = Field(description="Cameras matching the filters (all pages)")
+    limit: int
+    next_cursor: str | None = Field(None, description="Pass as `cursor` for the next page; null: the last page")
+    site_version: str = Field(description="The running site file's version: GET /site (zones, names) only when "
+                              "it differs from the one the page holds")
+    facets: CameraFacets

@@ -250,9 +250,11 @@ class CameraOut(BaseModel):
 
     id: str
     name: str | None = None
+    area: str | None = Field(None, description="The camera's `area` in the site file")
     status: Literal["online", "offline", "never_seen"] = Field(
         description="never_seen: no frame reached this replica since it started")
     last_frame_at: dt.datetime | None = Field(None, description="Capture time of the last frame")
+    last_seen_at: dt.datetime | None = Field(None, description="When the last frame arrived (server clock)")
     seconds_since_last_frame: float | None = Field(None, description="Since the last frame arrived (server clock)")
     offline_after_s: float
     open_events: list["EventOut"] = Field(default_factory=list)

@@ -12,9 +12,10 @@ import json
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import Response
 
 from app.api.bodies import read_capped
+from app.api.conditional import conditional_json
 from app.api.console_schemas import SiteDocument, ZoneSaved
 from app.api.deps import Admin, Read, RecorderDep, RulesDep
 from app.api.schemas import ErrorBody, error_responses
@@ -72,12 +73,25 @@ def zone_json(body: bytes) -> dict[str, Any]:
 
 
 @router.get("/site", response_model=SiteDocument, summary="The running site config and its version",
-            dependencies=[Read], responses=error_responses(404))
-def get_site(rules: RulesDep) -> JSONResponse:
+            dependencies=[Read], responses={304: {"description": "`If-None-Match` names the current ETag"},
+                                            **error_responses(404)})
+def get_site(rules: RulesDep, request: Request) -> Response:
     """Cameras, zones and rules as loaded, the file's ``version`` (also the ``ETag``) and whether
-    zone edits can be written."""
+    zone edits can be written. Send the ETag back as ``If-None-Match``: 304 while nothing changed."""
     doc = SiteDocument(**rules.site_document())
-    return JSONResponse(doc.model_dump(mode="json"), headers={"ETag": f'"{doc.version}"', "Cache-Control": "no-store"})
+    return conditional_json(request, doc.model_dump(mode="json"), site_tag(doc))
+
+
+def site_tag(doc: SiteDocument) -> str:
+    """The site file's version while the file on disk is the running config and can be written
+    (the usual case, and what If-Match takes); a version on disk that was not loaded (refused, or
+    not yet) or a read-only file add to it, so that change is never hidden behind a 304."""
+    tag = doc.version
+    if doc.file_version != doc.version:
+        tag += f".{doc.file_version or 'unreadable'}"
+    if not doc.writable:
+        tag += ".ro"
+    return f'"{tag}"'
 
 
 @router.get("/site/schema", summary="JSON Schema of a zone (every rule type, defaults, bounds)",

@@ -48,7 +48,7 @@ class Metrics:
 
     content_type = CONTENT_TYPE_LATEST
 
-    def __init__(self, max_cameras: int = 100) -> None:
+    def __init__(self, max_cameras: int = 500) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         self.recent = RecentWindow()  # detection traffic of the last 15 min (GET /status), fed with request_latency
         r, ns = self.registry, NAMESPACE

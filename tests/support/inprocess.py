@@ -8,9 +8,10 @@ run, so no model loads; ``TestClient`` talks ASGI directly, no socket.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import cv2
 import numpy as np
@@ -19,6 +20,7 @@ from fastapi.testclient import TestClient
 
 from app.api.deps import get_engine, get_rules
 from app.config import Settings
+from app.core.metrics import Metrics
 from app.inference.engine import InferenceEngine
 from app.main import create_app
 from app.inference.pipeline import Pipeline
@@ -58,12 +60,16 @@ class InProcess:
 
 
 @contextmanager
-def inprocess_app(settings: Settings | None = None, *, ready: bool = True, rules=None) -> Iterator[InProcess]:
+def inprocess_app(settings: Settings | None = None, *, ready: bool = True, rules=None,
+                  rules_factory: Callable[[Metrics], Any] | None = None) -> Iterator[InProcess]:
     """The production app with a fake-detector engine (``ready=False``: no engine, as while
     loading) and, optionally, a rules service (with the audit trail in its event store, as the
-    lifespan builds it; its records are written when GET /audit reads)."""
+    lifespan builds it; its records are written when GET /audit reads). ``rules_factory`` builds
+    it on the app's own metrics, so /metrics shows the rules' series as in production."""
     settings = settings or Settings(imgsz=IMGSZ, threads=1, preprocess_workers=1, warmup_iters=0)
     app = create_app(settings)
+    if rules_factory is not None:
+        rules = rules_factory(app.state.metrics)
     engine = None
     if ready:
         pipeline = Pipeline(FakeDetector(), 0, settings.max_pixels)

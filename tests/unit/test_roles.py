@@ -33,7 +33,7 @@ ROUTES: dict[tuple[str, str], str] = {
     ("GET", "/cameras"): "read", ("GET", "/cameras/{camera_id}"): "read", ("GET", "/cameras/{camera_id}/counts"): "read",
     ("GET", "/cameras/{camera_id}/frame.jpg"): "read", ("POST", "/cameras/{camera_id}/view/accept"): "review",
     ("PUT", "/cameras/{camera_id}/source"): "detect", ("DELETE", "/cameras/{camera_id}/source"): "detect",
-    ("GET", "/site"): "read", ("GET", "/site/schema"): "read",
+    ("GET", "/site"): "read", ("GET", "/site/schema"): "read", ("GET", "/camera-summary"): "read",
     ("PUT", "/admin/site/cameras/{camera_id}/zones/{zone_name}"): "admin",
     ("DELETE", "/admin/site/cameras/{camera_id}/zones/{zone_name}"): "admin",
     ("POST", "/admin/reload"): "admin", ("POST", "/admin/cameras/{camera_id}/reset"): "admin",

@@ -26,6 +26,7 @@ CAMERA_ZONE = ""  # camera events belong to no zone
 class Seen:
     last_arrival: float  # time.monotonic() of the last frame
     last_capture: dt.datetime  # its capture time
+    arrived_at: dt.datetime  # its arrival on the server's wall clock (a stable "last seen" for the console)
     offline: Event | None = None  # the open camera_offline event
 
 
@@ -42,10 +43,10 @@ class CameraMonitor:
         with self._lock:
             rec = self._seen.get(camera_id)
             if rec is None:
-                self._seen[camera_id] = Seen(self.clock(), capture)
+                self._seen[camera_id] = Seen(self.clock(), capture, _wall())
                 return None
             back, rec.offline = rec.offline, None
-            rec.last_arrival, rec.last_capture = self.clock(), capture
+            rec.last_arrival, rec.last_capture, rec.arrived_at = self.clock(), capture, _wall()
             return back
 
     def silent(self, thresholds: dict[str, float]) -> list[str]:
@@ -69,6 +70,12 @@ class CameraMonitor:
             rec = self._seen.get(camera_id)
             return rec.last_capture if rec else None
 
+    def arrived_at(self, camera_id: str) -> dt.datetime | None:
+        """Server wall time of the last frame's arrival (None: never seen)."""
+        with self._lock:
+            rec = self._seen.get(camera_id)
+            return rec.arrived_at if rec else None
+
     def age_s(self, camera_id: str) -> float | None:
         """Seconds since the camera's last frame arrived (None: never seen)."""
         with self._lock:
@@ -90,6 +97,10 @@ class CameraMonitor:
         with self._lock:
             for cid in set(self._seen) - keep:
                 del self._seen[cid]
+
+
+def _wall() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
 
 
 def camera_event(camera_id: str, kind: str, when: dt.datetime) -> Event:

@@ -177,6 +177,10 @@ class RulesService:
     def site_document(self) -> dict[str, Any]:
         return self.site.document()
 
+    def site_version(self) -> str:
+        """The running site file's version, without building the document (polled by the console)."""
+        return self.site.version
+
     def put_zone(self, camera_id: str, zone_name: str, zone: dict[str, Any] | None,
                  if_match: str | None = None) -> dict[str, Any]:
         return self.site.put_zone(camera_id, zone_name, zone, if_match)

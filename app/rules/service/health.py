@@ -93,8 +93,9 @@ class CameraHealth:
 
     def document(self, camera: Camera) -> dict[str, Any]:
         age = self.monitor.age_s(camera.id)
-        return {"id": camera.id, "name": camera.name, "status": self.monitor.status(camera.id),
+        return {"id": camera.id, "name": camera.name, "area": camera.area, "status": self.monitor.status(camera.id),
                 "last_frame_at": self.monitor.last_capture(camera.id),
+                "last_seen_at": self.monitor.arrived_at(camera.id),
                 "seconds_since_last_frame": None if age is None else round(age, 3),
                 "offline_after_s": self.table.config.offline_after(camera),
                 "open_events": [e.to_dict() for e in self.table.open_events(camera.id)]}

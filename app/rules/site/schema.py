@@ -234,6 +234,8 @@ class Zone(_Strict):
 class Camera(_Strict):
     id: str = Field(..., pattern=IDENT)
     name: str | None = None
+    area: str | None = Field(None, min_length=1, max_length=64, description=(
+        "Where the camera is (a building, a car park): the console groups and filters tiles by it"))
     resolution: tuple[Annotated[int, Field(gt=0)], Annotated[int, Field(gt=0)]] | None = Field(
         None, description="[width, height]; informational (zones are normalized)")
     zones: tuple[Zone, ...] = ()
@@ -250,10 +252,10 @@ class Camera(_Strict):
         return {} if value is None else value  # `view_checks:` with nothing under it: the defaults
 
     def rules_part(self) -> "Camera":
-        """The camera without its view checks and its stream: what its rule state depends on (a
-        reload that only changes ``view_checks`` or ``source`` keeps the camera's tracks and open
-        events)."""
-        return self.model_copy(update={"view_checks": ViewCheckOptions(), "source": None})
+        """The camera without its view checks, its stream and its area: what its rule state depends
+        on (a reload that only changes ``view_checks``, ``source`` or ``area`` keeps the camera's
+        tracks and open events)."""
+        return self.model_copy(update={"view_checks": ViewCheckOptions(), "source": None, "area": None})
 
 
 class TrackerConfig(_Strict):

@@ -39,8 +39,7 @@ const listeners = new Set();
  * address after repeated wrong keys). */
 export function onUnauthorized(fn) { listeners.add(fn); }
 
-/** fetch a route; JSON back (or the Response with raw); ApiError on any non-2xx. */
-export async function api(path, { method = "GET", params, body, headers = {}, raw = false } = {}) {
+async function request(path, { method = "GET", params, body, headers = {} } = {}) {
   const target = url(path, params);
   if (!ours(target)) {
     throw new ApiError(0, { error: "not_this_server", message: `refused: ${target.origin} is not this server` });
@@ -55,15 +54,38 @@ export async function api(path, { method = "GET", params, body, headers = {}, ra
   }
   const r = await fetch(target, { method, headers: h, body: payload, cache: "no-store", credentials: "same-origin",
     referrerPolicy: "no-referrer" });
-  if (!r.ok) {
+  if (!r.ok && r.status !== 304) {
     let data = null;
     try { data = await r.json(); } catch { /* not JSON (a proxy's page) */ }
     const err = new ApiError(r.status, data);
     if (r.status === 401 || (r.status === 403 && err.code === "forbidden")) listeners.forEach((fn) => fn(err));
     throw err;
   }
+  return r;
+}
+
+/** fetch a route; JSON back (or the Response with raw); ApiError on any non-2xx. */
+export async function api(path, { method = "GET", params, body, headers = {}, raw = false } = {}) {
+  const r = await request(path, { method, params, body, headers });
+  if (r.status === 304) throw new ApiError(304, { error: "not_modified", message: "not modified" });
   if (raw) return r;
   return r.status === 204 ? null : r.json();
+}
+
+/** A polled JSON document held by its ETag: the server answers 304 (no body) while it is
+ * unchanged and the held copy is returned. `held` is the caller's Map (url -> {etag, body}; the
+ * documents are the same for every role that may read them). Returns {body, date, fresh}:
+ * `date` is the server's clock (the Date header) and `fresh` false on a 304. */
+export async function conditional(held, path, params) {
+  const key = url(path, params).href;
+  const had = held.get(key);
+  const r = await request(path, { params, headers: had ? { "If-None-Match": had.etag } : {} });
+  const date = Date.parse(r.headers.get("Date") || "") || Date.now();
+  if (r.status === 304 && had) return { body: had.body, date, fresh: false };
+  const body = await r.json();
+  const etag = r.headers.get("ETag");
+  if (etag) held.set(key, { etag, body }); else held.delete(key);
+  return { body, date, fresh: true };
 }
 
 /** An image or video fetched with the key, as an object URL (the caller revokes it). */

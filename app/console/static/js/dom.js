@@ -45,6 +45,19 @@ export function uid(prefix) {
   return `${prefix}-${ids}`;
 }
 
+/** A labelled <select> for a filter form: options are [value, text] pairs. */
+export function select(label, name, options) {
+  const id = uid(name);
+  return h("div", { class: "field" }, h("label", { for: id }, label),
+    h("select", { id, name }, options.map(([value, text]) => h("option", { value }, text))));
+}
+
+/** A labelled <input> for a filter form. */
+export function input(label, name, type, extra) {
+  const id = uid(name);
+  return h("div", { class: "field" }, h("label", { for: id }, label), h("input", { id, name, type, ...extra }));
+}
+
 /** "12 s", "3 min", "2 h" — how long ago, for a guard reading at a glance. */
 export function age(seconds) {
   if (seconds === null || seconds === undefined) return "never";

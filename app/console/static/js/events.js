@@ -1,23 +1,12 @@
 // Events: newest first, filters, snapshot, clip, acknowledge / false positive; polls for new ones.
 
 import { api, blobUrl } from "./api.js";
-import { h, replace, uid, when } from "./dom.js";
+import { h, input, replace, select, uid, when } from "./dom.js";
 import { loadSite } from "./site.js";
 import { KIND_TEXT, acceptAction } from "./view.js";
 
 const POLL_MS = 2500;
 const PAGE = 20;
-
-function select(label, name, options) {
-  const id = uid(name);
-  return h("div", { class: "field" }, h("label", { for: id }, label),
-    h("select", { id, name }, options.map(([value, text]) => h("option", { value }, text))));
-}
-
-function input(label, name, type, extra) {
-  const id = uid(name);
-  return h("div", { class: "field" }, h("label", { for: id }, label), h("input", { id, name, type, ...extra }));
-}
 
 const REASON_TEXT = {
   healthy: "the view is back", accepted: "an operator accepted the view", relearning: "the camera re-learns its view",

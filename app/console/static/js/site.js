@@ -1,12 +1,16 @@
 // The site file as the server runs it (GET /site), and zones drawn over a frame.
 
-import { api } from "./api.js";
+import { conditional } from "./api.js";
 import { s } from "./dom.js";
 
-/** GET /site, or null when this server has no such route or no site (rules off). */
+const held = new Map(); // GET /site by its ETag: asked again with If-None-Match, 304 while unchanged
+
+/** GET /site, or null when this server has no such route or no site (rules off). A copy: callers
+ * may change what they get without touching the held document. */
 export async function loadSite() {
   try {
-    return await api("/site");
+    const { body } = await conditional(held, "/site");
+    return structuredClone(body);
   } catch (err) {
     if (err.status === 404) return null;
     throw err;
