@@ -44,7 +44,7 @@ demo: setup
 # Two workers, whole files per worker (module-scoped servers stay one per module); markers
 # (server, pg, mqtt, browser, slow) select subsets: `.venv/bin/python -m pytest -m "not server"`.
 test: setup system-deps
-	$(PY) -m pytest -n 2 --dist loadfile
+	$(PY) -m pytest -n 2 --dist loadfile --durations=30
 
 clean:
 	rm -rf $(VENV) .cache .pytest_cache
