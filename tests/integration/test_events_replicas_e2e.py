@@ -9,9 +9,9 @@ de-duplicates on the Idempotency-Key (the killed replica's request may have arri
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import signal
-import subprocess
 import threading
 import time
 
@@ -19,30 +19,9 @@ import httpx
 import psutil
 
 from tests.conftest import free_port
-from tests.deploy.conftest import NGINX_CONF, require_tool
-from tests.deploy.test_load_balancer import REPLICAS, render_config
+from tests.deploy.nginx_util import REPLICAS, running_edge
 from tests.integration.test_rules_e2e import CAMERA, drive_crowd, pick_frames, site_copy, wait_for
 from tests.support.rules_util import Receiver
-
-
-def start_nginx(tmp_path, ports: list[int]) -> tuple[subprocess.Popen, str]:
-    nginx = require_tool("nginx", "apt-get install nginx-light")
-    listen = free_port()
-    conf = tmp_path / "nginx.conf"
-    conf.write_text(render_config(NGINX_CONF.read_text(), ports, listen, tmp_path))
-    proc = subprocess.Popen([nginx, "-p", str(tmp_path), "-c", str(conf), "-e", str(tmp_path / "error.log"),
-                             "-g", "daemon off; master_process off;"], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{listen}"
-    assert wait_for(lambda: _up(f"{url}/lb-health"), timeout=20), "nginx did not start"
-    return proc, url
-
-
-def _up(url: str) -> bool:
-    try:
-        return httpx.get(url, timeout=1).status_code == 200
-    except httpx.HTTPError:
-        return False
 
 
 def holder(servers, port: int):
@@ -62,7 +41,7 @@ def test_two_replicas_one_database_behind_nginx(server_factory, tmp_path, datase
                   webhook_secret="replicas-webhook-secret",
                   webhook_timeout_s=6, webhook_max_backoff_s=1)  # 6 s: the held delivery outlives a loaded machine's frames
     replicas = [server_factory(wait=False, **common) for _ in range(2)]
-    nginx, killed, frames_done = None, [], threading.Event()
+    edge, killed, frames_done = contextlib.ExitStack(), [], threading.Event()
 
     def kill_the_deliverer() -> None:
         """Once the camera's frames are through and the first delivery is held (the replica
@@ -80,7 +59,8 @@ def test_two_replicas_one_database_behind_nginx(server_factory, tmp_path, datase
         for r in replicas:
             r.wait_ready()
         # the shipped config's eight upstream slots, alternating between the two replicas
-        nginx, lb = start_nginx(tmp_path, [replicas[i % 2].url.rsplit(":", 1)[1] for i in range(REPLICAS)])
+        ports = [int(replicas[i % 2].url.rsplit(":", 1)[1]) for i in range(REPLICAS)]
+        lb = edge.enter_context(running_edge(tmp_path / "lb", ports)).internal  # the compose network's port
         t0 = dt.datetime.now(dt.timezone.utc).replace(microsecond=0) - dt.timedelta(minutes=5)
         with httpx.Client(base_url=lb, timeout=60) as c:
             crowd, empty = pick_frames(c, dataset)
@@ -108,7 +88,5 @@ def test_two_replicas_one_database_behind_nginx(server_factory, tmp_path, datase
     finally:
         frames_done.set()
         hold.set()
-        if nginx is not None:
-            nginx.terminate()
-            nginx.wait(10)
+        edge.close()
         rx.close()
