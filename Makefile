@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 export YOLO_OFFLINE := 1
 
-.PHONY: setup system-deps run demo test lint clean
+.PHONY: setup system-deps tools run demo test lint clean
 
 setup: $(VENV)/.installed
 
@@ -43,8 +43,14 @@ demo: setup
 
 # Two workers, whole files per worker (module-scoped servers stay one per module); markers
 # (server, pg, mqtt, browser, slow) select subsets: `.venv/bin/python -m pytest -m "not server"`.
-test: setup system-deps
-	$(PY) -m pytest -n 2 --dist loadfile --durations=30
+# Tool environments from hashed locks, apart from the service venv (checkov for tests/deploy).
+tools: .tools/checkov/.installed
+
+.tools/checkov/.installed: requirements/tools/checkov.txt scripts/tool-env.sh
+	scripts/tool-env.sh checkov
+
+test: setup system-deps tools
+	$(PY) -m pytest -n 4 --dist loadfile --durations=30
 
 clean:
-	rm -rf $(VENV) .cache .pytest_cache
+	rm -rf $(VENV) .cache .pytest_cache .tools
