@@ -199,6 +199,15 @@ class Settings(BaseSettings):
                                      description="Refuse capture times older than this (422)")
     events_buffer_size: int = Field(10_000, ge=1, description="Event writes kept in memory while the store is down")
     events_retain_days: float = Field(30.0, gt=0, description="Delete events that ended longer ago (reviewed ones too)")
+    replica_id: str = Field("", pattern=r"^[A-Za-z0-9._:-]{0,64}$", description=(
+        "This replica's name in GET /status and the shared fleet state; empty = the host name (unique per "
+        "pod or container: set it when several replicas share one host)"))
+    fleet_interval_s: float = Field(1.0, ge=0, le=5, description=(
+        "Seconds between the batched writes of this replica's camera state to the shared store (docs/deploy.md, "
+        "Shared fleet state); 0 = off (one process only)"))
+    fleet_stale_after_s: float = Field(10.0, gt=0, le=3600, description="A replica silent this long: its cameras are stale")
+    fleet_frame_interval_s: float = Field(3.0, ge=0, le=3600, description="Share a camera's newest frame (640 px) "
+                                          "at most this often; 0 = off")
     snapshot_budget_mb: float = Field(1024.0, ge=0, description="Snapshot and clip disk budget; oldest deleted first; 0 = none")
     retention_sweep_s: float = Field(600.0, gt=0, description="Seconds between retention sweeps")
     audit_retain_days: float = Field(365.0, gt=0, description="Delete audit records older than this")

@@ -258,7 +258,8 @@ def build_gate(settings: Settings, metrics: Metrics) -> Gate:
 def api_options(settings: Settings) -> ApiOptions:
     return ApiOptions(defaults=detect_defaults(settings), device=settings.device,
                       max_body_bytes=settings.max_body_bytes, max_batch_images=settings.max_batch_images,
-                      public_routes=frozenset(settings.public_routes), body_read_timeout_s=settings.body_read_timeout_s)
+                      public_routes=frozenset(settings.public_routes), body_read_timeout_s=settings.body_read_timeout_s,
+                      replica_id=replica_id(settings))
 
 
 # --- rules ----------------------------------------------------------------------------------
@@ -305,10 +306,25 @@ def build_rules(settings: Settings, metrics: Metrics | None = None) -> Rules:
         webhooks=webhooks, mqtt=mqtt,
         capture_policy=CaptureTimePolicy(settings.max_clock_skew_s, settings.max_capture_age_s),
         evidence=evidence, clips=clips, frame_log=frame_log, retention=retention, metrics=metrics,
-        watch_s=settings.site_watch_s, dry_runs=DryRunner(DryRunOptions(
+        watch_s=settings.site_watch_s, fleet=fleet_options(settings), dry_runs=DryRunner(DryRunOptions(
             settings.events_db_url, cpu_s=settings.dry_run_cpu_s, timeout_s=settings.dry_run_timeout_s))))
     service.connect()
     return service
+
+
+def replica_id(settings: Settings) -> str:
+    """CAMPUSGUARD_REPLICA_ID, or the host name (a pod's or container's name), cut to 64 characters."""
+    import socket
+
+    return settings.replica_id or (socket.gethostname() or "replica")[:64]
+
+
+def fleet_options(settings: Settings):
+    """The shared camera state's options (app/rules/service/fleetwriter.py)."""
+    from app.rules.service.fleetwriter import FleetOptions
+
+    return FleetOptions(replica_id=replica_id(settings), interval_s=settings.fleet_interval_s,
+                        stale_after_s=settings.fleet_stale_after_s, frame_interval_s=settings.fleet_frame_interval_s)
 
 
 def build_audit(rules: Rules, metrics: Metrics) -> AuditTrail:

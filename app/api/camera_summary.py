@@ -6,7 +6,8 @@ This route answers every camera's tile facts in pages (site-file order, filtered
 area and status) with an ETag, so a refresh is one or two requests, an unchanged page is an
 empty 304, and ``site_version`` tells the page whether ``GET /site`` is worth asking at all.
 
-Like ``GET /cameras`` it is the state of the replica that answers (docs/console.md).
+Like ``GET /cameras`` it is the fleet's state (each camera as the replica that gets its frames
+shares it), the same from every replica within seconds (docs/deploy.md, Shared fleet state).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
 
+from app.api.camera_docs import stream_of
 from app.api.conditional import conditional_json
 from app.api.console_schemas import CameraFacets, CameraSummary, CameraSummaryPage, StreamSummary
 from app.api.deps import Read, RulesDep, SourcesDep
@@ -48,7 +50,7 @@ def camera_summary(
     ``If-None-Match``: 304 while the page is unchanged."""
     start, after = decode_cursor(cursor)
     streams = sources.all()
-    cameras = [summarize(cam, streams.get(cam["id"])) for cam in rules.cameras()]
+    cameras = [summarize(cam, stream_of(cam, streams)) for cam in rules.cameras()]
     facets = CameraFacets(status=dict(Counter(c.status for c in cameras)),
                           area=dict(Counter(c.area or "" for c in cameras)))
     needle = q.casefold() if q else None
@@ -64,19 +66,25 @@ def camera_summary(
 
 def summarize(cam: dict[str, Any], stream: dict[str, Any] | None) -> CameraSummary:
     """A GET /cameras document cut to what a tile shows (and nothing that ages by itself)."""
-    view = cam.get("view") or {}
+    view = cam.get("view") if isinstance(cam.get("view"), dict) else {}
     shown = None
-    if stream is not None:
-        shown = StreamSummary(state=stream["state"], source=stream["source"], since=stream.get("since"),
-                              reconnects=stream.get("reconnects", 0),
-                              input_fps=round(float(stream.get("input_fps") or 0.0), 1),
-                              last_error=stream.get("last_error"), reported_by=stream.get("reported_by"))
+    if isinstance(stream, dict):
+        try:  # another replica's shared stream state may not be this release's (app/api/camera_docs.py)
+            shown = StreamSummary(state=stream["state"], source=stream["source"], since=stream.get("since"),
+                                  reconnects=stream.get("reconnects", 0),
+                                  input_fps=round(float(stream.get("input_fps") or 0.0), 1),
+                                  last_error=stream.get("last_error"), reported_by=stream.get("reported_by"))
+        except (KeyError, TypeError, ValueError):  # pydantic's ValidationError is a ValueError
+            shown = None
+    view_events = view.get("open_events") if isinstance(view.get("open_events"), dict) else {}
     return CameraSummary(
         id=cam["id"], name=cam.get("name"), area=cam.get("area"), status=cam["status"],
         last_frame_at=cam.get("last_frame_at"), last_seen_at=cam.get("last_seen_at"),
         offline_after_s=cam["offline_after_s"],
-        open_events=len(cam.get("open_events") or []) + len(view.get("open_events") or {}),
-        view_problems=list(view.get("problems") or []), view_checks=bool(view.get("enabled")), stream=shown)
+        open_events=len(cam.get("open_events") or []) + len(view_events),
+        view_problems=[p for p in view.get("problems") or [] if isinstance(p, str)],
+        view_checks=bool(view.get("enabled")), stream=shown, reported_by=cam.get("reported_by"),
+        stale=bool(cam.get("stale")))
 
 
 def resume_at(cameras: list[CameraSummary], start: int, after: str | None) -> int:

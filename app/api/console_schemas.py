@@ -71,9 +71,33 @@ class MqttTarget(DeliveryTarget):
     connected: bool
 
 
+class FleetReplica(BaseModel):
+    """One replica as the shared store knows it."""
+
+    id: str
+    started_at: dt.datetime | None = None
+    heartbeat_at: dt.datetime | None = Field(None, description="Its last write of the shared camera state")
+    seconds_since_heartbeat: float | None = None
+    stale: bool = Field(description="No write for `stale_after_s`: its cameras are shown as stale")
+    cameras: list[str] = Field(default_factory=list, description="Cameras whose newest frame it received")
+
+
+class FleetStatus(BaseModel):
+    """Every replica on this event store (docs/deploy.md, Shared fleet state)."""
+
+    replica: str = Field(description="The replica that answered")
+    interval_s: float = Field(description="Seconds between a replica's writes of its camera state")
+    stale_after_s: float
+    last_write_at: dt.datetime | None = Field(None, description="This replica's last successful write")
+    shared: bool = Field(description="false: the shared store is unreachable or empty (this replica's own state only)")
+    replicas: list[FleetReplica] = Field(default_factory=list)
+
+
 class StatusDocument(BaseModel):
     """Everything the console's status page shows, from the app's own data."""
 
+    replica: str = Field(description="The replica that answered (CAMPUSGUARD_REPLICA_ID, or its host name)")
+    fleet: FleetStatus | None = Field(None, description="Every replica and the cameras it owns; null: rules off")
     health: Health
     recent: list[RecentBucket] = Field(description="The last 15 minutes of detection traffic, oldest first")
     queue_depth: int = Field(description="Images waiting for the inference worker now")
@@ -114,6 +138,9 @@ class CameraSummary(BaseModel):
     view_problems: list[str] = Field(default_factory=list, description="Kinds with an open view problem")
     view_checks: bool = Field(description="Whether its camera view checks are on")
     stream: StreamSummary | None = Field(None, description="Its stream when this replica or a gateway pulls it")
+    reported_by: str | None = Field(None, description="The replica whose state this is (the one that got its newest "
+                                    "frame); null: no replica has seen it")
+    stale: bool = Field(False, description="That replica has not written its state for `fleet_stale_after_s`")
 
 
 class CameraFacets(BaseModel):

@@ -15,6 +15,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import FileResponse, Response
 
+from app.api.camera_docs import camera_out, stream_of
 from app.api.deps import Admin, PrincipalDep, Read, RecorderDep, Review, RulesDep, SourcesDep
 from app.api.dryrun import OPENAPI_BODY, dry_run as dry_run_reload
 from app.api.schemas import (CameraOut, CleanText, CountsOut, DryRunResult, ErrorBody, EventOut, EventPage, EventReview,
@@ -186,18 +187,20 @@ REVIEW_FIELDS = ("acknowledged", "false_positive", "note")
 @router.get("/cameras", response_model=list[CameraOut], summary="Configured cameras and their health")
 def list_cameras(rules: RulesDep, sources: SourcesDep) -> list[CameraOut]:
     """Every camera of the site file: online / offline / never_seen, last frame, open events,
-    and its stream (`source`) when this replica or a gateway pulls it."""
+    and its stream (`source`) when a replica or a gateway pulls it; the same from every replica
+    on one event store, at most a few seconds apart (`reported_by`: whose state it is)."""
     streams = sources.all()
-    return [CameraOut(**c, source=streams.get(c["id"])) for c in rules.cameras()]
+    return [camera_out(c, stream_of(c, streams)) for c in rules.cameras()]
 
 
 @router.get("/cameras/{camera_id}", response_model=CameraOut, summary="One camera's health",
             responses={404: {"model": ErrorBody, "description": "`unknown_camera`: not in the site file; `rules_disabled`"}})
 def get_camera(camera_id: str, rules: RulesDep, sources: SourcesDep) -> CameraOut:
-    """Like one item of GET /cameras. Frame times are kept by the replica that evaluates the
-    camera; the shipped nginx routes `/cameras/{id}...` there (docs/deploy.md), so behind it
-    this is the camera's true state, while GET /cameras is that of whichever replica answers."""
-    return CameraOut(**rules.camera(camera_id), source=sources.get(camera_id))
+    """Like one item of GET /cameras. The replica that evaluates the camera answers from memory
+    (the shipped nginx routes `/cameras/{id}...` there, docs/deploy.md); any other replica from
+    the state that one shares, at most a few seconds old."""
+    doc = rules.camera(camera_id)
+    return camera_out(doc, stream_of(doc, {camera_id: s} if (s := sources.get(camera_id)) else {}))
 
 
 @router.post("/cameras/{camera_id}/view/accept", response_model=ViewAccepted, dependencies=[Review],
@@ -227,6 +230,6 @@ def camera_counts(
     camera_id: str, rules: RulesDep,
     since: Annotated[IsoDatetime | None, Query(description="Crossings at or after (ISO 8601; naive = UTC)")] = None,
 ) -> CountsOut:
-    """Crossings per line, direction and class since ``since``, counted in memory by this replica
-    since it started (sum replicas behind a load balancer, or query the stored line_crossing events)."""
+    """Crossings per line, direction and class since ``since``, from the shared store plus what
+    the camera's replica has not written yet: the same from every replica, kept across restarts."""
     return CountsOut(**rules.counts(camera_id, since))

@@ -15,3 +15,4 @@ class ApiOptions:
     max_batch_images: int = 16
     public_routes: frozenset[str] = frozenset({"/health/live", "/health/ready"})
     body_read_timeout_s: float = 30.0
+    replica_id: str = "replica"  # named in GET /status (CAMPUSGUARD_REPLICA_ID, or the host name)

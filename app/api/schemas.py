@@ -246,13 +246,13 @@ class ViewAccepted(BaseModel):
 
 
 class CameraOut(BaseModel):
-    """A configured camera as this replica sees it."""
+    """A configured camera as the replica that gets its frames sees it (docs/deploy.md, Shared fleet state)."""
 
     id: str
     name: str | None = None
     area: str | None = Field(None, description="The camera's `area` in the site file")
     status: Literal["online", "offline", "never_seen"] = Field(
-        description="never_seen: no frame reached this replica since it started")
+        description="never_seen: no replica on this event store has seen a frame of it")
     last_frame_at: dt.datetime | None = Field(None, description="Capture time of the last frame")
     last_seen_at: dt.datetime | None = Field(None, description="When the last frame arrived (server clock)")
     seconds_since_last_frame: float | None = Field(None, description="Since the last frame arrived (server clock)")
@@ -261,6 +261,10 @@ class CameraOut(BaseModel):
     view: ViewOut | None = Field(None, description="Its view checks (docs/rules.md, Camera view checks)")
     source: SourceOut | None = Field(None, description="The camera's stream when this replica or a gateway pulls it "
                                      "(docs/cameras.md); null: frames are POSTed")
+    reported_by: str | None = Field(None, description="The replica whose state this is (the one that got its newest "
+                                    "frame); null: no replica has seen it")
+    stale: bool = Field(False, description="That replica has not written its state for `fleet_stale_after_s`: shown "
+                                           "offline once the last frame is older than `offline_after_s`")
 
 
 class LineCount(BaseModel):
@@ -271,12 +275,14 @@ class LineCount(BaseModel):
 
 
 class CountsOut(BaseModel):
-    """Line crossings of one camera counted by this replica, in memory (docs/rules.md)."""
+    """Line crossings of one camera, the same from every replica (the shared store; docs/rules.md)."""
 
     camera_id: str
-    since: dt.datetime | None = Field(None, description="Counts from this time on (null: all this replica kept)")
+    since: dt.datetime | None = Field(None, description="Counts from this time on (null: all stored; retention keeps "
+                                                        "crossings as long as events)")
     complete_since: dt.datetime | None = Field(
-        None, description="Older crossings were dropped (memory bound); counts before this time are partial")
+        None, description="Only while the store is unreachable (this replica's memory since it started): older "
+                          "crossings were dropped (memory bound); counts before this time are partial")
     counts: list[LineCount] = Field(default_factory=list)
 
 

@@ -51,6 +51,8 @@ class Rules(Protocol):
 
     def counts(self, camera_id: str, since: dt.datetime | None) -> dict[str, Any]: ...
 
+    def fleet_status(self) -> dict[str, Any] | None: ...
+
     def latest_frame(self, camera_id: str) -> tuple[bytes, dt.datetime]: ...
 
     def site_document(self) -> dict[str, Any]: ...
@@ -116,6 +118,9 @@ class NoRules:
 
     def reload_or_log(self) -> bool:
         return False
+
+    def fleet_status(self) -> dict[str, Any] | None:
+        return None  # no event store: no fleet state
 
     def __getattr__(self, name: str) -> Any:
         """Any other rules call (the rules' own routes): 404 ``rules_disabled``."""

@@ -61,7 +61,7 @@ def test_sweep_deletes_by_age_and_keeps_the_budget(db_url, tmp_path):
         sweeper = RetentionSweeper(store, EvidenceFiles(snaps), RetentionOptions(retain_days=30, budget_bytes=2500), metrics)
         got = sweeper.sweep()
         assert got == {"events": 2, "snapshots_expired": 4, "snapshots_over_budget": 1, "frames": 0,
-                       "audit": 0}
+                       "audit": 0, "crossings": 0}
         left = {e["id"] for e in store.events.query(limit=500).items}
         assert left == {"openold", "recent1", "recent2", "recent3"}
         # by age: the two deleted events' files, the open event's 50-day-old file, the orphan;
@@ -74,7 +74,7 @@ def test_sweep_deletes_by_age_and_keeps_the_budget(db_url, tmp_path):
         assert sample(metrics, "campusguard_retention_deleted_total", kind="events") == 2
         assert sample(metrics, "campusguard_retention_deleted_total", kind="snapshots") == 5
         assert sweeper.sweep() == {"events": 0, "snapshots_expired": 0, "snapshots_over_budget": 0, "frames": 0,
-                                  "audit": 0}
+                                  "audit": 0, "crossings": 0}
     finally:
         store.close()
 

@@ -47,6 +47,11 @@ class LatestFrames:
             if prev is None or prev.captured_at <= captured_at:
                 self._frames[camera_id] = KeptFrame(captured_at, small)
 
+    def items(self) -> list[tuple[str, KeptFrame]]:
+        """Every kept frame (a copy of the book: frames keep arriving meanwhile)."""
+        with self._lock:
+            return list(self._frames.items())
+
     def get(self, camera_id: str) -> KeptFrame | None:
         return self._frames.get(camera_id)
 

@@ -48,6 +48,8 @@ from app.rules.logic.evaluator import CameraRules, EventRecord
 from app.rules.logic.table import CameraTable
 from app.rules.service.dryrun import DryRunner, DryRunOptions
 from app.rules.service.events import EventSink
+from app.rules.service.fleet import Fleet
+from app.rules.service.fleetwriter import FleetOptions, FleetWriter
 from app.rules.service.frames import FrameParts, FrameStep, overlays
 from app.rules.service.health import CameraHealth
 from app.rules.service.series import RulesSeries
@@ -87,6 +89,7 @@ class RulesParts:
     metrics: "Metrics"
     watch_s: float = 0.0
     dry_runs: DryRunner | None = None  # None: defaults over ``store``
+    fleet: FleetOptions = FleetOptions()  # the shared camera state (service/fleet.py)
 
 
 class RulesService:
@@ -103,6 +106,9 @@ class RulesService:
         self.latest = LatestFrames()  # GET /cameras/{id}/frame.jpg (the console)
         self.dry_runs = parts.dry_runs or DryRunner(DryRunOptions(parts.store.url))
         self.crossings = CrossingCounts()
+        up = lambda: self.writer.up  # noqa: E731 - the store answers (its writer's connection)
+        self.fleet = Fleet(parts.fleet, parts.store.fleet, FleetWriter(
+            parts.fleet, parts.store.fleet, self._local_cameras, self.latest, self.crossings, up), self.crossings, up)
         self.site = SiteManager(parts.path, self.table, parts.version, watch_s=parts.watch_s,
                                 on_reloaded=self._reloaded, on_outcome=self.series.site_reload)
         snapshots = Snapshots(parts.evidence) if parts.evidence is not None else None
@@ -124,6 +130,7 @@ class RulesService:
 
     def start(self) -> None:
         self.writer.start()
+        self.fleet.writer.start()
         self.sink.webhooks.start()
         self.mqtt.start(self._mqtt_snapshot)
         self.health.start()
@@ -141,6 +148,7 @@ class RulesService:
         self.sink.webhooks.stop()
         self.mqtt.stop()
         self.frame_log.stop()  # its last batch while the store is still there
+        self.fleet.writer.stop()  # its last state and crossings too
         self.writer.stop()
         self.store.close()
 
@@ -205,6 +213,7 @@ class RulesService:
         self.health.reloaded(keep)
         self.latest.forget(keep)
         self.clips.forget(keep)
+        self.fleet.writer.forget(keep)
         self.views.load(config)
         self._declare_series()
         self.mqtt.announce(config)
@@ -259,11 +268,19 @@ class RulesService:
         return self.views.accept(camera_id)
 
     # --- queries --------------------------------------------------------------------------
-    def cameras(self) -> list[dict[str, Any]]:
+    def _local_cameras(self) -> list[dict[str, Any]]:
         return [{**doc, "view": self.views.state(doc["id"])} for doc in self.health.cameras()]
 
+    def cameras(self) -> list[dict[str, Any]]:
+        """Every configured camera as its owner replica sees it (app/rules/service/fleet.py)."""
+        return self.fleet.merge(self._local_cameras())
+
     def camera(self, camera_id: str) -> dict[str, Any]:
-        return {**(doc := self.health.camera(camera_id)), "view": self.views.state(doc["id"])}
+        return self.fleet.merge([{**(doc := self.health.camera(camera_id)), "view": self.views.state(doc["id"])}])[0]
+
+    def fleet_status(self) -> dict[str, Any]:
+        """Which replica answers and what the shared store knows of every replica (GET /status)."""
+        return self.fleet.status()
 
     def open_events(self, camera_id: str | None = None) -> list[EventRecord]:
         return [e.to_dict() for e in self.table.open_events(camera_id)]
@@ -278,20 +295,20 @@ class RulesService:
             raise NotFound(f"camera {shorten(camera_id)} is not in the site file", code="unknown_camera")
 
     def counts(self, camera_id: str, since: dt.datetime | None) -> dict[str, Any]:
-        """Line crossings of a configured camera counted by this replica (app/rules/logic/counts.py)."""
+        """Line crossings of a configured camera, the same from every replica (app/rules/service/fleet.py)."""
         self._known(camera_id)
-        counts, dropped = self.crossings.since(camera_id, since)
+        counts, dropped = self.fleet.counts(camera_id, since)
         return {"camera_id": camera_id, "since": since, "complete_since": dropped,
                 "counts": [{"line": line, "direction": way, "class_name": cls, "count": n}
                            for (line, way, cls), n in sorted(counts.items())]}
 
     def latest_frame(self, camera_id: str) -> tuple[bytes, dt.datetime]:
-        """The newest frame this replica evaluated for a configured camera, as JPEG (at most
-        1280 px wide, nothing drawn) and its capture time; NotFound ``unknown_camera`` / ``no_frame``."""
+        """The newest frame of a configured camera as JPEG (nothing drawn; at most 1280 px wide from
+        its owner, 640 from the shared store) and its capture time; NotFound ``unknown_camera`` / ``no_frame``."""
         self._known(camera_id)
-        out = self.latest.jpeg(camera_id)
+        out = self.fleet.frame(self.health.camera(camera_id), self.latest.jpeg(camera_id))
         if out is None:
-            raise NotFound(f"no frame of camera {shorten(camera_id)} was evaluated by this replica yet",
+            raise NotFound(f"no frame of camera {shorten(camera_id)} was evaluated by any replica yet",
                            code="no_frame")
         return out
 

@@ -1,4 +1,4 @@
-"""The event store: one SQLAlchemy database holding four repositories.
+"""The event store: one SQLAlchemy database holding its repositories.
 
 SQLite by default (a file path in ``events_db_url``), PostgreSQL for several replicas
 (``postgresql+psycopg://...``). The schema is managed by Alembic migrations
@@ -18,6 +18,7 @@ from app.core import redact
 from app.core.errors import ConfigError
 from app.rules.store.audit import AuditRepo
 from app.rules.store.events import EventsRepo
+from app.rules.store.fleet import FleetRepo
 from app.rules.store.frames import FramesRepo
 from app.rules.store.outbox import OutboxRepo
 
@@ -49,7 +50,7 @@ def make_engine(url: str) -> Engine:
 
 
 class EventStore:
-    """The database handle: ``events``, ``outbox``, ``frames`` and ``audit`` repositories on one engine."""
+    """The database handle: ``events``, ``outbox``, ``frames``, ``audit`` and ``fleet`` repositories on one engine."""
 
     def __init__(self, url: str, *, migrate: bool = True) -> None:
         """``migrate``: apply pending migrations now (the service defers it to its writer
@@ -63,6 +64,7 @@ class EventStore:
         self.outbox = OutboxRepo(self.engine)
         self.frames = FramesRepo(self.engine)
         self.audit = AuditRepo(self.engine)
+        self.fleet = FleetRepo(self.engine)
         if migrate:
             self.migrate()
 

@@ -7,9 +7,10 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from sqlalchemy import delete, func, select, tuple_
+from sqlalchemy import func, select, tuple_
 from sqlalchemy.engine import Engine
 
+from app.rules.store.batched import delete_in_batches
 from app.rules.store.schema import frames_table, to_us
 
 
@@ -55,12 +56,4 @@ class FramesRepo:
     def delete_before(self, cutoff: dt.datetime, batch: int = 5000) -> int:
         """Delete logged frames captured before ``cutoff``, ``batch`` rows per transaction
         (a day of frames in one DELETE would hold the write lock for long); how many went."""
-        f = frames_table.c
-        deleted = 0
-        while True:
-            with self.engine.begin() as conn:
-                ids = select(f.id).where(f.captured_us < to_us(cutoff)).limit(batch).scalar_subquery()
-                n = conn.execute(delete(frames_table).where(f.id.in_(ids))).rowcount
-            deleted += n
-            if n < batch:
-                return deleted
+        return delete_in_batches(self.engine, frames_table, frames_table.c.captured_us < to_us(cutoff), batch)

@@ -17,7 +17,9 @@ Every ``interval_s``:
    ago are deleted, whether the log is on or not (turning it off must not keep a week of
    frames forever);
 5. audit records (app/rules/store/audit.py) older than ``audit_retain_days`` are deleted (the
-   only way a record ever leaves the trail).
+   only way a record ever leaves the trail);
+6. line crossings (app/rules/store/fleet.py, the counts) older than ``retain_days`` are
+   deleted, as are replicas silent since then that own no camera.
 
 Every replica runs the sweep; the deletes are idempotent, so running it twice is harmless.
 """
@@ -91,16 +93,18 @@ class RetentionSweeper:
         over = self._enforce_budget()
         frames = self.store.frames.delete_before(now - self.frames_retain)
         audit = self.store.audit.delete_before(now - self.audit_retain)
+        crossings = self.store.fleet.delete_before(cutoff)
         self._count("events", len(deleted))
         self._count("snapshots", files + over)
         self._count("frames", frames)
         self._count("audit", audit)
+        self._count("crossings", crossings)
         if deleted or files or over or frames or audit:
             log.info("retention: deleted %d event(s) ended before %s, %d snapshot/clip file(s) by age, %d over the "
                      "disk budget, %d logged frame(s), %d audit record(s)", len(deleted),
                      cutoff.isoformat(timespec="seconds"), files, over, frames, audit)
         return {"events": len(deleted), "snapshots_expired": files, "snapshots_over_budget": over, "frames": frames,
-                "audit": audit}
+                "audit": audit, "crossings": crossings}
 
     # --- snapshot files --------------------------------------------------------------------
     def _expire_files(self, cutoff: dt.datetime) -> int:

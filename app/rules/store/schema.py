@@ -1,7 +1,8 @@
 """The event store's tables (one SQLAlchemy ``MetaData``; Alembic migrations build them).
 
-Four tables, one per repository: events (``events.py``), the delivery outbox
-(``outbox.py``), the detection log (``frames.py``) and the audit trail (``audit.py``). Timestamps are aware UTC on every
+One table per repository: events (``events.py``), the delivery outbox (``outbox.py``), the
+detection log (``frames.py``), the audit trail (``audit.py``); and the fleet's shared camera
+state (``fleet.py``: replicas, camera state, line crossings). Timestamps are aware UTC on every
 backend (SQLite stores them naive); the detection log keeps integer microseconds.
 """
 
@@ -118,6 +119,44 @@ audit_table = Table(
     Column("before", Text, nullable=True),
     Column("after", Text, nullable=True),
     Index("ix_campusguard_audit_at", "at"),
+)
+
+# The fleet's shared state (migration 0007, app/rules/store/fleet.py): what every replica
+# answers about a camera whose frames reach another one. Written in batches (every
+# ``fleet_interval_s``), never per frame. One row per replica (its heartbeat says whether its
+# camera rows are current), one row per camera (owned by the replica that got its newest
+# frame), and one row per line crossing (the counts, exact for any ``since``, kept across restarts).
+replicas_table = Table(
+    "campusguard_replicas", metadata,
+    Column("id", String(64), primary_key=True),
+    Column("started_at", UTCDateTime(), nullable=False),
+    Column("heartbeat_at", UTCDateTime(), nullable=False),
+)
+
+camera_state_table = Table(
+    "campusguard_camera_state", metadata,
+    Column("camera_id", String(128), primary_key=True),
+    Column("owner", String(64), nullable=False),  # the replica id that wrote it
+    Column("status", String(16), nullable=False),  # online / offline
+    Column("last_frame_at", UTCDateTime(), nullable=True),  # capture time of its newest frame
+    Column("last_seen_at", UTCDateTime(), nullable=False),  # arrival (owner's wall clock): the newest wins the row
+    Column("open_events", JSON, nullable=False),  # the open events as GET /cameras shows them
+    Column("view", JSON, nullable=True),  # its view checks' state
+    Column("source", JSON, nullable=True),  # its stream's state (a gateway's report or a pulled stream)
+    Column("updated_at", UTCDateTime(), nullable=False),
+    Column("frame_at", UTCDateTime(), nullable=True),  # capture time of the shared frame
+    Column("frame_jpeg", LargeBinary, nullable=True),  # a small JPEG of its newest frame
+)
+
+crossings_table = Table(
+    "campusguard_crossings", metadata,
+    Column("id", BigInteger().with_variant(Integer(), "sqlite"), primary_key=True, autoincrement=True),
+    Column("camera_id", String(128), nullable=False),
+    Column("at_us", BigInteger(), nullable=False),  # the crossing's rule time, microseconds since 1970 UTC
+    Column("line", String(257), nullable=False),  # zone/rule
+    Column("direction", String(8), nullable=False),
+    Column("class_name", String(128), nullable=False),
+    Index("ix_campusguard_crossings_camera", "camera_id", "at_us"),
 )
 
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
