@@ -16,7 +16,7 @@ import os
 import re
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -72,6 +72,18 @@ def make_certificate(tmp: Path) -> Path:
     return tmp / "secrets" / "tls.crt"
 
 
+def wait_started(proc: subprocess.Popen, health_url: str, error_log: Callable[[], str], timeout: float = 20) -> None:
+    """Until nginx answers its /lb-health (its error log if it exits first)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        assert proc.poll() is None, error_log()
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(health_url, timeout=1).status_code == 200:
+                return
+        assert time.monotonic() < deadline, "nginx did not start"
+        time.sleep(0.1)
+
+
 @contextlib.contextmanager
 def running_edge(tmp: Path, upstream_ports: list[int], **lb_env: str) -> Iterator[Edge]:
     """nginx with the shipped config in front of ``upstream_ports`` (one per replica line)."""
@@ -89,14 +101,7 @@ def running_edge(tmp: Path, upstream_ports: list[int], **lb_env: str) -> Iterato
     edge = Edge(proc, tmp, f"http://127.0.0.1:{ports['internal']}", f"https://localhost:{ports['https']}",
                 f"http://127.0.0.1:{ports['http']}", ports["https"], ca)
     try:
-        deadline = time.monotonic() + 20
-        while True:
-            assert proc.poll() is None, edge.error_log()
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{edge.http}/lb-health", timeout=1).status_code == 200:
-                    break
-            assert time.monotonic() < deadline, "nginx did not start"
-            time.sleep(0.1)
+        wait_started(proc, f"{edge.http}/lb-health", edge.error_log)
         yield edge
     finally:
         proc.terminate()

@@ -177,7 +177,7 @@ def test_probes_and_rollout(rendered):
 
 def test_selectors_and_references_match(rendered):
     _, resources = rendered
-    dep, svc = named(resources, "Deployment", "campusguard-detector"), one(resources, "Service")
+    dep, svc = named(resources, "Deployment", "campusguard-detector"), named(resources, "Service", "campusguard-detector")
     pod_labels = dep["spec"]["template"]["metadata"]["labels"]
     container = dep["spec"]["template"]["spec"]["containers"][0]
 
@@ -186,7 +186,7 @@ def test_selectors_and_references_match(rendered):
 
     assert selects(dep["spec"]["selector"]["matchLabels"], pod_labels)
     assert selects(svc["spec"]["selector"], pod_labels)
-    assert selects(one(resources, "PodDisruptionBudget")["spec"]["selector"]["matchLabels"], pod_labels)
+    assert selects(named(resources, "PodDisruptionBudget", "campusguard-detector")["spec"]["selector"]["matchLabels"], pod_labels)
     assert {p["targetPort"] for p in svc["spec"]["ports"]} <= {p["name"] for p in container["ports"]}
     refs = {("ConfigMap", e["configMapRef"]["name"]) for e in container["envFrom"] if "configMapRef" in e}
     refs |= {("Secret", e["secretRef"]["name"]) for e in container["envFrom"] if "secretRef" in e}
@@ -280,7 +280,7 @@ def test_threads_match_the_cpu_request(rendered):
 
 def test_camera_gateway(rendered):
     """Issue #24: a gateway Deployment pulls the cameras' streams (one pod, Recreate: never two on the
-    same cameras), reads the same site file, posts to the detectors' Service with a camera key, and
+    same cameras), reads the same site file, posts through the router (#26) with a camera key, and
     the detectors' ingest is off."""
     import argparse
 
@@ -299,7 +299,7 @@ def test_camera_gateway(rendered):
     parser = argparse.ArgumentParser()
     configure(parser)
     args = parser.parse_args(container["args"])  # the command line the gateway really accepts
-    svc = one(resources, "Service")
+    svc = named(resources, "Service", "campusguard-router")  # hashes on the camera id (#26), never the plain Service
     assert args.service == f"http://{svc['metadata']['name']}" and args.shard == "0/1"
     mounts = {m["name"]: m for m in container["volumeMounts"]}
     volumes = {v["name"]: v for v in pod["volumes"]}

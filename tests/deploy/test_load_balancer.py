@@ -29,7 +29,7 @@ class Replica:
     """A stand-in detector: answers JSON naming itself, or 503 when told to; lets every edge
     check (GET /auth/check) pass without counting it."""
 
-    def __init__(self, index: int) -> None:
+    def __init__(self, index: int, host: str = "127.0.0.1", port: int = 0) -> None:
         self.index = index
         self.status = 200
         self.hits = 0
@@ -60,7 +60,7 @@ class Replica:
             def log_message(self, *args) -> None:
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = ThreadingHTTPServer((host, port), Handler)
         self.port = self.server.server_address[1]
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
