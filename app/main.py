@@ -142,7 +142,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def lifespan(app: FastAPI):
         preflight(settings)
         log_auth(settings, gate)
-        rules = wiring.build_rules(settings, metrics)
+        rules = wiring.build_rules(settings, metrics, sources)
         ingest = wiring.build_ingest(settings, rules, metrics, sources, lambda: getattr(app.state, "engine", None))
         ingest.start(rules.config if rules.enabled else None, asyncio.get_running_loop())  # SiteConfigError: stop
         app.state.ingest = ingest

@@ -263,9 +263,10 @@ def api_options(settings: Settings) -> ApiOptions:
 
 
 # --- rules ----------------------------------------------------------------------------------
-def build_rules(settings: Settings, metrics: Metrics | None = None) -> Rules:
+def build_rules(settings: Settings, metrics: Metrics | None = None, sources: SourceBook | None = None) -> Rules:
     """The rules service with its store migrated (``NoRules`` without a site file). Raises
-    SiteConfigError / MigrationError (ConfigErrors) on a bad site file or database."""
+    SiteConfigError / MigrationError (ConfigErrors) on a bad site file or database. ``sources``:
+    the camera streams' state, shared with the other replicas through the fleet state."""
     if settings.site_config is None:
         return NoRules()
     from app.rules.delivery.mqtt import MqttBridge, NoMqtt
@@ -308,6 +309,8 @@ def build_rules(settings: Settings, metrics: Metrics | None = None) -> Rules:
         evidence=evidence, clips=clips, frame_log=frame_log, retention=retention, metrics=metrics,
         watch_s=settings.site_watch_s, fleet=fleet_options(settings), dry_runs=DryRunner(DryRunOptions(
             settings.events_db_url, cpu_s=settings.dry_run_cpu_s, timeout_s=settings.dry_run_timeout_s))))
+    if sources is not None:
+        service.fleet.writer.sources = sources.all
     service.connect()
     return service
 

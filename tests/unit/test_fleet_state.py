@@ -191,3 +191,28 @@ def test_an_unreachable_store_answers_from_memory(pair):
     assert r1.fleet.writer.tick() == 0
     assert doc(r1)["status"] == "online" and doc(r1, "quiet")["status"] == "never_seen"
     assert r1.counts(CAM, None)["counts"][0]["count"] == 1  # this replica's memory
+
+
+def test_a_gateways_stream_report_reaches_the_other_replica(tmp_path):
+    """The stream state a gateway reports to the camera's replica (PUT /cameras/{id}/source) is
+    part of the shared row: the other replica shows it too (app/wiring.py hands the SourceBook
+    to the fleet writer)."""
+    from app.core.sources import SourceBook
+
+    book = SourceBook()
+    path = tmp_path / "site.yaml"
+    path.write_text(yaml.safe_dump(SITE))
+    r1 = build_rules(Settings(site_config=path, events_db_url=f"sqlite:///{tmp_path}/shared.db",
+                              snapshot_dir=tmp_path / "snaps-r1", replica_id="r1", imgsz=IMGSZ, threads=1,
+                              preprocess_workers=1, warmup_iters=0), Metrics(), book)
+    r2 = service(tmp_path, "r2")
+    try:
+        book.report(CAM, "gw-0", 300, {"source": "rtsp://10.0.0.9:554/sub", "state": "streaming",
+                                        "since": utcnow().isoformat()})
+        walk_in(r1)
+        assert r1.fleet.writer.tick() == 1
+        shown = doc(r2)["source"]
+        assert shown["state"] == "streaming" and shown["reported_by"] == "gw-0" and "10.0.0.9" in shown["source"]
+    finally:
+        r2.stop()
+        r1.stop()
