@@ -10,6 +10,7 @@ the row; rows a broken or hostile writer left answer 200 with the odd parts drop
 from __future__ import annotations
 
 import datetime as dt
+import time
 
 import numpy as np
 import pytest
@@ -216,3 +217,39 @@ def test_a_gateways_stream_report_reaches_the_other_replica(tmp_path):
     finally:
         r2.stop()
         r1.stop()
+
+
+def offline_events(svc) -> list[dict]:
+    return svc.query_events(camera_id=CAM, rule="camera_offline").items
+
+
+def test_a_camera_that_moved_to_a_live_replica_is_handed_over_not_offline(pair):
+    """A rebalance moved the camera's frames from r1 to r2: when r1's sweep finds it silent past
+    its threshold, r2's fresh row says it lives on there, so r1 ends its open events and raises
+    no camera_offline (which would stay open at every webhook receiver)."""
+    r1, r2 = pair
+    walk_in(r1)  # an open intrusion on r1
+    r1.fleet.writer.tick()
+    opened = [e["id"] for e in doc(r1)["open_events"]]
+    assert opened
+    walk_in(r2, t0=20)  # the camera's frames reach r2 now
+    r2.fleet.writer.tick()
+    r1.health.monitor.clock = lambda: time.monotonic() + 60  # a minute later on r1: past offline_after_s (30 s)
+    r1.health.check_offline()
+    assert offline_events(r1) == []
+    stored = {e["id"]: e for e in r1.query_events(camera_id=CAM).items}
+    assert [stored[i]["state"] for i in opened] == ["ended"] * len(opened)
+    assert r1.health.monitor.status(CAM) == "never_seen"  # forgotten here; reads show r2's row
+    assert doc(r1)["reported_by"] == "r2" and doc(r1)["status"] == "online"
+
+
+def test_a_camera_whose_new_replica_is_stale_still_goes_offline(pair):
+    """The other replica's row is newer but its heartbeat is old: nobody gets the camera now."""
+    r1, r2 = pair
+    walk_in(r1)
+    r1.fleet.writer.tick()
+    walk_in(r2, t0=20)
+    r2.fleet.writer.tick(now=utcnow() - dt.timedelta(seconds=60))  # r2's last heartbeat: a minute ago
+    r1.health.monitor.clock = lambda: time.monotonic() + 60
+    r1.health.check_offline()
+    assert [e["state"] for e in offline_events(r1)] == ["started"]

@@ -65,6 +65,16 @@ class CameraMonitor:
             rec.offline = event
             return True
 
+    def handed_over(self, camera_id: str) -> bool:
+        """The camera's frames now reach another replica: forget it here (``never_seen`` on this
+        replica, whose reads show the owner's shared row). False if a frame arrived meanwhile."""
+        with self._lock:
+            rec = self._seen.get(camera_id)
+            if rec is None or rec.offline is not None or self.clock() - rec.last_arrival < 1.0:
+                return False
+            del self._seen[camera_id]
+            return True
+
     def last_capture(self, camera_id: str) -> dt.datetime | None:
         with self._lock:
             rec = self._seen.get(camera_id)

@@ -109,6 +109,7 @@ class RulesService:
         up = lambda: self.writer.up  # noqa: E731 - the store answers (its writer's connection)
         self.fleet = Fleet(parts.fleet, parts.store.fleet, FleetWriter(
             parts.fleet, parts.store.fleet, self._local_cameras, self.latest, self.crossings, up), self.crossings, up)
+        self.health.elsewhere = self.fleet.elsewhere  # a camera that moved replicas is not offline
         self.site = SiteManager(parts.path, self.table, parts.version, watch_s=parts.watch_s,
                                 on_reloaded=self._reloaded, on_outcome=self.series.site_reload)
         snapshots = Snapshots(parts.evidence) if parts.evidence is not None else None

@@ -84,6 +84,20 @@ class Fleet:
             self._cache = (time.monotonic(), states, replicas)
             return states, replicas
 
+    def elsewhere(self, camera_id: str, arrived_at: dt.datetime | None) -> str | None:
+        """The live replica (not stale) whose shared row shows a frame of the camera newer than
+        the one that arrived here: the camera moved there (health.py hands it over)."""
+        states, replicas = self.shared()
+        row = states.get(camera_id)
+        owner = str((row or {}).get("owner") or "")
+        if not owner or owner == self.replica_id or arrived_at is None:
+            return None
+        beat = _age(utcnow(), (replicas.get(owner) or {}).get("heartbeat_at"))
+        theirs = row.get("last_seen_at")
+        if beat is None or beat > self.options.stale_after_s or not isinstance(theirs, dt.datetime):
+            return None
+        return owner if theirs > arrived_at else None
+
     def _owned(self, doc: dict[str, Any], row: dict[str, Any] | None) -> bool:
         """This replica got the camera's newest frame (its memory is the truth)."""
         if doc["status"] == "never_seen":

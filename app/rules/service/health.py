@@ -4,12 +4,19 @@ A camera that goes silent past its ``offline_after_s`` is taken offline by a bac
 sweep: its open events end at its last frame's capture time, its rule state starts afresh
 (tracks and durations from before the gap mean nothing after it) and ``camera_offline``
 starts. Its first frame afterwards ends ``camera_offline`` and raises ``camera_online``.
+
+Unless the camera moved: behind a load balancer that hashes on the camera id, adding or
+removing a replica moves cameras between replicas, and the silent camera is then alive on
+another one. When the shared fleet state (fleet.py) shows another live replica receiving
+its frames since, this replica ends its open events, forgets the camera and raises no
+``camera_offline`` (the new replica's rules start afresh, as after any gap).
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from app.core.background import Periodic
@@ -25,11 +32,17 @@ from app.rules.site.schema import Camera
 log = logging.getLogger("campusguard.rules")
 
 
+# (camera id, when its last frame arrived here) -> the live replica that gets its frames now, or None
+Elsewhere = Callable[[str, dt.datetime | None], str | None]
+
+
 class CameraHealth:
-    def __init__(self, table: CameraTable, sink: EventSink, mqtt: MqttBridge | NoMqtt) -> None:
+    def __init__(self, table: CameraTable, sink: EventSink, mqtt: MqttBridge | NoMqtt,
+                 elsewhere: Elsewhere = lambda camera_id, arrived_at: None) -> None:
         self.table = table
         self.sink = sink
         self.mqtt = mqtt
+        self.elsewhere = elsewhere
         self.monitor = CameraMonitor()
         self.sweeper = Periodic("camera-offline-sweep", self.check_offline, sweep_interval(table.thresholds()))
 
@@ -64,6 +77,10 @@ class CameraHealth:
         """Cameras silent past their threshold go offline (see the module docstring)."""
         thresholds = self.table.thresholds()
         for cid in self.monitor.silent(thresholds):
+            owner = self.elsewhere(cid, self.monitor.arrived_at(cid))
+            if owner is not None:
+                self._hand_over(cid, owner)
+                continue
             event = camera_event(cid, "camera_offline", utcnow())
             with self.table.lock:
                 if cid not in self.table or not self.monitor.mark_offline(cid, event):
@@ -78,6 +95,20 @@ class CameraHealth:
             self.mqtt.camera_status(cid, "offline")
             log.warning("camera %s offline: no frame for more than %.0f s; %d open event(s) ended",
                         cid, thresholds[cid], len(ended))
+
+    def _hand_over(self, cid: str, owner: str) -> None:
+        """The camera's frames reach ``owner`` now: end its open events here, no camera_offline."""
+        with self.table.lock:
+            if cid not in self.table or not self.monitor.handed_over(cid):
+                return
+            cam = self.table.renew(cid)
+            assert cam is not None
+            with cam.lock:
+                ended = cam.close_all()
+        for tr in ended:
+            self.sink.persist(tr.event.to_dict(), "ended")
+        log.info("camera %s moved to replica %s: %d open event(s) ended here, no camera_offline",
+                 cid, owner, len(ended))
 
     # --- queries --------------------------------------------------------------------------
     def cameras(self) -> list[dict[str, Any]]:
