@@ -82,33 +82,34 @@ class CameraHealth:
                 self._hand_over(cid, owner)
                 continue
             event = camera_event(cid, "camera_offline", utcnow())
-            with self.table.lock:
-                if cid not in self.table or not self.monitor.mark_offline(cid, event):
-                    continue
-                cam = self.table.renew(cid)
-                assert cam is not None
-                with cam.lock:
-                    ended = cam.close_all()
-            for tr in ended:
-                self.sink.persist(tr.event.to_dict(), "ended")
+            ended = self._end_open(cid, lambda: self.monitor.mark_offline(cid, event))
+            if ended is None:
+                continue
             self.sink.persist(event.to_dict(), "started")
             self.mqtt.camera_status(cid, "offline")
             log.warning("camera %s offline: no frame for more than %.0f s; %d open event(s) ended",
-                        cid, thresholds[cid], len(ended))
+                        cid, thresholds[cid], ended)
 
     def _hand_over(self, cid: str, owner: str) -> None:
         """The camera's frames reach ``owner`` now: end its open events here, no camera_offline."""
+        ended = self._end_open(cid, lambda: self.monitor.handed_over(cid))
+        if ended is not None:
+            log.info("camera %s moved to replica %s: %d open event(s) ended here, no camera_offline",
+                     cid, owner, ended)
+
+    def _end_open(self, cid: str, mark: Callable[[], bool]) -> int | None:
+        """If ``mark()`` (under the table's lock) agrees, start the camera's rule state afresh and
+        end its open events; how many ended, or None when the camera is gone or was seen again."""
         with self.table.lock:
-            if cid not in self.table or not self.monitor.handed_over(cid):
-                return
+            if cid not in self.table or not mark():
+                return None
             cam = self.table.renew(cid)
             assert cam is not None
             with cam.lock:
                 ended = cam.close_all()
         for tr in ended:
             self.sink.persist(tr.event.to_dict(), "ended")
-        log.info("camera %s moved to replica %s: %d open event(s) ended here, no camera_offline",
-                 cid, owner, len(ended))
+        return len(ended)
 
     # --- queries --------------------------------------------------------------------------
     def cameras(self) -> list[dict[str, Any]]:
