@@ -95,7 +95,7 @@ class Settings(BaseSettings):
         "Labelled YOLO folder: a reduced precision passes when its mAP50-95 is within GATE_MAX_MAP_DROP of fp32"))
     gate_max_map_drop: float = Field(0.01, ge=0, le=1, description="Largest mAP50-95 loss against fp32 (labelled gate)")
     gate_min_f1: float | None = Field(None, ge=0, le=1, description=(
-        "Least F1 agreement with fp32 without labels; default per precision (fp16 0.97, int8 0.935)"))
+        "Least F1 agreement with fp32 without labels; default per precision (fp16 0.97, bf16 0.97, int8 0.90)"))
     gate_conf: float = Field(0.4, gt=0, lt=1, description="Confidence the unlabelled gate compares detections at")
     threads: int = Field(0, ge=0, description="CPU threads for the backend; 0 = all cores")
     requests_in_flight: int = Field(0, ge=0, le=64, description=(
