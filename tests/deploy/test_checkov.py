@@ -46,9 +46,13 @@ def plant_canary(tree: Path) -> str:
     """A random secret in a file of the copy: checkov's JSON omits a framework with no finding,
     so the secrets framework proves it ran by finding this one (and only this one)."""
     import secrets
+    import string
 
+    # an AWS access key id (AKIA + 16 of [0-9A-Z]): the shape the AWS detector always knows (a
+    # token_urlsafe value was found only when it happened to hold no '-' or '_')
+    key_id = "AKIA" + "".join(secrets.choice(string.ascii_uppercase + string.digits) for _ in range(16))
     (tree / "canary").mkdir()
-    (tree / "canary/settings.yaml").write_text(f"aws_secret_access_key: {secrets.token_urlsafe(30)}\n")
+    (tree / "canary/settings.yaml").write_text(f"aws_access_key_id: {key_id}\n")
     return "canary/settings.yaml"
 
 
