@@ -35,11 +35,17 @@ def test_bench_shadow_tiny_real_run(tmp_path, weights, dataset, monkeypatch, cap
     assert on["compared"] + on["dropped"] == on["sampled"] and on["compared"] >= 1
     assert on["p50_vs_off"] == pytest.approx(on["p50_ms"] / off["p50_ms"])
     assert on["p95_vs_off"] == pytest.approx(on["p95_ms"] / off["p95_ms"])
+    each = data["rounds"]
+    assert [(r["round"], r["mode"], r["requests"]) for r in each] == [(1, "off", REQUESTS), (2, "on", REQUESTS)]
+    for r in each:  # one round per mode: its figures are the mode's
+        assert (r["p50_ms"], r["p95_ms"], r["sampled"]) == (rows[r["mode"]]["p50_ms"], rows[r["mode"]]["p95_ms"],
+                                                             rows[r["mode"]]["sampled"])
     table = capsys.readouterr().out
     assert "| shadow | requests | p50 ms | p95 ms | admitted | p50 vs off | p95 vs off |" in table
     assert f"| off | {REQUESTS} | {off['p50_ms']:.1f} |" in table
     assert f"| on | {REQUESTS} | {on['p50_ms']:.1f} | {on['p95_ms']:.1f} |" in table
     assert f"{on['p50_vs_off']:.3f}" in table and f"wrote {out}" in table
+    assert f"per round, p50 ms: off {off['p50_ms']:.1f}-{off['p50_ms']:.1f}, on {on['p50_ms']:.1f}-" in table
 
 
 @pytest.mark.parametrize("args", [["--sample", "0"], ["--sample", "1.5"], ["--rps", "0"], ["--requests", "0"]])
