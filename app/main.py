@@ -143,7 +143,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         preflight(settings)
         log_auth(settings, gate)
         rules = wiring.build_rules(settings, metrics, sources)
-        ingest = wiring.build_ingest(settings, rules, metrics, sources, lambda: getattr(app.state, "engine", None))
+        ingest = wiring.build_ingest(settings, rules, metrics, sources, lambda: getattr(app.state, "engine", None),
+                                     lambda: app.state.shadow)
         ingest.start(rules.config if rules.enabled else None, asyncio.get_running_loop())  # SiteConfigError: stop
         app.state.ingest = ingest
         rules.start()

@@ -384,7 +384,8 @@ def check_site(settings: Settings) -> None:
 
 
 def build_ingest(settings: Settings, rules: Rules, metrics: Metrics, book: SourceBook,
-                 engine: Callable[[], InferenceEngine | None]) -> "EmbeddedIngest | NoIngest":
+                 engine: Callable[[], InferenceEngine | None],
+                 shadow: "Callable[[], ShadowLane | NoShadow] | None" = None) -> "EmbeddedIngest | NoIngest":
     """The embedded ingest following the rules' site file, feeding ``engine()`` and the rules;
     ``NoIngest`` with ``CAMPUSGUARD_INGEST=off`` or without a site file. The book follows reloads
     and tells MQTT (Home Assistant) each stream's availability, whichever hosting pulls it."""
@@ -399,7 +400,9 @@ def build_ingest(settings: Settings, rules: Rules, metrics: Metrics, book: Sourc
     book.listeners.append(rules.mqtt.source_state)
     if settings.ingest == "off":
         return NoIngest()
-    ingest = EmbeddedIngest(ingest_options(settings), EngineFeed(engine, rules, metrics, detect_defaults(settings)),
-                            book, settings.site_config or "", os.environ)
+    from app.inference.shadow.lane import NoShadow
+
+    feed = EngineFeed(engine, rules, metrics, detect_defaults(settings), shadow or NoShadow)
+    ingest = EmbeddedIngest(ingest_options(settings), feed, book, settings.site_config or "", os.environ)
     rules.site.listeners.append(ingest)
     return ingest

@@ -3,7 +3,9 @@
     campusguard bench-shadow --imgsz 320 --rps 8 --requests 200 --rounds 3 --sample 0.01
 
 Settings come from the environment like `serve` (CAMPUSGUARD_BACKEND, _WEIGHTS, ...); the
-reference from --reference (default torch on the CPU). Prints a table, writes JSON.
+reference from --reference (default torch on the CPU). Prints a table and each mode's range of
+per-round p50/p95 (the machine's noise, against which to read the ratios), writes JSON (with
+every round).
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
     from app.core.metrics import Metrics
     from app.inference.vision.decode import image_files
     from app.tooling.bench import report
-    from app.tooling.bench.shadow_ab import run_round, summarize
+    from app.tooling.bench.shadow_ab import per_round, run_round, spread, summarize
 
     if not 0 < args.sample <= 1 or args.rps <= 0 or args.requests < 1 or args.rounds < 1:
         raise ConfigError("--sample must be in (0, 1], --rps > 0, --requests and --rounds >= 1")
@@ -66,11 +68,13 @@ def run(args: argparse.Namespace) -> int:
     meta = report.environment() | {"backend": settings.backend, "precision": settings.precision,
                                    "imgsz": str(settings.imgsz), "reference": args.reference, "sample": args.sample,
                                    "rps": args.rps, "requests_per_round": args.requests, "rounds": args.rounds}
-    report.write_json(args.out, {"meta": meta, "rows": rows})
+    each = per_round(rounds)
+    report.write_json(args.out, {"meta": meta, "rows": rows, "rounds": each})
     print(report.markdown_table(rows, [("mode", "shadow", 0), ("requests", "requests", 0), ("p50_ms", "p50 ms", 1),
                                        ("p95_ms", "p95 ms", 1), ("admitted", "admitted", 3),
                                        ("p50_vs_off", "p50 vs off", 3), ("p95_vs_off", "p95 vs off", 3),
                                        ("sampled", "sampled", 0), ("compared", "compared", 0),
                                        ("dropped", "dropped", 0)]))
+    print(f"per round, p50 ms: {spread(each, 'p50_ms')}; p95 ms: {spread(each, 'p95_ms')}")
     print(f"wrote {args.out}")
     return 0

@@ -6,7 +6,10 @@ the camera's rules, with no HTTP hop, but exactly as if a gateway had POSTed it 
 time first (a refused frame is dropped and counted ``invalid_timestamp``), the engine's
 admission may refuse it (503 ``queue_full``: the frame is dropped and the camera waits for
 the Retry-After), the rules evaluate it with the decoded frame (detection log, evidence,
-view checks), and the detections are counted per camera like a request's.
+view checks), the detections are counted per camera like a request's. Once answered, the
+frame is offered to the shadow lane (docs/shadow.md) with its camera id, sampled like the routes'.
+The lane gets the full-size RGB array the reader produced (a new array per frame, never
+reused, so it is queued without a copy); the reference letterboxes it itself.
 
 ``EmbeddedIngest`` follows the site file (a ``SiteListener`` of the rules' SiteManager):
 ``check`` refuses a file whose ``${VAR}`` cannot be filled in here (422 on a reload; at
@@ -29,6 +32,7 @@ from app.core.metrics import Metrics
 from app.core.sources import SourceBook
 from app.inference.engine import InferenceEngine
 from app.inference.pipeline import DetectParams
+from app.inference.shadow.lane import NoShadow, ShadowLane
 from app.ingest.asyncsink import AsyncSink
 from app.ingest.command import FfmpegMissing, ffmpeg_binary
 from app.ingest.frames import Frame, FrameFormat
@@ -69,15 +73,18 @@ class EngineFeed:
     """One frame into detection and the camera's rules, as POST /detect would do it."""
 
     def __init__(self, engine: Callable[[], InferenceEngine | None], rules: Rules, metrics: Metrics,
-                 params: DetectParams) -> None:
+                 params: DetectParams, shadow: Callable[[], ShadowLane | NoShadow] = NoShadow) -> None:
         self.engine, self.rules, self.metrics, self.params = engine, rules, metrics, params
+        self.shadow = shadow  # read per frame: the lane replaces NoShadow once the reference is loaded
 
     async def __call__(self, frame: Frame) -> SinkResult:
         engine = self.engine()
         if engine is None:  # the model is still loading: wait a moment, like a gateway's 503
             return SinkResult.busy(1.0, "not_ready")
         when = self.rules.accept_capture_time(frame.camera_id, frame.captured_at)  # InvalidTimestamp: dropped
-        result = await engine.detect(frame.as_rgb(), self.params, keep_image=True)  # QueueFull: busy
+        rgb = frame.as_rgb()
+        result = await engine.detect(rgb, self.params, keep_image=True)  # QueueFull: busy
+        self.shadow().offer(frame.camera_id, rgb, self.params, result.detections)  # after the answer; never blocks
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(engine.executor, self.rules.evaluate, frame.camera_id, when,
                                    (result.width, result.height), result.detections, result.image)

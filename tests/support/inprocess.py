@@ -46,8 +46,8 @@ class FakeDetector(EngineFakeDetector):
         return out
 
 
-def png(width: int = 64, height: int = 48) -> bytes:
-    ok, buf = cv2.imencode(".png", np.full((height, width, 3), 90, np.uint8))
+def png(width: int = 64, height: int = 48, grey: int = 90) -> bytes:
+    ok, buf = cv2.imencode(".png", np.full((height, width, 3), grey, np.uint8))
     assert ok
     return buf.tobytes()
 

@@ -130,3 +130,59 @@ def test_starter_site_is_created_once_and_valid(tmp_path):
     assert s.events_db_url == f"sqlite:///{tmp_path / 'data' / 'events.db'}"  # one setting for the data folder
     assert s.snapshot_dir == tmp_path / "data" / "snapshots"
     shutil.rmtree(tmp_path / "data")
+
+
+class BlindToCars(FakeDetector):
+    """A reference that misses the car the primary reports, and remembers each batch it ran on."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.batches: list[tuple[int, ...]] = []
+
+    def infer(self, batch: np.ndarray) -> np.ndarray:
+        self.batches.append(batch.shape)
+        out = super().infer(batch)
+        out[:, 5, 1] = 0.0
+        return out
+
+
+def test_a_pulled_frame_is_offered_to_the_shadow_lane_full_size_per_camera(tmp_path, loop):
+    """The reference gets the reader's full-size RGB array (its own letterbox, no reduced
+    decode), sampled per camera like the routes: here only the per-camera floor samples."""
+    from app.inference.pipeline import DecodePolicy
+    from app.inference.shadow.book import AgreementBook
+    from app.inference.shadow.lane import ShadowLane, ShadowOptions
+    from app.inference.shadow.worst import WorstFrames
+
+    s = settings(tmp_path, site_config=EXAMPLE_SITE)
+    metrics = Metrics()
+    rules = build_rules(s, metrics)
+    engine = build_engine(s, Pipeline(FakeDetector(), 0, s.max_pixels), metrics)
+    reference = BlindToCars()
+    options = ShadowOptions(sample=0.0, min_interval_s=3600.0, queue_size=8)
+    lane = ShadowLane(Pipeline(reference, 0, decode=DecodePolicy(reduce=False)), options, AgreementBook(900.0),
+                      WorstFrames(5, 10, 900.0), idle=lambda: engine.idle, label=metrics.camera_label)
+    try:
+        engine.start()
+        engine.mark_ready()
+        lane.start()
+        sink = AsyncSink(loop, EngineFeed(lambda: engine, rules, metrics, DetectParams(), lambda: lane))
+        now = dt.datetime.now(dt.timezone.utc)
+        big = np.full((720, 1280, 3), 90, np.uint8)
+        for camera in ("plaza-cam", "plaza-cam", "plaza-cam", "gate-cam"):
+            pulled = Frame(camera, now, 1280, 720, rgb=big.copy())
+            assert sink(pulled) == SinkResult.sent()
+        assert lane.drain(30)
+        compared, sampled, dropped = lane.book.counters()
+        assert sampled == 2 and compared == {"plaza-cam": 1, "gate-cam": 1} and not any(dropped.values())
+        assert len(reference.batches) == 2 and reference.batches[0][0] == 1  # one frame per reference run
+        plaza = lane.book.summary("plaza-cam")
+        assert (plaza.frames, plaza.recall, plaza.precision) == (1, 1.0, 0.5)  # scored per camera
+        kept = lane.worst.listing("plaza-cam")
+        assert [(f.width, f.height) for f in kept] == [(1280, 720)]  # the full-size frame, not a reduced one
+        assert {b[5] for b in kept[0].primary} == {0.0, 1.0} and {b[5] for b in kept[0].reference} == {0.0}
+    finally:
+        engine.begin_drain()
+        engine.stop()
+        lane.stop()
+        rules.stop()

@@ -67,6 +67,30 @@ def run_round(engine: InferenceEngine, lane: ShadowLane, mode: str, frames: list
                  sum(after[0].values()) - sum(before[0].values()), sum(after[2].values()) - sum(before[2].values()))
 
 
+def per_round(rounds: list[Round]) -> list[dict]:
+    """Each round's own p50/p95, in the order run: their spread within one mode is the
+    machine's noise, the yardstick for the on/off ratios of ``summarize``."""
+    out = []
+    for i, r in enumerate(rounds):
+        lat = np.asarray(r.latencies_ms)
+        out.append({"round": i + 1, "mode": r.mode, "requests": r.requests,
+                    "p50_ms": float(np.percentile(lat, 50)) if lat.size else None,
+                    "p95_ms": float(np.percentile(lat, 95)) if lat.size else None,
+                    "admitted": (r.requests - r.rejected) / r.requests, "sampled": r.sampled,
+                    "compared": r.compared, "dropped": r.dropped})
+    return out
+
+
+def spread(rounds: list[dict], key: str) -> str:
+    """``off 61.2-70.3, on 60.9-68.8``: the range of one figure over each mode's rounds."""
+    parts = []
+    for mode in ("off", "on"):
+        values = [r[key] for r in rounds if r["mode"] == mode and r[key] is not None]
+        if values:
+            parts.append(f"{mode} {min(values):.1f}-{max(values):.1f}")
+    return ", ".join(parts)
+
+
 def summarize(rounds: list[Round]) -> list[dict]:
     rows = []
     for mode in ("off", "on"):

@@ -1,8 +1,9 @@
 // Status: model, device and memory, throughput and latency of the last minutes, queue,
-// webhooks, event store and MQTT, from GET /status (the app's own data).
+// webhooks, event store and MQTT, the shadow reference, from GET /status (the app's own data).
 
 import { api } from "./api.js";
 import { age, bytes, h, replace, s } from "./dom.js";
+import { shadowCard, worstFrames } from "./shadow.js";
 
 const REFRESH_MS = 3000;
 
@@ -69,7 +70,7 @@ async function latestAudit(ctx) {
   }
 }
 
-function render(st, audit) {
+function render(st, audit, openWorst) {
   const hl = st.health || {};
   const buckets = st.recent || [];
   const span = buckets.length ? 10 : 1; // 10 s buckets
@@ -107,20 +108,25 @@ function render(st, audit) {
             h("td", {}, String(w.failed)), h("td", {}, w.last_success_at ? new Date(w.last_success_at).toLocaleString() : "never"),
             h("td", {}, w.last_error || "none"))))))
         : h("p", { class: "muted" }, "No webhooks configured.")),
+    shadowCard(st.shadow, openWorst),
     auditCard(audit),
   ].filter(Boolean);
 }
 
 export function mount(main, ctx) {
   const body = h("div", { class: "status" }, h("p", { class: "muted" }, "Loading…"));
-  main.append(h("h1", {}, "Status"), h("p", { class: "muted" }, "Refreshes every 3 s."), body);
+  const worstHolder = h("div", { class: "status" });
+  main.append(h("h1", {}, "Status"), h("p", { class: "muted" }, "Refreshes every 3 s."), body, worstHolder);
+  const worst = worstFrames(worstHolder);
+  const openWorst = ctx.can("admin")
+    ? () => worst.load().catch((err) => ctx.alert(`Worst frames: ${err.message}`)) : null;
   let timer = null;
   let stopped = false;
   async function refresh() {
     try {
       if (document.hidden) return; // a background tab does not poll the server
       const [st, audit] = await Promise.all([api("/status"), latestAudit(ctx)]);
-      if (!stopped) replace(body, render(st, audit));
+      if (!stopped) replace(body, render(st, audit, openWorst));
       ctx.alert("");
     } catch (err) {
       if (err.status === 404) { // an older server: its health document at least
@@ -132,5 +138,5 @@ export function mount(main, ctx) {
     }
   }
   refresh();
-  return () => { stopped = true; clearTimeout(timer); };
+  return () => { stopped = true; clearTimeout(timer); worst.cleanup(); };
 }
