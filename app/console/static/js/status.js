@@ -13,7 +13,11 @@ function chart(title, buckets, series, unit) {
   const H = 160;
   const pad = { l: 44, r: 8, t: 10, b: 22 };
   const values = series.flatMap((sr) => buckets.map(sr.value)).filter((v) => Number.isFinite(v));
-  const max = Math.max(1e-9, ...values) * 1.1;
+  const peak = Math.max(0, ...values);
+  // An idle window has nothing but zeros: scale to 1 so the axis reads 0, 0.5, 1 (not 0.0 three
+  // times) and say so on the chart, so a guard does not read a flat line as a fault.
+  const max = (peak > 0 ? peak : 1) * 1.1;
+  const digits = (v) => (v === 0 || v >= 10 ? 0 : v >= 1 ? 1 : 2);
   const x = (i) => pad.l + (buckets.length < 2 ? 0 : (i * (W - pad.l - pad.r)) / (buckets.length - 1));
   const y = (v) => H - pad.b - (v / max) * (H - pad.t - pad.b);
   const svg = s("svg", { viewBox: `0 0 ${W} ${H}`, class: "chart", role: "img", "aria-label": title });
@@ -21,7 +25,11 @@ function chart(title, buckets, series, unit) {
   for (const f of [0, 0.5, 1]) {
     const v = (max / 1.1) * f;
     svg.append(s("line", { x1: pad.l, x2: W - pad.r, y1: y(v), y2: y(v), class: "grid" }),
-      s("text", { x: pad.l - 6, y: y(v) + 4, class: "tick", "text-anchor": "end" }, `${v.toFixed(v < 10 ? 1 : 0)}`));
+      s("text", { x: pad.l - 6, y: y(v) + 4, class: "tick", "text-anchor": "end" }, `${v.toFixed(digits(v))}`));
+  }
+  if (!(peak > 0)) {
+    svg.append(s("text", { x: (pad.l + W - pad.r) / 2, y: (pad.t + H - pad.b) / 2, class: "tick idle", "text-anchor": "middle" },
+      values.length ? "Nothing in this window" : "No data yet"));
   }
   if (buckets.length) {
     svg.append(s("text", { x: pad.l, y: H - 4, class: "tick" }, new Date(buckets[0].t).toLocaleTimeString()),
