@@ -138,7 +138,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     plans = make_plan(args)
     images = load_images(args.images, args.max_images)
-    meta = report.environment() | {"command": "campusguard bench " + " ".join(sys.argv[2:]) if len(sys.argv) > 1 else "",
+    meta = report.environment() | {"command": report.command_line("bench", sys.argv[2:]) if len(sys.argv) > 1 else "",
                                    "warmup": args.warmup, "imgsz": args.imgsz, "images_folder": str(args.images),
                                    "images_cycled": len(images)}
     previous = json.loads((args.out / "bench.json").read_text()) if args.append and (args.out / "bench.json").is_file() \

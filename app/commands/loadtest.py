@@ -12,6 +12,7 @@ import os
 import sys
 from pathlib import Path
 
+from app.core.redact import redact_url
 from app.tooling.bench import report
 from app.tooling.bench.args import csv_list
 from app.tooling.bench.http import load_jpegs
@@ -72,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
     validate(args)
     payloads = load_jpegs(args.images)
     per_level = args.requests if args.requests is not None else int(math.ceil(args.duration))
-    meta = report.environment() | {"command": "campusguard loadtest " + " ".join(sys.argv[2:]), "url": args.url,
+    meta = report.environment() | {"command": report.command_line("loadtest", sys.argv[2:]), "url": redact_url(args.url),
                                    "images_folder": str(args.images), "images": len(payloads),
                                    "mode": "requests" if args.requests is not None else "duration",
                                    "per_level": args.requests if args.requests is not None else args.duration}

@@ -12,6 +12,7 @@ import os
 import sys
 from pathlib import Path
 
+from app.core.redact import redact_url
 from app.tooling.bench import report
 from app.tooling.bench.http import load_jpegs
 from app.commands.loadtest import add_client_options
@@ -49,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
     frames = make_frames(load_jpegs(args.images, limit=max(args.variants, 1)), sizes)
     rng = random.Random(args.seed)
     order = [rng.randrange(len(frames)) for _ in range(min(args.requests, 4096))]
-    meta = report.environment() | {"command": "campusguard soak " + " ".join(sys.argv[2:]), "url": args.url,
+    meta = report.environment() | {"command": report.command_line("soak", sys.argv[2:]), "url": redact_url(args.url),
                                    "concurrency": args.concurrency, "sample_every": args.sample_every,
                                    "frame_sizes": sizes, "frame_bytes": [len(f) for f in frames]}
     bar = tqdm(total=args.requests, unit="req", disable=args.no_progress, dynamic_ncols=True)

@@ -75,3 +75,13 @@ def test_rows_compare_with_onnx_fp32_of_the_same_kind_and_batch():
     command.add_ratios(rows)
     assert extra["vs_onnx_fp32"] == 2.5 and rows[2]["vs_onnx_fp32"] == 1.0
     assert rows[0]["vs_onnx_fp32"] is None  # the Ultralytics loop has no onnx counterpart
+
+
+def test_a_reports_command_line_never_shows_an_api_key_or_a_urls_credentials():
+    from app.tooling.bench.report import command_line
+
+    shown = command_line("loadtest", ["--url", "https://ops:S3cretPw@det.campus:8443/p?token=T0K", "--api-key", "K3Y-abc",
+                                      "--api-key=K3Y-def", "--concurrency", "1,2"])
+    assert shown == "campusguard loadtest --url https://***@det.campus:8443/p --api-key *** --api-key=*** --concurrency 1,2"
+    for secret in ("S3cretPw", "T0K", "K3Y-abc", "K3Y-def", "ops"):
+        assert secret not in shown

@@ -45,6 +45,30 @@ def environment() -> dict[str, Any]:
     return info
 
 
+SECRET_OPTIONS = ("--api-key",)
+
+
+def command_line(name: str, argv: Sequence[str]) -> str:
+    """The command as a report shows it: the value of ``--api-key`` masked and every URL with its
+    user info and query hidden (``redact_url``), since reports are committed to docs/ and shared."""
+    from app.core.redact import MASK, redact_url
+
+    shown: list[str] = []
+    hide_next = False
+    for arg in argv:
+        if hide_next:
+            shown.append(MASK)
+            hide_next = False
+            continue
+        option, eq, _ = arg.partition("=")
+        if option in SECRET_OPTIONS:
+            shown.append(f"{option}={MASK}" if eq else arg)
+            hide_next = not eq
+            continue
+        shown.append(redact_url(arg) if "://" in arg else arg)
+    return " ".join([f"campusguard {name}", *shown])
+
+
 def _clean(value: Any) -> Any:
     """JSON has no NaN/inf: write them as null."""
     if isinstance(value, float) and (math.isnan(value) or math.isinf(value)):
