@@ -2,7 +2,7 @@
 
 Nothing below this module sees ``Settings``: the engine, the pipeline, the backends, the
 keyring, the HTTP layer and the rules take small frozen option objects (or plain values)
-filled here. A new setting is therefore one field in app/config.py and one line here, and
+filled here. A new setting is therefore one field in app/config/settings.py and one line here, and
 a component's tests build it from its options without a settings object. Optional parts
 are null objects (``NoRules``, ``NoMqtt``, ``NoClips``, ``NoFrameLog``), never ``None``.
 """
