@@ -97,6 +97,21 @@ def test_server_serves_fp32_and_says_so(broken_cache, frames, bus_jpg, caplog):
     assert "serving fp32 instead" in caplog.text
 
 
+def test_parity_refuses_the_int8_model_the_service_would_not_serve(broken_cache, frames, weights, tmp_path,
+                                                                   monkeypatch, capsys):
+    """`campusguard parity --precisions int8` gates like the service: a fallback to fp32 would
+    compare fp32 with fp32, so it is an error (exit 2), and nothing is written."""
+    from app.cli import main
+
+    monkeypatch.setenv("CAMPUSGUARD_ONNX_CACHE_DIR", str(broken_cache))
+    out = tmp_path / "int8.json"
+    code = main(["parity", "--weights", str(weights), "--images", str(frames / "images"), "--imgsz", str(IMGSZ),
+                 "--threads", "2", "--backend", "onnx", "--precisions", "int8", "--calibration", str(frames),
+                 "--write-reference", str(out)])
+    err = capsys.readouterr().err
+    assert code == 2 and not out.exists()
+    assert "int8 gate FAILED: f1" in err and "the service would serve fp32 instead" in err
+
 def test_a_passing_int8_model_is_built_cached_and_reported(weights, frames, tmp_path, bus_jpg):
     """The default recipe, built from the .pt into the data folder; the gate (floor lowered:
     8 calibration frames at 320 are not a deployment) passes and int8 is what runs."""

@@ -7,25 +7,35 @@ originals, on coco-val128 frames.
 2. A primary that lost a class (a fault injected through the backend registry, as the
    reliability tests do) drives its camera's agreement down, and the worst frames show the
    reference's boxes it missed.
+3. The series that broken primary exported, scrape after scrape, fire the shipped alert rule
+   (deploy/prometheus/alerts.yml, under `promtool test rules`) 15 minutes after its window
+   holds 50 compared frames, and not before.
 """
 
 from __future__ import annotations
 
 import argparse
 import shutil
+import subprocess
 
 import pytest
+import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
 from app.commands.parity import detect_all
 from app.config import Settings
 from app.inference.backends.registry import BACKENDS
 from app.tooling.bench.parity import compare
+from tests.deploy.conftest import ALERT_RULES, require_tool
 from tests.support.faults import FaultInjectingDetector, Faults, FaultSwitch
 from tests.support.shadow import real_shadow_app
 
 IMGSZ = 320
 FRAMES = 8
 PERSON = 0
+ROUNDS = 7  # of the FRAMES frames through the broken primary: 56 compared, past the alert's 50-frame floor
+ALERT = "CampusGuardShadowDisagreement"
+REPLICA = {"job": "campusguard", "instance": "detector-0:8000", "replica": "detector-0"}
 
 
 @pytest.fixture(scope="module")
@@ -91,17 +101,36 @@ def test_agreement_equals_the_f1_of_campusguard_parity(shadowed, frames, weights
         2 * overall["matched"] / (overall["primary_boxes"] + overall["reference_boxes"]), abs=1e-4)
 
 
-def test_a_primary_that_lost_a_class_drives_agreement_down(shadowed, frames):
+def shadow_series(text: str, camera: str) -> dict[str, float]:
+    """One scrape of a camera's agreement and window-frames series (what Prometheus would store)."""
+    wanted = {"campusguard_shadow_agreement", "campusguard_shadow_window_frames"}
+    return {s.name: s.value for f in text_string_to_metric_families(text) for s in f.samples
+            if s.name in wanted and s.labels.get("camera_id") == camera}
+
+
+@pytest.fixture(scope="module")
+def broken(shadowed, frames) -> list[dict[str, float]]:
+    """ROUNDS rounds of the frames through a primary that dropped persons, on camera cam-broken,
+    with its series scraped after each round (a minute apart, as far as the alert can tell)."""
     env, switch = shadowed
     switch.set(Faults(drop_class=PERSON))
+    scrapes = []
     try:
-        send(env, frames, "cam-broken")
+        for _ in range(ROUNDS):
+            send(env, frames, "cam-broken")
+            scrapes.append(shadow_series(env.client.get("/metrics").text, "cam-broken"))
     finally:
         switch.set(Faults())
+    return scrapes
+
+
+def test_a_primary_that_lost_a_class_drives_agreement_down(shadowed, broken):
+    env, _ = shadowed
     cameras = env.client.get("/status").json()["shadow"]["cameras"]
-    broken = cameras["cam-broken"]
-    assert broken["frames"] == FRAMES and broken["agreement"] < 0.7 and broken["recall"] < 0.6
-    assert broken["precision"] > 0.9  # what it still finds is right: only the class is gone
+    broken_camera = cameras["cam-broken"]
+    assert broken_camera["frames"] == FRAMES * ROUNDS and broken_camera["agreement"] < 0.7
+    assert broken_camera["recall"] < 0.6
+    assert broken_camera["precision"] > 0.9  # what it still finds is right: only the class is gone
     worst = env.client.get("/shadow/worst?camera_id=cam-broken&limit=5").json()["frames"]
     assert worst and all(f["camera_id"] == "cam-broken" for f in worst)
     first = worst[0]
@@ -109,3 +138,37 @@ def test_a_primary_that_lost_a_class_drives_agreement_down(shadowed, frames):
     assert any(b["class_name"] == "person" for b in first["reference"])
     image = env.client.get(first["image_url"])
     assert image.status_code == 200 and image.content[:2] == b"\xff\xd8"
+
+
+def test_the_broken_primarys_series_fire_the_alert_rule(broken, tmp_path):
+    """The scraped series, one a minute and then held, through `promtool test rules` on the shipped
+    rule: quiet while fewer than 50 frames were compared (the agreement was already low), firing
+    15 minutes after the window first held 50, with the camera's real agreement in the summary."""
+    promtool = require_tool("promtool", "apt-get install prometheus, or `make system-deps`")
+    frames_in_window = [s["campusguard_shadow_window_frames"] for s in broken]
+    agreement = [s["campusguard_shadow_agreement"] for s in broken]
+    assert frames_in_window == [FRAMES * (i + 1) for i in range(ROUNDS)] and max(agreement) < 0.7
+    trusted = next(i for i, n in enumerate(frames_in_window) if n >= 50)  # the minute the floor is met
+    assert trusted >= 2  # so that at 16 minutes the low agreement alone would have fired
+    labels = ",".join(f'{k}="{v}"' for k, v in (REPLICA | {"camera_id": "cam-broken"}).items())
+
+    def series(name: str, values: list[float]) -> dict:
+        return {"series": f"{name}{{{labels}}}", "values": " ".join(map(repr, values)) + f" {values[-1]!r}x30"}
+
+    rule = next(r for g in yaml.safe_load(ALERT_RULES.read_text())["groups"] for r in g["rules"] if r.get("alert") == ALERT)
+    fired = {"exp_labels": REPLICA | {"camera_id": "cam-broken", "severity": "warning"},
+             "exp_annotations": {"summary": f"detector-0: camera cam-broken agrees {agreement[-1]:.2f} with the shadow "
+                                            "reference", "description": rule["annotations"]["description"]}}
+    case = {"rule_files": [str(ALERT_RULES)], "evaluation_interval": "1m", "tests": [{
+        "interval": "1m",
+        "input_series": [series("campusguard_shadow_agreement", agreement),
+                         series("campusguard_shadow_window_frames", frames_in_window)],
+        "alert_rule_test": [
+            {"eval_time": "16m", "alertname": ALERT, "exp_alerts": []},  # low since minute 0, but too few frames
+            {"eval_time": f"{trusted + 14}m", "alertname": ALERT, "exp_alerts": []},  # pending
+            {"eval_time": f"{trusted + 16}m", "alertname": ALERT, "exp_alerts": [fired]}]}]}
+    path = tmp_path / "broken-primary.yml"
+    path.write_text(yaml.safe_dump(case, sort_keys=False))
+    proc = subprocess.run([promtool, "test", "rules", str(path)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "SUCCESS" in proc.stdout
