@@ -172,7 +172,7 @@ def shadow_options(settings: Settings) -> "ShadowOptions":
 def build_shadow(settings: Settings, engine: InferenceEngine, metrics: Metrics) -> "ShadowLane | NoShadow":
     """The reference loaded and run once, or ``NoShadow`` when CAMPUSGUARD_SHADOW_BACKEND is empty. A
     reference that cannot load or run is a ConfigError naming the settings: never a silent no-op."""
-    from app.inference.shadow.book import AgreementBook
+    from app.inference.shadow.book import AgreementBook, alert_floor
     from app.inference.shadow.lane import NoShadow, ShadowLane
     from app.inference.shadow.worst import WorstFrames
 
@@ -194,7 +194,8 @@ def build_shadow(settings: Settings, engine: InferenceEngine, metrics: Metrics) 
                           f"failed to load: {reason}") from exc
     detector = reference.detector
     window = settings.shadow_window_s
-    return ShadowLane(reference, shadow_options(settings), AgreementBook(window),
+    floor = alert_floor(engine.pipeline.detector.precision, settings.shadow_alert_below)
+    return ShadowLane(reference, shadow_options(settings), AgreementBook(window, alert_below=floor),
                       WorstFrames(WORST_PER_CAMERA, settings.metrics_max_cameras + 2, window),
                       idle=lambda: engine.idle, label=metrics.camera_label,
                       describe={"backend": detector.backend, "provider": detector.provider, "device": options.device,

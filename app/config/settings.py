@@ -119,6 +119,8 @@ class Settings(BaseSettings):
     shadow_sample: float = Field(0.01, ge=0, le=1, description="Fraction of answered frames also run on the reference")
     shadow_min_interval_s: float = Field(60.0, ge=0, description="At least one frame per camera this often; 0 = off")
     shadow_window_s: float = Field(900.0, gt=0, le=86_400, description="Rolling window of the agreement figures")
+    shadow_alert_below: float | None = Field(None, gt=0, le=1, description=(
+        "Agreement the alert fires below; unset = 0.95, or 0.85 when the served model is int8"))
 
     # --- detection defaults ------------------------------------------------------------
     conf: float = Field(0.25, ge=0.0, le=1.0)

@@ -90,6 +90,9 @@ def test_status_page_shows_the_shadow_figures_worst_camera_first(shadowed, open_
                      "+0.000", str(PER_CAMERA)],
                     ["plain-cam", pct(plain["agreement"]), "100.0 %", "100.0 %", "+0.000", str(PER_CAMERA)]]
     assert rows[0][1] == pct(2 / 3)
+    assert fact(page, "Alert below") == pct(want["alert_below"]) == "95.0 %"  # the fp32 floor
+    marked = page.locator("#shadow-cameras tbody tr td.refused").all_inner_texts()
+    assert marked == [pct(2 / 3)]  # below the floor: bright-cam only
     assert page.locator("#shadow-worst-open").count() == 0  # the frames are for admins
 
 

@@ -23,6 +23,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from app.cli import main
 from app.config import Settings
+from app.inference.shadow.book import ALERT_BELOW
 from app.main import create_app
 from app.tooling.bench.parity import compare
 from tests.integration.test_export_eval_cli import make_dataset
@@ -138,6 +139,9 @@ def test_the_primary_is_the_gated_int8_model(served):
     assert health["precision_gate"]["metric"] == "f1" and health["precision_gate"]["images"] == CALIBRATION
     status = served["status"]
     assert status["reference"]["backend"] == "torch" and status["reference"]["precision"] == "fp32"
+    # an int8 replica alerts below its own floor, which /status and the metric both say
+    assert status["alert_below"] == ALERT_BELOW["int8"] < ALERT_BELOW["fp32"]
+    assert f"campusguard_shadow_alert_below {ALERT_BELOW['int8']}" in served["metrics"]
 
 
 def test_agreement_per_camera_and_overall_equals_the_f1_of_campusguard_parity(served, parity_says, frames):

@@ -102,10 +102,11 @@ def test_agreement_equals_the_f1_of_campusguard_parity(shadowed, frames, weights
 
 
 def shadow_series(text: str, camera: str) -> dict[str, float]:
-    """One scrape of a camera's agreement and window-frames series (what Prometheus would store)."""
+    """One scrape of a camera's agreement and window-frames series and the replica's alert floor
+    (what Prometheus would store)."""
     wanted = {"campusguard_shadow_agreement", "campusguard_shadow_window_frames"}
     return {s.name: s.value for f in text_string_to_metric_families(text) for s in f.samples
-            if s.name in wanted and s.labels.get("camera_id") == camera}
+            if (s.name in wanted and s.labels.get("camera_id") == camera) or s.name == "campusguard_shadow_alert_below"}
 
 
 @pytest.fixture(scope="module")
@@ -152,8 +153,12 @@ def test_the_broken_primarys_series_fire_the_alert_rule(broken, tmp_path):
     assert trusted >= 2  # so that at 16 minutes the low agreement alone would have fired
     labels = ",".join(f'{k}="{v}"' for k, v in (REPLICA | {"camera_id": "cam-broken"}).items())
 
-    def series(name: str, values: list[float]) -> dict:
-        return {"series": f"{name}{{{labels}}}", "values": " ".join(map(repr, values)) + f" {values[-1]!r}x30"}
+    floors = [s["campusguard_shadow_alert_below"] for s in broken]
+    assert floors == [0.95] * ROUNDS  # an fp32 primary: the default floor
+
+    def series(name: str, values: list[float], camera: bool = True) -> dict:
+        shown = labels if camera else ",".join(f'{k}="{v}"' for k, v in REPLICA.items())
+        return {"series": f"{name}{{{shown}}}", "values": " ".join(map(repr, values)) + f" {values[-1]!r}x30"}
 
     rule = next(r for g in yaml.safe_load(ALERT_RULES.read_text())["groups"] for r in g["rules"] if r.get("alert") == ALERT)
     fired = {"exp_labels": REPLICA | {"camera_id": "cam-broken", "severity": "warning"},
@@ -162,7 +167,8 @@ def test_the_broken_primarys_series_fire_the_alert_rule(broken, tmp_path):
     case = {"rule_files": [str(ALERT_RULES)], "evaluation_interval": "1m", "tests": [{
         "interval": "1m",
         "input_series": [series("campusguard_shadow_agreement", agreement),
-                         series("campusguard_shadow_window_frames", frames_in_window)],
+                         series("campusguard_shadow_window_frames", frames_in_window),
+                         series("campusguard_shadow_alert_below", floors, camera=False)],
         "alert_rule_test": [
             {"eval_time": "16m", "alertname": ALERT, "exp_alerts": []},  # low since minute 0, but too few frames
             {"eval_time": f"{trusted + 14}m", "alertname": ALERT, "exp_alerts": []},  # pending

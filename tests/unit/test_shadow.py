@@ -201,3 +201,16 @@ def test_a_reference_that_cannot_load_is_a_startup_error(tmp_path, weights):
     for field, value in (("shadow_device", "gpu"), ("shadow_backend", "tensorrt"), ("shadow_sample", 1.5)):
         with pytest.raises(ValidationError):
             settings(**{field: value})
+
+
+def test_the_alert_floor_follows_the_served_precision_unless_the_operator_sets_it():
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from app.inference.shadow.book import AgreementBook, alert_floor
+    from app.inference.shadow.collector import ShadowCollector
+
+    assert (alert_floor("fp32"), alert_floor("fp16"), alert_floor("bf16")) == (0.95, 0.95, 0.95)
+    assert alert_floor("int8") == 0.85 and alert_floor("int8", 0.7) == 0.7 and alert_floor("fp32", 0.99) == 0.99
+    registry = CollectorRegistry()
+    registry.register(ShadowCollector(lambda: AgreementBook(alert_below=0.85)))
+    assert "campusguard_shadow_alert_below 0.85" in generate_latest(registry).decode()

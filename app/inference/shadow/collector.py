@@ -43,6 +43,9 @@ class ShadowCollector(Collector):
             precision.add_metric([camera], s.precision)
             drift.add_metric([camera], s.confidence_drift)
         yield from (agreement, frames, recall, precision, drift)
+        yield GaugeMetricFamily(f"{NS}_alert_below", "Agreement below which CampusGuardShadowDisagreement fires for "
+                                "this replica (CAMPUSGUARD_SHADOW_ALERT_BELOW, default by served precision)",
+                                value=book.alert_below)
         compared, sampled, dropped = book.counters()
         total = CounterMetricFamily(f"{NS}_compared", "Frames run on the reference and compared, by camera "
                                     "(_all: every frame, with or without a camera)", labels=["camera_id"])

@@ -176,6 +176,7 @@ class ShadowLane:
         compared, sampled, dropped = self.book.counters()
         return {"enabled": True, "reference": self.describe, "sample": self.options.sample,
                 "min_interval_s": self.options.min_interval_s, "window_s": self.book.window_s,
+                "alert_below": self.book.alert_below,
                 "priority": self.priority, "queue": self.queue.qsize(), "queue_size": self.options.queue_size,
                 "sampled": sampled, "compared": sum(compared.values()), "dropped": dropped,
                 "overall": self.book.summary().as_dict(),

@@ -43,6 +43,8 @@ export function shadowCard(sh, openWorst) {
     [`Agreement (${window})`, pct(all.agreement)], ["Recall", pct(all.recall)], ["Precision", pct(all.precision)],
     ["Confidence drift", signed(all.confidence_drift)], ["Frames compared", String(sh.compared ?? 0)],
     ["Frames dropped", dropped(sh.dropped)]];
+  const floor = sh.alert_below ?? 0.95; // this replica's alert floor (by the served precision)
+  facts.splice(4, 0, ["Alert below", pct(floor)]);
   const rows = cameraRows(sh.cameras);
   const table = rows.length
     ? h("div", { class: "scroll" }, h("table", { class: "plain", id: "shadow-cameras" },
@@ -50,7 +52,7 @@ export function shadowCard(sh, openWorst) {
       h("thead", {}, h("tr", {}, ["Camera", "Agreement", "Recall", "Precision", "Drift", "Frames"].map(
         (t) => h("th", { scope: "col" }, t)))),
       h("tbody", {}, rows.map(([cam, a]) => h("tr", {},
-        h("td", {}, cam), h("td", { class: a.agreement !== null && a.agreement < 0.95 ? "refused" : "" }, pct(a.agreement)),
+        h("td", {}, cam), h("td", { class: a.agreement !== null && a.agreement < floor ? "refused" : "" }, pct(a.agreement)),
         h("td", {}, pct(a.recall)), h("td", {}, pct(a.precision)), h("td", {}, signed(a.confidence_drift)),
         h("td", {}, String(a.frames)))))))
     : h("p", { class: "muted" }, "No camera compared yet.");
