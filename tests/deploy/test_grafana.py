@@ -120,3 +120,12 @@ def test_camera_stream_panels(dashboard):
         assert name in flow
     assert "by (camera_id, reason)" in flow
     assert "campusguard_source_reconnects_total" in exprs(panel(dashboard, "Stream reconnects per hour by camera"))[0]
+
+
+def test_shadow_panels_show_agreement_against_the_replicas_alert_floor(dashboard):
+    """Issue #27: what CampusGuardShadowDisagreement watches, per camera, next to the floor it fires below."""
+    shown = " ".join(exprs(panel(dashboard, "Shadow agreement by camera, with the alert floor")))
+    assert "campusguard_shadow_agreement" in shown and "by (camera_id)" in shown
+    assert "campusguard_shadow_alert_below" in shown
+    flow = " ".join(exprs(panel(dashboard, "Shadow frames compared and dropped per minute")))
+    assert "campusguard_shadow_compared_total" in flow and "campusguard_shadow_dropped_total" in flow and "by (reason)" in flow
