@@ -158,6 +158,20 @@ def test_layers_ordered_for_caching(flavor):
     assert len(apt) <= 1 and all("rm -rf /var/lib/apt/lists/*" in r and "--no-install-recommends" in r for r in apt)
 
 
+@pytest.mark.parametrize("flavor", sorted(DOCKERFILES))
+def test_every_pip_install_checks_hashes(flavor):
+    """Each image installs its dependencies from its lock with --require-hashes; the only other
+    install is the project itself, without dependencies or a build-time download."""
+    ins = instructions(DOCKERFILES[flavor])
+    installs = pip_installs(ins)
+    copied = " ".join(rest for op, rest in ins if op == "COPY")
+    assert f"requirements/locks/{flavor}.txt" in copied
+    for cmd in installs:
+        project = cmd.endswith(" .")
+        assert ("--require-hashes" in cmd and " -r " in cmd) or (project and "--no-deps --no-build-isolation" in cmd), cmd
+    assert sum(1 for c in installs if c.endswith(" .")) == 1 and any("--require-hashes" in c for c in installs)
+
+
 def test_rocm_pip_installs_are_constrained_to_base_torch():
     """No pip install in the ROCm image may resolve torch from PyPI (a CUDA build): each installs
     exactly a hashed list with --no-deps, under constraints that hold the base image's torch."""
