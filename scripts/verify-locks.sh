@@ -1,9 +1,14 @@
 #!/usr/bin/env bash
 # Prove that every file an image lock names exists on the index with that sha256 for the image's
-# platform, without Docker: pip downloads the whole lock for that Python and Linux x86_64
-# (manylinux_2_28 and older tags, binary wheels only) with --require-hashes --no-deps.
+# platform, without Docker: pip fetches the whole lock for that Python and Linux x86_64
+# (manylinux_2_28 and older tags, binary wheels only) with --require-hashes. A complete lock
+# (cuda, dev) is resolved WITH dependencies (`pip install --dry-run --target`): hash-checking
+# mode refuses any dependency the lock lacks, so this also proves it complete and consistent.
+# The ROCm lock, which leaves the base image's torch out, and a lock cut by SKIP are fetched
+# with --no-deps. (--ignore-requires-python: pip would compare this machine's Python; uv
+# resolved for the target's.)
 #
-#   scripts/verify-locks.sh              # requirements/locks/cuda.txt and rocm.txt (about 4.7 GB, deleted after)
+#   scripts/verify-locks.sh              # requirements/locks/cuda.txt and rocm.txt (about 4.7 GB through pip's cache)
 #   scripts/verify-locks.sh rocm         # one lock (dev too: it is checked by `make setup` itself)
 #   SKIP='^(torch|torchvision|nvidia-|triton)' scripts/verify-locks.sh cuda   # leave the big CUDA wheels out
 #
@@ -27,19 +32,22 @@ for name in "${@:-cuda rocm}"; do
     else
       cp "$path" "$work/lock.txt"
     fi
+    mode=(--no-deps); how="files"
+    if [ -z "${SKIP:-}" ] && ! grep -q '^# Not hashed here' "$path"; then mode=(); how="complete"; fi
     echo "== $path (Python $python, manylinux_2_28_x86_64 and older)${SKIP:+, without $SKIP}"
     start=$SECONDS
-    if python3 -m pip download --disable-pip-version-check --progress-bar on --only-binary=:all: "${platforms[@]}" \
-        --python-version "$python" --implementation cp --require-hashes --no-deps -r "$work/lock.txt" -d "$work/files"; then
-      result="ok"
+    if python3 -m pip install --dry-run --ignore-installed --ignore-requires-python --target "$work/target" \
+        --disable-pip-version-check --progress-bar on --only-binary=:all: "${platforms[@]}" --python-version "$python" \
+        --implementation cp --require-hashes "${mode[@]}" -r "$work/lock.txt" --report "$work/report.json"; then
+      result="ok ($how)"
     else
       result="FAILED"; status=1
     fi
-    summary+=("$(printf '%-6s %-7s %5s files %8s %5ss' "$lock" "$result" "$(ls "$work/files" 2>/dev/null | wc -l)" \
-      "$(du -sh "$work/files" 2>/dev/null | cut -f1)" "$((SECONDS - start))")")
+    count=$(python3 -c "import json,sys; print(len(json.load(open(sys.argv[1]))['install']))" "$work/report.json" 2>/dev/null || echo -)
+    summary+=("$(printf '%-6s %-15s %5s packages %5ss' "$lock" "$result" "$count" "$((SECONDS - start))")")
     rm -rf "$work"
   done
 done
-printf '\n%-6s %-7s %11s %8s %6s\n' lock result files size time
+printf '\n%-6s %-15s %14s %6s\n' lock result packages time
 printf '%s\n' "${summary[@]}"
 exit $status
