@@ -4,15 +4,30 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 export YOLO_OFFLINE := 1
 
-.PHONY: setup system-deps tools run demo test lint clean
+.PHONY: setup system-deps tools lock run demo test lint clean
 
 setup: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml requirements/cpu.txt
+# The venv from the hashed lock of CPU nodes, development and CI (requirements/locks/dev.txt:
+# pyproject's dependencies with the dev, nvidia and openvino extras, torch from requirements/cpu.txt):
+# every file is checked against its sha256, and the project itself is installed without dependencies
+# (its build backend, setuptools, is in the lock too).
+$(VENV)/.installed: pyproject.toml requirements/locks/dev.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -r requirements/cpu.txt -e ".[dev,nvidia,openvino]"
+	$(PY) -m pip install -q --require-hashes -r requirements/locks/dev.txt
+	$(PY) -m pip install -q --no-deps --no-build-isolation -e .
 	touch $@
+
+# One hashed lock per install target (dev/CPU, CUDA image, ROCm image) in requirements/locks/,
+# resolved from pyproject.toml by uv in its own tool environment (scripts/lock.py). Run it after
+# every change to pyproject.toml's dependencies or to requirements/*.txt (tests/deploy/test_locks.py
+# fails until then); it keeps the locked versions. `make lock UPGRADE=1` moves every package to
+# its newest allowed release (the weekly refresh).
+lock: .tools/lock/.installed
+	.tools/lock/bin/python scripts/lock.py $(if $(UPGRADE),--upgrade)
+
+.tools/lock/.installed: requirements/tools/lock.txt scripts/tool-env.sh
+	scripts/tool-env.sh lock
 
 # Debian packages the tests use: promtool and the Prometheus server, nginx (deploy tests),
 # the PostgreSQL server (a throw-away cluster for the event-store tests, app/tooling/pgcluster.py), the

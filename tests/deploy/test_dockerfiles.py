@@ -143,39 +143,58 @@ def test_docker_run_without_a_key_exits_2(flavor, tmp_path):
 
 @pytest.mark.parametrize("flavor", sorted(DOCKERFILES))
 def test_layers_ordered_for_caching(flavor):
-    """Dependencies are installed from pyproject/requirements alone, before the app is copied."""
+    """Dependencies are installed from the image's lock alone, before the app is copied."""
     ins = final_stage(instructions(DOCKERFILES[flavor]))
     copies = [(i, rest) for i, (op, rest) in enumerate(ins) if op == "COPY"]
     app_copy = next(i for i, rest in copies if rest.split()[0] == "app")
     first_copy = copies[0]
-    assert first_copy[0] < app_copy and "pyproject.toml" in first_copy[1] and "requirements/" in first_copy[1]
-    deps_run = next(i for i, (op, rest) in enumerate(ins) if op == "RUN" and "-r /tmp/requirements.txt" in rest)
+    assert first_copy[0] < app_copy and f"requirements/locks/{flavor}.txt" in first_copy[1]
+    deps_run = next(i for i, (op, rest) in enumerate(ins) if op == "RUN" and "--require-hashes" in rest)
     assert first_copy[0] < deps_run < app_copy
-    project_run = next(i for i, (op, rest) in enumerate(ins) if op == "RUN" and "--no-deps ." in rest)
+    project_run = next(i for i, (op, rest) in enumerate(ins) if op == "RUN" and "--no-build-isolation" in rest)
     assert project_run > app_copy
     # one apt layer at most, cleaned in the same layer
     apt = [rest for op, rest in ins if op == "RUN" and "apt-get install" in rest]
     assert len(apt) <= 1 and all("rm -rf /var/lib/apt/lists/*" in r and "--no-install-recommends" in r for r in apt)
 
 
+@pytest.mark.parametrize("flavor", sorted(DOCKERFILES))
+def test_every_pip_install_checks_hashes(flavor):
+    """Each image installs its dependencies from its lock with --require-hashes; the only other
+    install is the project itself, without dependencies or a build-time download."""
+    ins = instructions(DOCKERFILES[flavor])
+    installs = pip_installs(ins)
+    copied = " ".join(rest for op, rest in ins if op == "COPY")
+    assert f"requirements/locks/{flavor}.txt" in copied
+    for cmd in installs:
+        project = cmd.endswith(" .")
+        assert ("--require-hashes" in cmd and " -r " in cmd) or (project and "--no-deps --no-build-isolation" in cmd), cmd
+    assert sum(1 for c in installs if c.endswith(" .")) == 1 and any("--require-hashes" in c for c in installs)
+
+
 def test_rocm_pip_installs_are_constrained_to_base_torch():
-    """No pip install in the ROCm image may resolve torch from PyPI (a CUDA build)."""
+    """No pip install in the ROCm image may resolve torch from PyPI (a CUDA build): each installs
+    exactly a hashed list with --no-deps, under constraints that hold the base image's torch."""
     ins = instructions(DOCKERFILES["rocm"])
     text = DOCKERFILES["rocm"].read_text()
     installs = pip_installs(ins)
     assert len(installs) >= 3
     for cmd in installs:
-        assert "-c /tmp/constraints.txt" in cmd, f"unconstrained: {cmd}"
+        assert "-c /tmp/constraints.txt" in cmd and "--no-deps" in cmd, f"unconstrained or resolving: {cmd}"
     # the constraints = the shipped file + the base image's own torch/torchvision versions
-    assert "COPY requirements/rocm-constraints.txt" in text
+    assert "COPY requirements/locks/rocm.txt requirements/rocm-constraints.txt" in text
     assert "cp rocm-constraints.txt /tmp/constraints.txt" in text
     freeze = next(c for op, rest in ins if op == "RUN" for c in rest.split("&&") if "--format=freeze" in c)
     assert ">> /tmp/constraints.txt" in freeze and "torch|torchvision" in freeze
-    # the dependency list leaves out what the base image and AMD provide
-    deps = next(c for op, rest in ins if op == "RUN" for c in rest.split("&&") if "pyproject-deps.py" in c)
-    assert {"torch", "torchvision", "onnxruntime"} <= set(shlex.split(deps))
+    # the lock leaves out what the base image and AMD provide (tests/deploy/test_locks.py checks its content)
+    assert any("--require-hashes --no-deps -c /tmp/constraints.txt -r rocm.txt" in c for c in installs)
+    # AMD's wheel: only with the sha256 pinned in ORT_ROCM_SHA256, and the build stops while it is empty
+    assert 'onnxruntime-rocm @ ${ORT_ROCM_WHEEL} --hash=sha256:${ORT_ROCM_SHA256}' in text
+    assert 'if [ -z "${ORT_ROCM_SHA256}" ]' in text and "deploy/scripts/pin-wheels.sh" in text
+    assert any("-r /tmp/onnxruntime-rocm.txt" in c and "--require-hashes" in c for c in installs)
+    assert "python -m pip check" in text
     # the project itself without dependencies, and the build fails if torch is not ROCm
-    assert any("--no-deps ." in c for c in installs)
+    assert any("--no-deps --no-build-isolation" in c and c.endswith(" .") for c in installs)
     assert text.count("torch.version.hip") >= 2
     # ONNX Runtime for AMD GPUs: AMD's wheel with MIGraphX/ROCm execution providers
     defaults = args_defaults(ins)
@@ -198,36 +217,20 @@ def test_rocm_constraints_file():
 
 
 def test_cuda_installs_gpu_runtimes():
+    """torch 2.9.1 (PyPI's Linux build is CUDA 12.8) and onnxruntime-gpu, from the hashed lock, one index."""
     ins = instructions(DOCKERFILES["cuda"])
     installs = pip_installs(ins)
-    assert any("-r cuda.txt" in c for c in installs)
-    assert all("-c cuda.txt" in c for c in installs if "-r cuda.txt" not in c)
+    assert installs[0] == "python -m pip install --require-hashes --no-deps -r requirements.lock"
+    assert "COPY requirements/locks/cuda.txt ./requirements.lock" in DOCKERFILES["cuda"].read_text()
+    assert all("--no-deps" in c for c in installs)
     pins = {l.split("==")[0]: l.split("==")[1] for l in (REPO / "requirements/cuda.txt").read_text().splitlines()
             if "==" in l and not l.startswith("#")}
     assert set(pins) == {"torch", "torchvision", "onnxruntime-gpu"}
-    assert pins["torch"].endswith("+cu128") and pins["torchvision"].endswith("+cu128")
-    assert "download.pytorch.org/whl/cu128" in args_defaults(ins)["TORCH_INDEX_URL"]
-    # no second index next to PyPI (a package of the same name there could win): --index-url, torch only
+    # the build fails unless torch is the CUDA 12.8 build
+    assert "torch.version.cuda" in DOCKERFILES["cuda"].read_text() and "startswith('12.8')" in DOCKERFILES["cuda"].read_text()
+    # no second index next to PyPI (a package of the same name there could win)
     text = DOCKERFILES["cuda"].read_text() + DOCKERFILES["rocm"].read_text()
-    assert "--extra-index-url" not in text
-    indexed = [c for c in installs if "--index-url" in c]
-    assert indexed and all("/tmp/torch.txt" in c for c in indexed)
-
-
-def test_pyproject_deps_script_matches_pyproject():
-    try:
-        import tomllib
-    except ModuleNotFoundError:  # Python 3.10
-        import tomli as tomllib
-
-    script = REPO / "deploy/docker/pyproject-deps.py"
-    out = subprocess.run([sys.executable, str(script), "--pyproject", str(REPO / "pyproject.toml"),
-                          "--exclude", "torch", "torchvision", "onnxruntime", "--extra", "amd"],
-                         capture_output=True, text=True, check=True).stdout.splitlines()
-    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
-    expected = [r for r in project["dependencies"] if not re.match(r"(torch|torchvision|onnxruntime)\b(?![-_])", r)]
-    assert out == expected + project["optional-dependencies"]["amd"]
-    assert not any(re.match(r"(torch|torchvision|onnxruntime)([<>=!~;\[ ]|$)", line) for line in out)
+    assert "--extra-index-url" not in text and "--index-url" not in text and "TORCH_INDEX_URL" not in text
 
 
 # --- .dockerignore ----------------------------------------------------------------------
