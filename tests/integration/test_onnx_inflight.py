@@ -47,16 +47,16 @@ def batch(dataset) -> np.ndarray:
     return to_batch([letterbox(decode_image(p.read_bytes(), 10**8), (IMGSZ, IMGSZ))[0] for p in files])
 
 
-def test_auto_is_one_request_per_core_and_one_core_means_none(weights, onnx_cache, detectors):
-    assert auto_inflight(2) == 2 and auto_inflight(1) == 1 and auto_inflight(64) == 8
-    assert detectors[0].inflight == 2 and detectors[1].inflight == 1
-    auto = wiring.load_detector(settings(weights, onnx_cache, threads=2))  # REQUESTS_IN_FLIGHT=0: auto
-    single = wiring.load_detector(settings(weights, onnx_cache, threads=1))
+def test_auto_is_one_at_a_time_and_a_count_is_opt_in(weights, onnx_cache, detectors):
+    """Auto (0) is 1 on ORT (through the server 2 in flight measured slower here: docs/benchmarks.md);
+    an explicit count of 2 or more turns the fan-out on."""
+    assert auto_inflight(2) == 1 and auto_inflight(0) == 1
+    assert detectors[0].inflight == 2 and detectors[1].inflight == 1 and detectors[1]._fan_out is None
+    auto = wiring.load_detector(settings(weights, onnx_cache))  # REQUESTS_IN_FLIGHT=0: auto
     try:
-        assert auto.inflight == 2 and single.inflight == 1 and single._fan_out is None
+        assert auto.inflight == 1 and auto._fan_out is None
     finally:
         auto.close()
-        single.close()
 
 
 def test_runs_overlap_and_match_one_at_a_time(detectors, batch):

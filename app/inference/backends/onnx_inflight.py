@@ -10,6 +10,7 @@ fan-out is N threads calling ``run`` on one session built with ``intra_op_num_th
 A single frame still runs on the service's own session with every intra-op thread: alone
 on a one-thread session it would take about twice as long on two cores. The micro-batcher
 still groups frames by shape; this only decides how one group's frames share the cores.
+Opt-in (``auto_inflight``): through the server it has not yet measured faster here.
 """
 
 from __future__ import annotations
@@ -22,11 +23,14 @@ import numpy as np
 
 
 def auto_inflight(threads: int) -> int:
-    """``CAMPUSGUARD_REQUESTS_IN_FLIGHT=0`` on ORT CPU: one request per core the backend may
-    use (``threads``, 0 = all), capped at 8. ``campusguard bench``'s sweep backs the rule
-    (docs/benchmarks.md); 1 means no fan-out at all."""
-    cores = threads if threads > 0 else (os.cpu_count() or 1)
-    return max(1, min(8, cores))
+    """``CAMPUSGUARD_REQUESTS_IN_FLIGHT=0`` on ORT CPU: 1, no fan-out. Measured on the 2-core
+    host (docs/benchmarks.md, "Requests in flight"): 2 in flight make the model call alone
+    1.25x faster, but the server with 4 clients ran at 0.88-0.91x of one in flight in two runs,
+    and auto must never be slower than one. Set the count explicitly where your own
+    ``campusguard bench --stage inflight --inflight-servers`` shows a gain (``threads`` is
+    the core budget such a count should not exceed)."""
+    del threads
+    return 1
 
 
 class FanOut:
