@@ -9,8 +9,9 @@ the per-round ratios to one request in flight):
   ``CAMPUSGUARD_REQUESTS_IN_FLIGHT=0`` (auto) resolves to. The auto count must never be
   slower than one: the table says whether it is;
 * **the servers** (``--inflight-servers``): a real ``campusguard serve`` per backend with
-  the auto count and one with 1 in flight, fed by ``--clients`` concurrent HTTP clients on
-  the same frame (issue #32: the chosen count >= 1.05x one request in flight).
+  the auto count, with 1 in flight and with the sweep's fastest count (when auto is another),
+  fed by ``--clients`` concurrent HTTP clients on the same frame (issue #32: the chosen
+  count >= 1.05x one request in flight).
 """
 
 from __future__ import annotations
@@ -81,23 +82,33 @@ def sweep(args, variant: str, frames: np.ndarray, progress: Callable[[str], None
             "auto_not_slower": ratio[0] >= 0.97}  # within the rounds' noise of one
 
 
-def servers(args, variants: list[str], frame: bytes, progress: Callable[[str], None]) -> dict[str, Any]:
-    """A server per variant with the auto count and with 1 in flight, ``--clients`` clients each."""
+def server_counts(row: dict[str, Any]) -> list[tuple[str, int]]:
+    """(label, setting) of the servers a sweep row asks for: auto, 1, and the sweep's fastest count
+    when auto resolves to another one (so an opt-in count is measured through the server too)."""
+    numeric = {int(c): r for c, r in row["vs_one"].items() if c != "auto"}
+    best = max(numeric, key=numeric.__getitem__)
+    extra = [(str(best), best)] if best not in (1, row["auto_count"]) else []
+    return [("auto", 0), ("1", 1), *extra]
+
+
+def servers(args, rows: list[dict[str, Any]], frame: bytes, progress: Callable[[str], None]) -> dict[str, Any]:
+    """A server per variant and count (``server_counts``), ``--clients`` clients each."""
     from app.tooling.bench.service_ratios import server_step, start_server, wait_ready
 
     tmp = Path(tempfile.mkdtemp(prefix="campusguard-inflight-"))
     procs, steps, port = {}, {}, args.port
     try:
-        for variant in variants:
+        for row in rows:
+            variant = row["variant"]
             backend, precision = variant.split(":")
-            for count in (0, 1):
+            for label, count in server_counts(row):
                 settings = settings_for(args, backend, precision, count)
                 env = {"CAMPUSGUARD_BACKEND": backend, "CAMPUSGUARD_PRECISION": precision,
                        "CAMPUSGUARD_WEIGHTS": str(settings.weights), "CAMPUSGUARD_IMGSZ": str(args.imgsz),
                        "CAMPUSGUARD_THREADS": str(args.threads), "CAMPUSGUARD_ONNX_CACHE_DIR": str(settings.onnx_cache_dir),
                        "CAMPUSGUARD_CALIBRATION_IMAGES": str(args.calibration_images),
                        "CAMPUSGUARD_REQUESTS_IN_FLIGHT": str(count), "CAMPUSGUARD_WARMUP_ITERS": "2"}
-                name = f"{variant} {'auto' if count == 0 else 1}"
+                name = f"{variant} {label}"
                 procs[name] = (f"http://127.0.0.1:{port}", start_server(env, port, tmp / f"server-{port}.log"))
                 port += 1
         for name, (url, proc) in procs.items():
@@ -118,9 +129,12 @@ def servers(args, variants: list[str], frame: bytes, progress: Callable[[str], N
             proc.terminate()
             proc.wait(timeout=30)
     out = {"img_s": {n: round(float(np.median(r)), 2) for n, r in rates.items()}, "per_round": rates, "ratios": {}}
-    for variant in variants:
-        out["ratios"][f"{variant}: auto / 1 in flight"] = round(float(np.median(
-            np.array(rates[f"{variant} auto"]) / np.array(rates[f"{variant} 1"]))), 3)
+    for row in rows:
+        variant = row["variant"]
+        for label, _ in server_counts(row):
+            if label != "1":
+                out["ratios"][f"{variant}: {label} / 1 in flight"] = round(float(np.median(
+                    np.array(rates[f"{variant} {label}"]) / np.array(rates[f"{variant} 1"]))), 3)
     return out
 
 
@@ -139,7 +153,7 @@ def run_inflight(args, images: list[Path]) -> dict[str, Any]:
     result: dict[str, Any] = {"sweep": [sweep(args, v, frames, say) for v in variants]}
     if args.inflight_servers:
         frame = camera_jpegs(images, (1920, 1080), count=1)[0]
-        result["servers"] = servers(args, variants, frame, say)
+        result["servers"] = servers(args, result["sweep"], frame, say)
     return result
 
 
