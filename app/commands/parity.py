@@ -1,8 +1,13 @@
-"""Detections of one backend, device and precision against a stored reference (parity check).
+"""Detections of one device and precision against a CPU reference (GPU parity check).
 
-    campusguard parity --write-reference ref.json                      # here, on the CPU (torch fp32)
+    campusguard parity --write-reference ref.json                      # here, on the CPU
     campusguard parity --reference ref.json --device cuda:0 --precisions fp32,fp16   # on the GPU
+    campusguard parity --reference ref.json --backend onnx --precisions int8 --calibration frames/
     campusguard parity --reference ref.json --backend openvino --precisions fp32,bf16   # OpenVINO on the CPU
+
+A reduced precision is the model the service would serve: built (int8: calibrated on
+``--calibration``, the same cached model the service finds for the same frames) and gated
+against fp32; one that fails its gate is an error here, since the service would serve fp32.
 
 Exit 1 when a precision misses the recall / precision floor, so a script notices.
 """
@@ -13,12 +18,17 @@ import argparse
 import json
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from app.tooling.bench import report
 from app.tooling.bench.args import csv_list
 from app.tooling.bench.parity import as_boxes, compare
 from app.commands.common import imgsz_arg
 from app.core.errors import ConfigError
+
+if TYPE_CHECKING:
+    from app.config import Settings
+    from app.inference.backends.base import Detector
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -28,13 +38,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default="cpu", help="cpu or cuda:N")
     parser.add_argument("--backend", choices=("torch", "onnx", "openvino"), default="torch")
     parser.add_argument("--precisions", type=csv_list(str, ("fp32", "fp16", "bf16", "int8")), default=["fp32"],
-                        help="comma list; bf16 and int8 run on openvino (int8 also on onnx) on the CPU, built and "
-                             "gated as the service does")
+                        help="comma list; bf16 runs on openvino, int8 on onnx and openvino (CPU)")
     parser.add_argument("--onnx-cache-dir", type=Path, default=None,
                         help="where built models (ONNX exports, int8 models, OpenVINO IR) are cached "
                              "(default: CAMPUSGUARD_ONNX_CACHE_DIR's default, the data folder)")
-    parser.add_argument("--calibration-dir", type=Path, default=None,
-                        help="int8 calibration frames (default: CAMPUSGUARD_CALIBRATION_DIR's default)")
+    parser.add_argument("--calibration", type=Path, default=None, metavar="DIR",
+                        help="int8: the calibration frames (CAMPUSGUARD_CALIBRATION_DIR); the service's frames find "
+                             "the model it serves")
     parser.add_argument("--threads", type=int, default=0, help="CPU threads (0 = all cores)")
     parser.add_argument("--shapes", default="", help="more fixed shapes (CAMPUSGUARD_SHAPES)")
     parser.add_argument("--decode", choices=("reduced", "full"), default="reduced",
@@ -54,17 +64,20 @@ def detect_all(args: argparse.Namespace, precision: str) -> dict[str, list[list[
     from app.config import Settings
     from app.inference.vision.decode import image_files
 
+    calibration = getattr(args, "calibration", None)
+    cache = getattr(args, "onnx_cache_dir", None)
     try:
-        extra = {k: v for k in ("onnx_cache_dir", "calibration_dir") if (v := getattr(args, k, None)) is not None}
         settings = Settings(_env_file=None, backend=args.backend, weights=args.weights, device=args.device,
                             imgsz=args.imgsz, precision=precision, threads=args.threads, shapes=args.shapes,
-                            decode_reduce=args.decode == "reduced", **extra)
+                            decode_reduce=args.decode == "reduced",
+                            **({"calibration_dir": calibration} if calibration is not None else {}),
+                            **({"onnx_cache_dir": cache} if cache is not None else {}))
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     paths = image_files(args.images)
     if not paths:
         raise ConfigError(f"no images in {args.images}")
-    detector = wiring.load_detector(settings)
+    detector = served_detector(settings)
     pipeline = wiring.build_pipeline(settings, detector)
     from app.inference.accuracy import upscaled
 
@@ -72,6 +85,21 @@ def detect_all(args: argparse.Namespace, precision: str) -> dict[str, list[list[
     found = {p.name: as_boxes(dets) for p, dets in zip(paths, pipeline.detect([transform(p.read_bytes()) for p in paths]))}
     detector.close()
     return found
+
+
+def served_detector(settings: "Settings") -> "Detector":
+    """The detector the service would serve at ``settings.precision``: a reduced precision that
+    fails its gate is an error, not a silent fp32 (parity would compare fp32 with fp32)."""
+    from app import wiring
+
+    if settings.precision == "fp32":
+        return wiring.load_detector(settings)
+    provisioned = wiring.provision_detector(settings)
+    if provisioned.fallback:
+        provisioned.detector.close()
+        raise ConfigError(f"{provisioned.verdict.summary}: the service would serve fp32 instead, so there is no "
+                          f"{settings.precision} model to compare")
+    return provisioned.detector
 
 
 def run(args: argparse.Namespace) -> int:
