@@ -25,7 +25,7 @@ import numpy as np
 def auto_inflight(threads: int) -> int:
     """``CAMPUSGUARD_REQUESTS_IN_FLIGHT=0`` on ORT CPU: 1, no fan-out. Measured on the 2-core
     host (docs/benchmarks.md, "Requests in flight"): 2 in flight make the model call alone
-    1.25x faster, but the server with 4 clients ran at 0.88-0.91x of one in flight in two runs,
+    1.25x faster, but the server with 4 clients ran at 0.86-0.91x of one in flight in three runs,
     and auto must never be slower than one. Set the count explicitly where your own
     ``campusguard bench --stage inflight --inflight-servers`` shows a gain (``threads`` is
     the core budget such a count should not exceed)."""
