@@ -141,9 +141,12 @@ def check_shadow(settings: Settings) -> None:
     from app.inference.backends.models import require_weights
 
     weights = shadow_weights(settings)
-    if settings.shadow_backend == "torch" and weights.suffix.lower() == ".onnx":
-        raise ConfigError(f"CAMPUSGUARD_SHADOW_BACKEND=torch cannot load {weights}: set CAMPUSGUARD_SHADOW_WEIGHTS to "
-                          "the .pt, or CAMPUSGUARD_SHADOW_BACKEND=onnx")
+    if settings.shadow_backend in ("torch", "openvino") and weights.suffix.lower() == ".onnx":
+        raise ConfigError(f"CAMPUSGUARD_SHADOW_BACKEND={settings.shadow_backend} cannot load {weights}: set "
+                          "CAMPUSGUARD_SHADOW_WEIGHTS to the .pt, or CAMPUSGUARD_SHADOW_BACKEND=onnx")
+    if settings.shadow_backend == "openvino" and settings.shadow_device != "cpu":
+        raise ConfigError(f"CAMPUSGUARD_SHADOW_BACKEND=openvino runs on the CPU only, not on "
+                          f"CAMPUSGUARD_SHADOW_DEVICE={settings.shadow_device}")
     try:
         require_weights(weights)
     except ConfigError as exc:
@@ -151,15 +154,16 @@ def check_shadow(settings: Settings) -> None:
 
 
 def reference_options(settings: Settings) -> BackendOptions:
-    """fp32, one square-or-fixed shape (IMGSZ, never SHAPES), batch 1; one CPU thread unless both
-    runtimes are torch (torch's thread pool is per process: the reference must not shrink it)."""
+    """fp32, one square-or-fixed shape (IMGSZ, never SHAPES), batch 1, one request at a time; one CPU
+    thread unless both runtimes are torch (torch's thread pool is per process: the reference must
+    not shrink it)."""
     cpu = settings.shadow_device == "cpu"
     threads = settings.resolved_threads if settings.shadow_backend == settings.backend == "torch" else 1
     return BackendOptions(
         backend=settings.shadow_backend, weights=shadow_weights(settings), model_name="reference",
         device=settings.shadow_device, imgsz=settings.imgsz, precision="fp32", threads=threads,
         onnx_providers=("CPUExecutionProvider",) if cpu else tuple(settings.onnx_providers),
-        onnx_cache_dir=settings.onnx_cache_dir, onnx_cpu_fallback=False, max_batch_size=1)
+        onnx_cache_dir=settings.onnx_cache_dir, onnx_cpu_fallback=False, max_batch_size=1, inflight=1)
 
 
 def shadow_options(settings: Settings) -> "ShadowOptions":

@@ -127,6 +127,13 @@ def onnx_cache(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("onnx-cache")
 
 
+@pytest.fixture(scope="session")
+def openvino_cache(tmp_path_factory) -> Path:
+    """One model cache for every OpenVINO test of the session: each IR (weights, shape,
+    precision, calibration frames) is built once."""
+    return tmp_path_factory.mktemp("openvino-cache")
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

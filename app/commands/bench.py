@@ -75,12 +75,19 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-plots", action="store_true")
     parser.add_argument("--no-progress", action="store_true")
     stage = parser.add_argument_group("CPU-side stages (app/tooling/bench/stages.py)")
-    stage.add_argument("--stage", choices=("models", "preprocess", "postprocess", "service"), default="models",
+    stage.add_argument("--stage", choices=("models", "preprocess", "postprocess", "service", "inflight"),
+                       default="models",
                        help="models: the migration table (default); preprocess: decode + letterbox img/s per core "
                             "at 720p/1080p/4K; postprocess: NMS on a real (16, 84, 8400) head, host and device; "
                             "service: issue #28's ratios (servers fp32 and int8 vs bare session.run, the full-decode "
-                            "loop and the Ultralytics loop) in one interleaved run")
+                            "loop and the Ultralytics loop) in one interleaved run; inflight: the sweep of requests "
+                            "in flight (onnx, openvino) and the count auto picks, optionally through servers")
     stage.add_argument("--clients", type=int, default=4, help="concurrent HTTP clients of --stage service")
+    stage.add_argument("--inflight-variants", type=csv_list(str), default=None, metavar="BACKEND:PRECISION,...",
+                       help="--stage inflight: the sweep of requests in flight (1 .. cores, and auto) per variant "
+                            "(default onnx:fp32,openvino:int8; a micro-batch of --clients frames)")
+    stage.add_argument("--inflight-servers", action="store_true",
+                       help="--stage inflight: also a server per variant at auto and at 1 in flight, --clients clients")
     stage.add_argument("--port", type=int, default=18290, help="first port of --stage service's servers")
     stage.add_argument("--server-threads", type=csv_list(int), default=None,
                        help="ONNX Runtime threads of --stage service's servers, a comma list: one server per value "

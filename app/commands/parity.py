@@ -3,6 +3,7 @@
     campusguard parity --write-reference ref.json                      # here, on the CPU
     campusguard parity --reference ref.json --device cuda:0 --precisions fp32,fp16   # on the GPU
     campusguard parity --reference ref.json --backend onnx --precisions int8 --calibration frames/
+    campusguard parity --reference ref.json --backend openvino --precisions fp32,bf16   # OpenVINO on the CPU
 
 A reduced precision is the model the service would serve: built (int8: calibrated on
 ``--calibration``, the same cached model the service finds for the same frames) and gated
@@ -35,8 +36,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--images", type=Path, default=Path("../shared/datasets/coco-val128/images"))
     parser.add_argument("--imgsz", type=imgsz_arg, default=640)
     parser.add_argument("--device", default="cpu", help="cpu or cuda:N")
-    parser.add_argument("--backend", choices=("torch", "onnx"), default="torch")
-    parser.add_argument("--precisions", type=csv_list(str, ("fp32", "fp16", "int8")), default=["fp32"])
+    parser.add_argument("--backend", choices=("torch", "onnx", "openvino"), default="torch")
+    parser.add_argument("--precisions", type=csv_list(str, ("fp32", "fp16", "bf16", "int8")), default=["fp32"],
+                        help="comma list; bf16 runs on openvino, int8 on onnx and openvino (CPU)")
+    parser.add_argument("--onnx-cache-dir", type=Path, default=None,
+                        help="where built models (ONNX exports, int8 models, OpenVINO IR) are cached "
+                             "(default: CAMPUSGUARD_ONNX_CACHE_DIR's default, the data folder)")
     parser.add_argument("--calibration", type=Path, default=None, metavar="DIR",
                         help="int8: the calibration frames (CAMPUSGUARD_CALIBRATION_DIR); the service's frames find "
                              "the model it serves")
@@ -60,11 +65,13 @@ def detect_all(args: argparse.Namespace, precision: str) -> dict[str, list[list[
     from app.inference.vision.decode import image_files
 
     calibration = getattr(args, "calibration", None)
+    cache = getattr(args, "onnx_cache_dir", None)
     try:
         settings = Settings(_env_file=None, backend=args.backend, weights=args.weights, device=args.device,
                             imgsz=args.imgsz, precision=precision, threads=args.threads, shapes=args.shapes,
                             decode_reduce=args.decode == "reduced",
-                            **({"calibration_dir": calibration} if calibration is not None else {}))
+                            **({"calibration_dir": calibration} if calibration is not None else {}),
+                            **({"onnx_cache_dir": cache} if cache is not None else {}))
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     paths = image_files(args.images)
@@ -100,7 +107,8 @@ def run(args: argparse.Namespace) -> int:
     if args.write_reference is not None:
         found = detect_all(args, args.precisions[0])
         args.write_reference.parent.mkdir(parents=True, exist_ok=True)
-        payload = {"meta": report.environment() | {"device": args.device, "precision": args.precisions[0],
+        payload = {"meta": report.environment() | {"device": args.device, "backend": args.backend,
+                                                   "precision": args.precisions[0],
                                                    "decode": args.decode, "upscale": args.upscale,
                                                    "imgsz": args.imgsz, "weights": args.weights.name},
                    "detections": found}
@@ -113,16 +121,18 @@ def run(args: argparse.Namespace) -> int:
     rows = []
     for precision in args.precisions:
         result = compare(reference["detections"], detect_all(args, precision), args.min_recall, args.min_precision)
-        rows.append({"device": args.device, "precision": precision} | result.as_dict())
+        rows.append({"device": args.device, "backend": args.backend, "precision": precision} | result.as_dict())
     args.out.mkdir(parents=True, exist_ok=True)
     report.write_json(args.out / "parity.json", {"reference": reference.get("meta", {}), "rows": rows})
-    table = report.markdown_table(rows, [("device", "device", 0), ("precision", "precision", 0), ("images", "images", 0),
+    table = report.markdown_table(rows, [("device", "device", 0), ("backend", "backend", 0), ("precision", "precision", 0),
+                                         ("images", "images", 0),
                                          ("reference_boxes", "CPU boxes", 0), ("boxes", "boxes", 0),
                                          ("recall", "recall", 3), ("box_precision", "box precision", 3),
                                          ("mean_iou", "mean IoU", 3), ("max_conf_diff", "max conf diff", 3),
                                          ("passed", "passed", 0)])
-    report.write_markdown(args.out / "parity.md", "GPU parity with the CPU reference",
-                          [f"Reference: {reference.get('meta', {}).get('device', '?')} "
+    report.write_markdown(args.out / "parity.md", "Parity with the reference",
+                          [f"Reference: {reference.get('meta', {}).get('backend', 'torch')} "
+                           f"{reference.get('meta', {}).get('device', '?')} "
                            f"{reference.get('meta', {}).get('precision', '?')}; a box matches a reference box of the "
                            "same class at IoU >= 0.5.", table])
     print((args.out / "parity.md").read_text())

@@ -99,8 +99,8 @@ class Settings(BaseSettings):
     gate_conf: float = Field(0.4, gt=0, lt=1, description="Confidence the unlabelled gate compares detections at")
     threads: int = Field(0, ge=0, description="CPU threads for the backend; 0 = all cores")
     requests_in_flight: int = Field(0, ge=0, le=64, description=(
-        "openvino: inference requests run side by side (a micro-batch's images, one request each, on OpenVINO's "
-        "THROUGHPUT streams); 0 = the number OpenVINO finds best, 1 = one at a time (LATENCY hint)"))
+        "openvino, onnx on CPU: a micro-batch's frames run side by side, one request each; 0 = auto (OpenVINO's "
+        "choice; ORT: 1, opt-in), 1 = one at a time"))
     onnx_providers: Annotated[list[str], NoDecode] = Field(
         default_factory=lambda: ["migraphx", "rocm", "cuda", "cpu"],
         description="Ordered execution-provider preference; the first available is used",
@@ -113,7 +113,7 @@ class Settings(BaseSettings):
         False, description="Accept ONNX Runtime falling back to CPU when the GPU provider fails (default: refuse)")
 
     # --- shadow reference (docs/shadow.md) ----------------------------------------------------
-    shadow_backend: Literal["", "torch", "onnx"] = Field("", description="Reference runtime for shadowed frames; empty = off")
+    shadow_backend: Literal["", "torch", "onnx", "openvino"] = Field("", description="Reference runtime; empty = off")
     shadow_weights: Path | None = Field(None, description="The reference's model (.pt, or .onnx for onnx); default: WEIGHTS")
     shadow_device: str = Field("cpu", description="Where the reference runs: cpu or cuda:N (always fp32)")
     shadow_sample: float = Field(0.01, ge=0, le=1, description="Fraction of answered frames also run on the reference")

@@ -48,11 +48,6 @@ def no_network():
         yield attempts
 
 
-@pytest.fixture(scope="session")
-def openvino_cache(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("openvino-cache")
-
-
 @pytest.fixture(scope="module")
 def frames(dataset, tmp_path_factory) -> Path:
     return make_dataset(tmp_path_factory.mktemp("ov-calib") / "frames", dataset, n=16)

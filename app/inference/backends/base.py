@@ -35,7 +35,7 @@ class BackendOptions:
     onnx_cache_dir: Path = Path(".cache/campusguard")
     onnx_cpu_fallback: bool = False
     max_batch_size: int = 8
-    inflight: int = 0  # requests in flight (openvino): 0 = what the runtime finds best, 1 = one at a time
+    inflight: int = 0  # requests in flight (openvino, onnx on CPU): 0 = what the runtime finds best, 1 = one at a time
 
     @property
     def half(self) -> bool:

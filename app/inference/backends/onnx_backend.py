@@ -31,6 +31,7 @@ from app.inference.devices import gpu_memory_without_torch, process_memory, torc
 from app.core.types import DeviceInfo, GpuInventory, MemoryStats
 from app.core.errors import ConfigError, OutOfMemory
 from app.inference.backends.base import BackendOptions
+from app.inference.backends.onnx_inflight import FanOut, auto_inflight
 from app.inference.export import META_IMGSZ, cached_export_path, export_onnx, file_digest
 from app.core.memory import trim_heap
 
@@ -119,7 +120,7 @@ class OnnxDetector:
                  providers: Sequence[str] = ("CPUExecutionProvider",), threads: int = 1,
                  cache_dir: Path = Path(".cache/campusguard"), migraphx_fp16: bool = False,
                  max_batch_size: int = 8, half: bool = False, cpu_fallback: bool = False,
-                 model_name: str | None = None) -> None:
+                 model_name: str | None = None, inflight: int = 1) -> None:
         index = parse_device(device)
         inventory = GpuInventory("none") if index is None else _gpu_inventory()
         self._device_info = validate_device(device, inventory)
@@ -182,6 +183,20 @@ class OnnxDetector:
         self.model_name = model_name or model_path.stem
         self._arena = arena_spec(self.provider, self._device_info.index)
         self._shrink_next = False
+        self._fan_out = self._in_flight(model_path, opts, chosen, inflight, threads)
+        self.inflight = self._fan_out.count if self._fan_out is not None else 1
+
+    def _in_flight(self, model_path: Path, opts: ort.SessionOptions, providers: list[str], inflight: int,
+                   threads: int) -> FanOut | None:
+        """On the CPU provider, a second session with one intra-op thread that runs a
+        micro-batch's images side by side (onnx_inflight.py); None for one at a time."""
+        count = auto_inflight(threads) if inflight == 0 else inflight
+        if self.provider != CPU or self.fixed_batch not in (None, 1) or count < 2:
+            return None
+        opts.intra_op_num_threads = 1
+        session = ort.InferenceSession(str(model_path), sess_options=opts, providers=[CPU])
+        name = self.input_name
+        return FanOut(lambda one: session.run(None, {name: one})[0].astype(np.float32, copy=False), count)
 
     @classmethod
     def from_options(cls, options: BackendOptions) -> "OnnxDetector":
@@ -210,10 +225,12 @@ class OnnxDetector:
     def _build(cls, model_path: Path, options: BackendOptions) -> "OnnxDetector":
         return cls(model_path, options.device, options.imgsz, list(options.onnx_providers), options.threads,
                    options.onnx_cache_dir, options.half, options.max_batch_size, options.half,
-                   options.onnx_cpu_fallback, options.model_name)
+                   options.onnx_cpu_fallback, options.model_name, options.inflight)
 
     def infer(self, batch: np.ndarray) -> np.ndarray:
         batch = batch.astype(self.input_dtype, copy=False)
+        if self._fan_out is not None and len(batch) > 1:
+            return self._fan_out(batch)
         if self.fixed_batch is None or len(batch) == self.fixed_batch:
             return self._run(batch)
         outs = []
@@ -227,8 +244,11 @@ class OnnxDetector:
         return np.concatenate(outs)
 
     def raw_call(self, batch: np.ndarray) -> Callable[[], object]:
-        """``session.run`` alone on a letterboxed batch, the input already converted."""
+        """``session.run`` alone on a letterboxed batch, the input already converted (a batch
+        of several images: side by side when requests are in flight)."""
         session, feed = self.session, {self.input_name: batch.astype(self.input_dtype)}
+        if self._fan_out is not None and len(batch) > 1:
+            return lambda: self._fan_out(feed[self.input_name])
         return lambda: session.run(None, feed)
 
     def _run(self, batch: np.ndarray) -> np.ndarray:
@@ -267,6 +287,9 @@ class OnnxDetector:
         trim_heap()
 
     def close(self) -> None:
+        if self._fan_out is not None:
+            self._fan_out.close()
+            self._fan_out = None
         self.session = None
 
 

@@ -34,6 +34,22 @@ META = "campusguard.json"  # beside model.xml: names, shape, precision, the sour
 IR_PRECISION = {"fp32": "fp32", "bf16": "fp32", "int8": "int8"}  # bf16 is a runtime hint on the fp32 IR
 
 
+def exporter_int8(model, example, out: Path, dataset) -> None:
+    """Ultralytics' int8 recipe: NNCF with the ignored scope on the Detect head (every Sigmoid,
+    the box decoding, DFL) kept in float."""
+    from ultralytics.utils.export.openvino import torch2openvino
+
+    torch2openvino(model, example, output_dir=out, dynamic=False, quantize=8, calibration_dataset=dataset,
+                   int8_detect=True)
+
+
+# How an int8 IR is quantised: name -> builder(model, example input, output folder, nncf.Dataset).
+# The name is part of the IR's cache key. One recipe today; issue #32's MOC + NNCF recipe would be
+# a second row, picked per shape by measured mAP. The precision gate judges whatever a recipe made.
+INT8_RECIPES: dict[str, Callable[..., None]] = {"exporter": exporter_int8}
+INT8_RECIPE = "exporter"
+
+
 def import_openvino() -> ModuleType:
     """``openvino`` with telemetry off for this process (OpenVINO's converter and NNCF send
     usage statistics unless ``openvino_telemetry`` is importable and opted out)."""
@@ -53,7 +69,7 @@ def ir_folder(cache_dir: Path, weights: Path, shape: tuple[int, int], precision:
     """Where the IR of ``weights`` at ``shape`` lives: keyed by the weights' content, the shape,
     the IR's precision and, for int8, the calibration frames."""
     kind = IR_PRECISION[precision]
-    tail = f"-{frames_key(frames)}" if kind == "int8" else ""
+    tail = f"-{INT8_RECIPE}-{frames_key(frames)}" if kind == "int8" else ""
     return cache_dir / "openvino" / f"{weights.stem}-{format_imgsz(shape)}-{kind}-{weights_key(weights)}{tail}"
 
 
@@ -103,11 +119,15 @@ def _build(weights: Path, shape: tuple[int, int], kind: str, frames: tuple[Path,
     # NNCF draws rich progress bars on stdout, which carries a command's results; its log says every op it skips.
     logging.getLogger("nncf").setLevel(logging.WARNING)
     with contextlib.redirect_stdout(io.StringIO()):
-        torch2openvino(model, torch.zeros(1, 3, *shape), output_dir=out, dynamic=False,
-                       quantize=8 if kind == "int8" else None, calibration_dataset=dataset, int8_detect=True)
+        if kind == "int8":
+            INT8_RECIPES[INT8_RECIPE](model, torch.zeros(1, 3, *shape), out, dataset)
+        else:
+            torch2openvino(model, torch.zeros(1, 3, *shape), output_dir=out, dynamic=False)
     torch.set_num_threads(saved_threads)
     meta = {"names": {int(k): str(v) for k, v in model.names.items()}, "shape": list(shape), "precision": kind,
             "weights": str(weights), "weights_sha256_12": weights_key(weights), "calibration_frames": len(frames)}
+    if kind == "int8":
+        meta["int8_recipe"] = INT8_RECIPE
     (out / META).write_text(json.dumps(meta, indent=1))
 
 

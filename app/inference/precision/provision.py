@@ -72,7 +72,7 @@ def provision(options: BackendOptions, precision: PrecisionOptions, progress: Pr
     progress(f"loading the fp32 reference model ({requested} is gated against it)")
     reference = load_backend(replace(options, precision=REFERENCE))
     try:
-        candidate = _build(options, precision, progress)
+        candidate = build_model(options, precision, progress)
     except BaseException:
         reference.close()
         raise
@@ -96,7 +96,9 @@ def _pipeline(detector: Detector, precision: PrecisionOptions) -> Pipeline:
     return Pipeline(detector, cache_clear_every=0, max_pixels=precision.max_pixels, decode=precision.decode)
 
 
-def _build(options: BackendOptions, precision: PrecisionOptions, progress: Progress) -> Detector:
+def build_model(options: BackendOptions, precision: PrecisionOptions, progress: Progress = lambda _: None) -> Detector:
+    """The model at ``options.precision``, built (or found cached) but NOT gated: what
+    ``provision`` gates, and what a benchmark loads again once the gate has passed."""
     if options.backend == "openvino":  # builds its own IR per shape (int8: calibrated on these frames)
         from app.inference.backends.openvino_backend import load_openvino
 

@@ -25,7 +25,10 @@ BUILT = frozenset({"int8"})
 # good int8 models agree 0.94-0.95 at conf 0.4, a broken one (no ignored scope) 0.93, a
 # useless one (box decoding quantised) near 0. Without labels the gate only catches gross
 # failures; with a labelled set (GATE_DATASET) it compares mAP50-95 instead.
-# bf16 agrees 0.985-0.989 with fp32 (issue #32's measurement), so 0.97 catches a broken one.
+# bf16 agrees 0.985-0.989 with fp32 (issue #32's measurement, and ours at 640), so 0.97 catches a broken one.
+# Issue #32 suggested int8 >= 0.935; measured here (docs/benchmarks.md, "The gate, for every backend") our
+# good onnx int8 agrees 0.929 on the gate's frames and an openvino int8 without the ignored scope 0.941 (good
+# openvino int8: 0.959), so no int8 floor separates them: 0.90 passes the good ones and refuses gross failures.
 DEFAULT_MIN_F1: dict[str, float] = {"fp16": 0.97, "bf16": 0.97, "int8": 0.90}
 DEFAULT_MAX_MAP_DROP = 0.01
 

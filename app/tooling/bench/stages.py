@@ -154,6 +154,10 @@ def run_stage(args) -> int:
         Console().print(table)
         print(f"wrote {args.out / 'stage-service.json'}")
         return 0
+    if args.stage == "inflight":
+        from app.tooling.bench.inflight import report_inflight
+
+        return report_inflight(args, images, started)
     if args.stage == "preprocess":
         rows = preprocess_stage(images, parse_shapes(args.stage_shapes, args.imgsz), args.stage_seconds, args.rounds)
     else:

@@ -1,0 +1,57 @@
+"""ONNX Runtime on the CPU: a micro-batch run as several batch-1 requests side by side.
+
+Issue #32 measured that on a CPU, two requests in flight on one session with one intra-op
+thread each beat one request at a time with two intra-op threads (1.2-1.5x): a YOLO graph
+of batch 1 does not keep two cores busy (its small late layers, the concat and the head
+run mostly on one), two independent requests do. ``session.run`` is thread-safe, so the
+fan-out is N threads calling ``run`` on one session built with ``intra_op_num_threads=1``
+(docs/benchmarks.md, "Requests in flight", compares it with N sessions).
+
+A single frame still runs on the service's own session with every intra-op thread: alone
+on a one-thread session it would take about twice as long on two cores. The micro-batcher
+still groups frames by shape; this only decides how one group's frames share the cores.
+Opt-in (``auto_inflight``): through the server it has not yet measured faster here.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+
+def auto_inflight(threads: int) -> int:
+    """``CAMPUSGUARD_REQUESTS_IN_FLIGHT=0`` on ORT CPU: 1, no fan-out. Measured on the 2-core
+    host (docs/benchmarks.md, "Requests in flight"): 2 in flight make the model call alone
+    1.25x faster, but the server with 4 clients ran at 0.86-0.91x of one in flight in three runs,
+    and auto must never be slower than one. Set the count explicitly where your own
+    ``campusguard bench --stage inflight --inflight-servers`` shows a gain (``threads`` is
+    the core budget such a count should not exceed)."""
+    del threads
+    return 1
+
+
+class FanOut:
+    """Runs each image of a batch as its own ``run(batch[i:i+1])``, ``count`` at a time, and
+    stacks the outputs in the batch's order. An exception of any run is raised (the engine
+    fails that batch, as for a batch run), after every run has finished."""
+
+    def __init__(self, run: Callable[[np.ndarray], np.ndarray], count: int) -> None:
+        if count < 2:
+            raise ValueError(f"a fan-out needs at least 2 requests in flight, got {count}")
+        self.count = count
+        self._run = run
+        self._pool = ThreadPoolExecutor(count, thread_name_prefix="ort-inflight")
+
+    def __call__(self, batch: np.ndarray) -> np.ndarray:
+        futures = [self._pool.submit(self._run, batch[i:i + 1]) for i in range(len(batch))]
+        errors = [f.exception() for f in futures]
+        error = next((e for e in errors if e is not None), None)
+        if error is not None:
+            raise error
+        return np.concatenate([f.result() for f in futures])
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)

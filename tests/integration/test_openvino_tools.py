@@ -1,0 +1,144 @@
+"""Every tool speaks openvino (issue #32, item 6): `campusguard eval`, `parity` and `bench`
+take `--backend openvino` and its precisions, and CAMPUSGUARD_SHADOW_BACKEND=openvino runs
+the shadow reference on OpenVINO.
+
+In-process (``app.cli.main``) at imgsz 320 on a few coco-val128 images; the IR comes from the
+session's shared cache (``openvino_cache``), so each is built once per test session. Accuracy
+is not the point here (docs/benchmarks.md has the 640 figures).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from app.cli import main
+from app.config import Settings
+from tests.integration.test_export_eval_cli import make_dataset
+from tests.support.shadow import real_shadow_app
+
+pytest.importorskip("openvino")
+pytestmark = pytest.mark.timeout(600)
+IMGSZ = "320"
+
+
+@pytest.fixture(scope="module")
+def images8(dataset, tmp_path_factory) -> Path:
+    return make_dataset(tmp_path_factory.mktemp("ov-tools") / "ds", dataset, n=8)
+
+
+@pytest.fixture
+def env(monkeypatch, openvino_cache, images8):
+    """The CLI reads the cache and the calibration frames from the environment, as in production."""
+    for key in ("CAMPUSGUARD_BACKEND", "CAMPUSGUARD_PRECISION", "CAMPUSGUARD_SHAPES", "CAMPUSGUARD_GATE_DATASET"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("CAMPUSGUARD_ONNX_CACHE_DIR", str(openvino_cache))
+    monkeypatch.setenv("CAMPUSGUARD_CALIBRATION_DIR", str(images8))
+    monkeypatch.setenv("CAMPUSGUARD_CALIBRATION_IMAGES", "8")
+    monkeypatch.setenv("YOLO_OFFLINE", "1")
+
+
+def test_eval_with_openvino_fp32_and_bf16(env, weights, images8, capsys):
+    scores = {}
+    for precision in ("fp32", "bf16"):
+        rc = main(["eval", "--backend", "openvino", "--precision", precision, "--weights", str(weights),
+                   "--imgsz", IMGSZ, "--threads", "2", "--data", str(images8), "--json", "--no-progress"])
+        assert rc == 0
+        summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+        assert summary["backend"] == "openvino" and summary["precision"] == precision and summary["images"] == 8
+        scores[precision] = summary["map50_95"]
+    assert scores["fp32"] > 0.3 and abs(scores["bf16"] - scores["fp32"]) < 0.03, scores
+
+
+def test_parity_openvino_against_a_torch_reference(env, weights, images8, tmp_path, capsys):
+    reference = tmp_path / "ref.json"
+    common = ["--weights", str(weights), "--images", str(images8 / "images"), "--imgsz", IMGSZ, "--threads", "2"]
+    assert main(["parity", *common, "--write-reference", str(reference)]) == 0
+    assert json.loads(reference.read_text())["meta"]["backend"] == "torch"
+    rc = main(["parity", *common, "--reference", str(reference), "--backend", "openvino", "--precisions", "fp32,bf16",
+               "--out", str(tmp_path / "out"), "--min-recall", "0.9", "--min-precision", "0.9"])
+    rows = json.loads((tmp_path / "out" / "parity.json").read_text())["rows"]
+    assert rc == 0, rows
+    assert [(r["backend"], r["precision"]) for r in rows] == [("openvino", "fp32"), ("openvino", "bf16")]
+    assert rows[0]["reference_boxes"] > 20 and rows[0]["recall"] >= 0.95 and rows[0]["box_precision"] >= 0.95
+    assert "| openvino | fp32 |" in capsys.readouterr().out
+
+
+def test_parity_refuses_a_precision_it_does_not_know(env, weights, images8, tmp_path):
+    with pytest.raises(SystemExit) as exc:
+        main(["parity", "--weights", str(weights), "--images", str(images8), "--reference", str(tmp_path / "r.json"),
+              "--backend", "openvino", "--precisions", "fp8"])
+    assert exc.value.code == 2
+
+
+def test_bench_rows_for_openvino_precisions(env, weights, dataset, openvino_cache, tmp_path):
+    out = tmp_path / "bench"
+    rc = main(["bench", "--backends", "openvino", "--sizes", "n", "--weights", f"n={weights}", "--precisions",
+               "fp32,bf16", "--references", "raw", "--batches", "1,2", "--iterations", "2", "--warmup", "1",
+               "--imgsz", IMGSZ, "--threads", "2", "--images", str(dataset / "images"), "--max-images", "4",
+               "--onnx-cache-dir", str(openvino_cache), "--out", str(out), "--no-progress", "--no-plots"])
+    assert rc == 0
+    rows = json.loads((out / "bench.json").read_text())["rows"]
+    assert {(r["kind"], r["backend"], r["precision"], r["batch"]) for r in rows} == {
+        (k, "openvino", p, b) for k in ("raw", "library") for p in ("fp32", "bf16") for b in (1, 2)}
+    assert {r["status"] for r in rows} == {"ok"} and all(r["fps"] > 0 for r in rows)
+    assert {r["provider"] for r in rows} == {"openvino-cpu-f32", "openvino-cpu-bf16"}
+
+
+def test_bench_sweeps_requests_in_flight(env, weights, dataset, openvino_cache, tmp_path, capsys):
+    """`bench --stage inflight`: 1 .. cores and auto, for onnx and openvino; the mechanics only
+    (two short rounds: the figures are docs/benchmarks.md's)."""
+    import os
+
+    out = tmp_path / "inflight"
+    rc = main(["bench", "--stage", "inflight", "--inflight-variants", "onnx:fp32,openvino:fp32", "--weights",
+               f"n={weights}", "--imgsz", IMGSZ, "--images", str(dataset / "images"), "--clients", "3",
+               "--stage-seconds", "2", "--rounds", "2", "--onnx-cache-dir", str(openvino_cache), "--out", str(out),
+               "--no-progress"])
+    assert rc == 0
+    data = json.loads((out / "stage-inflight.json").read_text())
+    cores = os.cpu_count() or 1
+    assert [row["variant"] for row in data["sweep"]] == ["onnx:fp32", "openvino:fp32"]
+    for row in data["sweep"]:
+        assert set(row["img_s"]) == {str(c) for c in range(1, cores + 1)} | {"auto"}
+        assert all(rate > 0 for rate in row["img_s"].values()) and row["vs_one"]["1"] == 1.0
+        assert row["batch"] == 3 and isinstance(row["auto_not_slower"], bool)
+    assert data["sweep"][0]["auto_count"] == 1 and data["sweep"][1]["auto_count"] >= 1  # ORT: opt-in
+    assert data["meta"]["load_average_start"] and "auto picks" in capsys.readouterr().out
+
+
+def test_shadow_reference_on_openvino(weights, onnx_cache, openvino_cache, dataset, monkeypatch):
+    """An onnx primary shadowed by an OpenVINO fp32 reference (the same weights): they agree."""
+    from dataclasses import replace
+
+    from app import wiring
+
+    monkeypatch.setattr(wiring, "reference_options", lambda s, _f=wiring.reference_options: replace(
+        _f(s), onnx_cache_dir=openvino_cache))  # the primary's exports in one cache, the IR from the shared one
+    settings = Settings(_env_file=None, backend="onnx", weights=weights, imgsz=int(IMGSZ), threads=1,
+                        preprocess_workers=1, warmup_iters=0, onnx_cache_dir=onnx_cache, shadow_backend="openvino")
+    frames = sorted((dataset / "images").glob("*.jpg"))[:4]
+    with real_shadow_app(settings) as app_env:
+        for path in frames:
+            r = app_env.client.post("/detect?camera_id=cam-ov", content=path.read_bytes(),
+                                    headers={"content-type": "image/jpeg"})
+            assert r.status_code == 200, r.text
+        assert app_env.app.state.shadow.drain(120)
+        status = app_env.client.get("/status").json()["shadow"]
+    assert status["reference"]["backend"] == "openvino" and status["reference"]["precision"] == "fp32"
+    assert status["compared"] == 4 and status["overall"]["agreement"] >= 0.9
+
+
+def test_shadow_openvino_refuses_an_onnx_reference_and_a_gpu(weights, tmp_path):
+    from app import wiring
+    from app.core.errors import ConfigError
+
+    onnx = tmp_path / "m.onnx"
+    onnx.write_bytes(b"x")
+    with pytest.raises(ConfigError, match="SHADOW_BACKEND=openvino cannot load"):
+        wiring.check_shadow(Settings(_env_file=None, weights=weights, shadow_backend="openvino", shadow_weights=onnx))
+    with pytest.raises(ConfigError, match="runs on the CPU only"):
+        wiring.check_shadow(Settings(_env_file=None, weights=weights, shadow_backend="openvino",
+                                     shadow_device="cuda:0"))
