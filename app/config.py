@@ -206,8 +206,8 @@ class Settings(BaseSettings):
         "Seconds between the batched writes of this replica's camera state to the shared store (docs/deploy.md, "
         "Shared fleet state); 0 = off (one process only)"))
     fleet_stale_after_s: float = Field(10.0, gt=0, le=3600, description="A replica silent this long: its cameras are stale")
-    fleet_frame_interval_s: float = Field(3.0, ge=0, le=3600, description="Share a camera's newest frame (640 px) "
-                                          "at most this often; 0 = off")
+    fleet_frame_interval_s: float = Field(3.0, ge=0, le=3600, description="Share a newest frame at most this often")
+    rules_workers: int = Field(1, ge=1, le=64, description="Rules processes: 1 = in-process; N >= 2 = camera shards")
     snapshot_budget_mb: float = Field(1024.0, ge=0, description="Snapshot and clip disk budget; oldest deleted first; 0 = none")
     retention_sweep_s: float = Field(600.0, gt=0, description="Seconds between retention sweeps")
     audit_retain_days: float = Field(365.0, gt=0, description="Delete audit records older than this")

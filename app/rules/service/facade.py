@@ -53,6 +53,7 @@ from app.rules.service.fleetwriter import FleetOptions, FleetWriter
 from app.rules.service.frames import FrameParts, FrameStep, overlays
 from app.rules.service.health import CameraHealth
 from app.rules.service.series import RulesSeries
+from app.rules.service.shards import shard_pool
 from app.rules.service.siteconfig import SiteManager
 from app.rules.service.views import ViewChecks
 from app.rules.site.schema import SiteConfig
@@ -90,6 +91,7 @@ class RulesParts:
     watch_s: float = 0.0
     dry_runs: DryRunner | None = None  # None: defaults over ``store``
     fleet: FleetOptions = FleetOptions()  # the shared camera state (service/fleet.py)
+    workers: int = 1  # rules evaluation processes: 1 = here; >= 2 = camera shards (service/shards.py)
 
 
 class RulesService:
@@ -100,7 +102,8 @@ class RulesService:
         self.clips, self.frame_log, self.retention = parts.clips, parts.frame_log, parts.retention
         self.capture_policy, self.evidence, self.metrics = parts.capture_policy, parts.evidence, parts.metrics
         self.series = RulesSeries(parts.metrics)
-        self.table = CameraTable(parts.config)
+        self.shards = shard_pool(parts.workers)  # where camera rule states live (service/shards.py)
+        self.table = CameraTable(parts.config, self.shards.camera)  # type: ignore[arg-type]
         self.sink = EventSink(parts.writer, parts.webhooks, parts.mqtt)
         self.health = CameraHealth(self.table, self.sink, parts.mqtt)
         self.latest = LatestFrames()  # GET /cameras/{id}/frame.jpg (the console)
@@ -152,6 +155,7 @@ class RulesService:
         self.fleet.writer.stop()  # its last state and crossings too
         self.writer.stop()
         self.store.close()
+        self.shards.stop()
 
     # --- the running configuration ---------------------------------------------------------
     @property
