@@ -327,7 +327,8 @@ def fleet_options(settings: Settings):
     from app.rules.service.fleetwriter import FleetOptions
 
     return FleetOptions(replica_id=replica_id(settings), interval_s=settings.fleet_interval_s,
-                        stale_after_s=settings.fleet_stale_after_s, frame_interval_s=settings.fleet_frame_interval_s)
+                        stale_after_s=settings.fleet_stale_after_s, frame_interval_s=settings.fleet_frame_interval_s,
+                        orphan_after_s=settings.fleet_orphan_after_s)
 
 
 def build_audit(rules: Rules, metrics: Metrics) -> AuditTrail:

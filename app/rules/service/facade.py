@@ -52,6 +52,7 @@ from app.rules.service.fleet import Fleet
 from app.rules.service.fleetwriter import FleetOptions, FleetWriter
 from app.rules.service.frames import FrameParts, FrameStep, overlays
 from app.rules.service.health import CameraHealth
+from app.rules.service.orphans import OrphanSweeper
 from app.rules.service.series import RulesSeries
 from app.rules.service.shards import shard_pool
 from app.rules.service.siteconfig import SiteManager
@@ -113,6 +114,9 @@ class RulesService:
         self.fleet = Fleet(parts.fleet, parts.store.fleet, FleetWriter(
             parts.fleet, parts.store.fleet, self._local_cameras, self.latest, self.crossings, up), self.crossings, up)
         self.health.elsewhere = self.fleet.elsewhere  # a camera that moved replicas is not offline
+        parts.store.events.replica = parts.fleet.replica_id  # each event says who opened it (service/orphans.py)
+        self.fleet.writer.sweeper = OrphanSweeper(parts.store.fleet, parts.store.events.get, self.sink.persist,
+                                                  parts.fleet.replica_id, parts.fleet.orphan_after_s)
         self.site = SiteManager(parts.path, self.table, parts.version, watch_s=parts.watch_s,
                                 on_reloaded=self._reloaded, on_outcome=self.series.site_reload)
         snapshots = Snapshots(parts.evidence) if parts.evidence is not None else None
