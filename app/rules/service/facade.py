@@ -114,6 +114,7 @@ class RulesService:
         self.fleet = Fleet(parts.fleet, parts.store.fleet, FleetWriter(
             parts.fleet, parts.store.fleet, self._local_cameras, self.latest, self.crossings, up), self.crossings, up)
         self.health.elsewhere = self.fleet.elsewhere  # a camera that moved replicas is not offline
+        self.health.released = self.series.retire  # nor does it keep its zone gauges here
         parts.store.events.replica = parts.fleet.replica_id  # each event says who opened it (service/orphans.py)
         self.fleet.writer.sweeper = OrphanSweeper(parts.store.fleet, parts.store.events.get, self.sink.persist,
                                                   parts.fleet.replica_id, parts.fleet.orphan_after_s)
