@@ -32,7 +32,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rules-cameras", type=int, default=100, help="cameras for the rules rate (default 100)")
     parser.add_argument("--rules-frames", type=int, default=100, help="frames per camera for the rules rate")
     parser.add_argument("--rules-rounds", type=int, default=3,
-                        help="interleaved rounds of 1 and 2 rules workers (default 3)")
+                        help="interleaved rounds of 1 and 2 rules workers, with and without tracking (default 3)")
     parser.add_argument("--objects", type=int, default=5, help="people per frame for the rules rate (default 5)")
     parser.add_argument("--out", type=Path, default=Path("results/scale"), help="results folder")
     parser.add_argument("--no-progress", action="store_true")
@@ -107,7 +107,7 @@ def _measure(args: argparse.Namespace, parts: list[str], url: str, progress, res
     finally:
         store.close()
     if "rules" in parts:
-        task = progress.add_task("rules evaluation, 1 and 2 workers", total=2 * args.rules_rounds)
+        task = progress.add_task("rules evaluation, 1 and 2 workers", total=len(scale_rules.VARIANTS) * args.rules_rounds)
         rules = scale_rules.interleaved(args.rules_cameras, args.rules_frames, args.objects, args.rules_rounds,
                                         progress=lambda: progress.advance(task, 1))
         results["rules"], results["rules_summary"] = rules["runs"], rules["summary"]

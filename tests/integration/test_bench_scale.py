@@ -34,9 +34,12 @@ def test_bench_scale_tiny_run_on_postgres(tmp_path, pg_url, capsys):
     replay = data["replay"]
     assert replay["frames"] == 4000 and replay["chunks"] == 2 and replay["last_chunks_ms"] > 0
     assert data["replay_rate"]["frames"] >= 400 and data["replay_rate"]["frames_per_s"] > 0
-    assert [r["workers"] for r in data["rules"]] == [1, 2] and all(r["camera_frames"] == 80 for r in data["rules"])
+    assert [r["workers"] for r in data["rules"]] == [1, 2, 1, 2] and all(r["camera_frames"] == 80 for r in data["rules"])
     assert data["rules"][0]["events"] == data["rules"][1]["events"] > 0  # the same frames, the same events
-    assert [r["workers"] for r in data["rules_summary"]] == [1, 2] and data["rules_summary"][0]["ratio_to_first"] == 1
+    assert data["rules"][2]["events"] == data["rules"][3]["events"] > 0
+    assert [(r["workers"], r["site"]) for r in data["rules_summary"]] == [
+        (1, "intrusion+crowd+line"), (2, "intrusion+crowd+line"), (1, "intrusion+crowd, no tracking"),
+        (2, "intrusion+crowd, no tracking")] and data["rules_summary"][0]["ratio_to_first"] == 1
     store = EventStore(pg_url, migrate=False)
     try:
         with store.engine.connect() as conn:

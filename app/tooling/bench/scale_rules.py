@@ -20,15 +20,21 @@ from app.rules.site.loader import parse_site_config
 from app.rules.site.schema import SiteConfig
 from app.tooling.bench.scale_data import H, W, camera_ids, people
 
-def site(cameras: int) -> SiteConfig:
-    zone = {"name": "yard", "polygon": [[0.0, 0.3], [1.0, 0.3], [1.0, 1.0], [0.0, 1.0]], "rules": [
-        {"type": "intrusion", "classes": ["person"]},
-        {"type": "crowd", "classes": ["person"], "min_count": 3, "min_duration_s": 5},
-        {"type": "line_crossing", "line": [[0.5, 0.3], [0.5, 1.0]], "classes": ["person"], "direction": "both"}]}
-    return parse_site_config({"version": 1, "cameras": [{"id": c, "zones": [zone]} for c in camera_ids(cameras)]})
+def site(cameras: int, line: bool = True) -> SiteConfig:
+    """The issue's site (``line``: with the line-crossing rule, which needs tracking); without
+    it, the counting rules only, with ``tracker.skip_when_unneeded`` (the cheap frame)."""
+    rules = [{"type": "intrusion", "classes": ["person"]},
+             {"type": "crowd", "classes": ["person"], "min_count": 3, "min_duration_s": 5}]
+    if line:
+        rules.append({"type": "line_crossing", "line": [[0.5, 0.3], [0.5, 1.0]], "classes": ["person"],
+                      "direction": "both"})
+    zone = {"name": "yard", "polygon": [[0.0, 0.3], [1.0, 0.3], [1.0, 1.0], [0.0, 1.0]], "rules": rules}
+    return parse_site_config({"version": 1, "tracker": {"skip_when_unneeded": not line},
+                              "cameras": [{"id": c, "zones": [zone]} for c in camera_ids(cameras)]})
 
 
-def live_rate(cameras: int, frames: int, objects: int, workers: int, warmup: int = 3) -> dict[str, Any]:
+def live_rate(cameras: int, frames: int, objects: int, workers: int, warmup: int = 3,
+              line: bool = True) -> dict[str, Any]:
     """The live path (``RulesService.evaluate``, events stored in SQLite) with
     CAMPUSGUARD_RULES_WORKERS=``workers``: ``frames`` timed frames per camera after ``warmup``
     untimed ones (worker start-up, tracker imports). One calling thread in-process (threads
@@ -40,7 +46,7 @@ def live_rate(cameras: int, frames: int, objects: int, workers: int, warmup: int
     threads = 1 if workers == 1 else 2 * workers
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "site.yaml"
-        path.write_text(yaml.safe_dump(site(cameras).model_dump(mode="json")))
+        path.write_text(yaml.safe_dump(site(cameras, line).model_dump(mode="json")))
         rules = build_rules(Settings(_env_file=None, site_config=path, events_db_url=f"sqlite:///{tmp}/e.db",
                                      snapshot_dir=Path(tmp) / "snaps", clips=False, site_watch_s=0,
                                      rules_workers=workers), Metrics())
@@ -73,26 +79,32 @@ def live_rate(cameras: int, frames: int, objects: int, workers: int, warmup: int
         finally:
             rules.stop()
     n = cameras * frames
-    return {"path": "live (RulesService.evaluate)", "workers": workers, "threads": threads, "cameras": cameras,
+    return {"path": "live (RulesService.evaluate)", "site": "intrusion+crowd+line" if line else
+            "intrusion+crowd, no tracking", "workers": workers, "threads": threads, "cameras": cameras,
             "objects": objects, "camera_frames": n, "seconds": round(seconds, 2),
             "camera_frames_per_s": round(n / seconds, 1), "events": sum(events)}
 
 
+VARIANTS = ((1, True), (2, True), (1, False), (2, False))  # (workers, with the line-crossing rule)
+
+
 def interleaved(cameras: int, frames: int, objects: int, rounds: int,
-                workers: tuple[int, ...] = (1, 2), progress: Any = None) -> dict[str, Any]:
-    """``rounds`` rounds of every worker count in turn (so machine load hits each alike); per
-    count the median rate, and each count's ratio to the first, with the load average."""
+                variants: tuple[tuple[int, bool], ...] = VARIANTS, progress: Any = None) -> dict[str, Any]:
+    """``rounds`` rounds of every variant in turn (so machine load hits each alike); per
+    variant the median rate and its ratio to the first (1 worker, the issue's site), with the
+    load average."""
     import os
     import statistics
 
     runs: list[dict[str, Any]] = []
     for r in range(rounds):
-        for w in workers:
-            runs.append({"round": r + 1, **live_rate(cameras, frames, objects, w)})
+        for w, line in variants:
+            runs.append({"round": r + 1, **live_rate(cameras, frames, objects, w, line=line)})
             if progress is not None:
                 progress()
-    rates = {w: statistics.median(x["camera_frames_per_s"] for x in runs if x["workers"] == w) for w in workers}
-    summary = [{"workers": w, "median_camera_frames_per_s": round(rates[w], 1),
-                "ratio_to_first": round(rates[w] / rates[workers[0]], 2),
-                "rounds": [x["camera_frames_per_s"] for x in runs if x["workers"] == w]} for w in workers]
+    keyed = {v: [x for x in runs if (x["workers"], x["site"] == "intrusion+crowd+line") == v] for v in variants}
+    rates = {v: statistics.median(x["camera_frames_per_s"] for x in keyed[v]) for v in variants}
+    summary = [{"workers": v[0], "site": keyed[v][0]["site"], "median_camera_frames_per_s": round(rates[v], 1),
+                "ratio_to_first": round(rates[v] / rates[variants[0]], 2),
+                "rounds": [x["camera_frames_per_s"] for x in keyed[v]]} for v in variants]
     return {"runs": runs, "summary": summary, "load_average_end": [round(x, 2) for x in os.getloadavg()]}
