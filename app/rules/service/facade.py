@@ -334,7 +334,7 @@ class RulesService:
         recorded events (app/rules/service/replay.py). Nothing is applied, stored, sent or counted."""
         from app.rules.service.replay import compare
 
-        return self._store_call(compare, self.store, site, since, until)
+        return self._store_call(compare, self.store, site, since, until, workers=max(1, len(self.shards.shards)))
 
     def dry_run(self, text: str, as_json: bool, since: dt.datetime, until: dt.datetime,
                 source: str = "<request body>") -> dict[str, Any]:

@@ -138,9 +138,14 @@ class ShardPool:
             raise ValueError("a shard pool needs at least 2 workers (1 evaluates in the service's process)")
         self.shards = [Shard(i) for i in range(workers)]
 
-    def shard_of(self, camera_id: str) -> Shard:
+    @staticmethod
+    def index_of(camera_id: str, workers: int) -> int:
+        """The shard of a camera among ``workers``: the same in every process and run (replay uses it too)."""
         digest = hashlib.blake2b(camera_id.encode(), digest_size=8).digest()
-        return self.shards[int.from_bytes(digest, "big") % len(self.shards)]
+        return int.from_bytes(digest, "big") % workers
+
+    def shard_of(self, camera_id: str) -> Shard:
+        return self.shards[self.index_of(camera_id, len(self.shards))]
 
     def camera(self, camera: Camera, site: SiteConfig) -> "ShardedCamera":
         """The camera-table factory: a camera's state, kept in its shard."""
