@@ -102,8 +102,11 @@ def _measure(args: argparse.Namespace, parts: list[str], url: str, progress, res
                                                    progress=lambda n: progress.advance(task, n))
             progress.add_task("replay evaluation", total=None)
             window = dt.timedelta(seconds=max(1, args.replay_sample // args.frame_cameras))
-            results["replay_rate"] = scale.replay_rate(store, scale_rules.site(args.frame_cameras), start + window,
-                                                       start + 2 * window)
+            site = scale_rules.site(args.frame_cameras)
+            rates = [scale.replay_rate(store, site, start + window, start + 2 * window, workers)
+                     for _ in range(args.rules_rounds) for workers in (1, 2)]  # interleaved rounds
+            results["replay_rate"] = rates[0]
+            results["replay_rate_workers"] = rates
     finally:
         store.close()
     if "rules" in parts:

@@ -34,6 +34,8 @@ def test_bench_scale_tiny_run_on_postgres(tmp_path, pg_url, capsys):
     replay = data["replay"]
     assert replay["frames"] == 4000 and replay["chunks"] == 2 and replay["last_chunks_ms"] > 0
     assert data["replay_rate"]["frames"] >= 400 and data["replay_rate"]["frames_per_s"] > 0
+    assert [r["workers"] for r in data["replay_rate_workers"]] == [1, 2]
+    assert data["replay_rate_workers"][1]["frames"] == data["replay_rate_workers"][0]["frames"]
     assert [r["workers"] for r in data["rules"]] == [1, 2, 1, 2] and all(r["camera_frames"] == 80 for r in data["rules"])
     assert data["rules"][0]["events"] == data["rules"][1]["events"] > 0  # the same frames, the same events
     assert data["rules"][2]["events"] == data["rules"][3]["events"] > 0
