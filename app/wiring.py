@@ -312,7 +312,7 @@ def build_rules(settings: Settings, metrics: Metrics | None = None, sources: Sou
         webhooks=webhooks, mqtt=mqtt,
         capture_policy=CaptureTimePolicy(settings.max_clock_skew_s, settings.max_capture_age_s),
         evidence=evidence, clips=clips, frame_log=frame_log, retention=retention, metrics=metrics,
-        watch_s=settings.site_watch_s, fleet=fleet_options(settings), dry_runs=DryRunner(DryRunOptions(
+        watch_s=settings.site_watch_s, fleet=fleet_options(settings), workers=settings.rules_workers, dry_runs=DryRunner(DryRunOptions(
             settings.events_db_url, cpu_s=settings.dry_run_cpu_s, timeout_s=settings.dry_run_timeout_s))))
     if sources is not None:
         service.fleet.writer.sources = sources.all
@@ -332,7 +332,8 @@ def fleet_options(settings: Settings):
     from app.rules.service.fleetwriter import FleetOptions
 
     return FleetOptions(replica_id=replica_id(settings), interval_s=settings.fleet_interval_s,
-                        stale_after_s=settings.fleet_stale_after_s, frame_interval_s=settings.fleet_frame_interval_s)
+                        stale_after_s=settings.fleet_stale_after_s, frame_interval_s=settings.fleet_frame_interval_s,
+                        orphan_after_s=settings.fleet_orphan_after_s)
 
 
 def build_audit(rules: Rules, metrics: Metrics) -> AuditTrail:

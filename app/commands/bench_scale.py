@@ -31,6 +31,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="logged frames replayed through the evaluator for its rate (default 100,000)")
     parser.add_argument("--rules-cameras", type=int, default=100, help="cameras for the rules rate (default 100)")
     parser.add_argument("--rules-frames", type=int, default=100, help="frames per camera for the rules rate")
+    parser.add_argument("--rules-rounds", type=int, default=3,
+                        help="interleaved rounds of 1 and 2 rules workers, with and without tracking (default 3)")
     parser.add_argument("--objects", type=int, default=5, help="people per frame for the rules rate (default 5)")
     parser.add_argument("--out", type=Path, default=Path("results/scale"), help="results folder")
     parser.add_argument("--no-progress", action="store_true")
@@ -100,14 +102,19 @@ def _measure(args: argparse.Namespace, parts: list[str], url: str, progress, res
                                                    progress=lambda n: progress.advance(task, n))
             progress.add_task("replay evaluation", total=None)
             window = dt.timedelta(seconds=max(1, args.replay_sample // args.frame_cameras))
-            results["replay_rate"] = scale.replay_rate(store, scale_rules.site(args.frame_cameras), start + window,
-                                                       start + 2 * window)
+            site = scale_rules.site(args.frame_cameras)
+            rates = [scale.replay_rate(store, site, start + window, start + 2 * window, workers)
+                     for _ in range(args.rules_rounds) for workers in (1, 2)]  # interleaved rounds
+            results["replay_rate"] = rates[0]
+            results["replay_rate_workers"] = rates
     finally:
         store.close()
     if "rules" in parts:
-        progress.add_task("rules evaluation", total=None)
-        results["rules"] = [scale_rules.live_rate(args.rules_cameras, args.rules_frames, args.objects, workers)
-                            for workers in (1, 2)]
+        task = progress.add_task("rules evaluation, 1 and 2 workers", total=len(scale_rules.VARIANTS) * args.rules_rounds)
+        rules = scale_rules.interleaved(args.rules_cameras, args.rules_frames, args.objects, args.rules_rounds,
+                                        progress=lambda: progress.advance(task, 1))
+        results["rules"], results["rules_summary"] = rules["runs"], rules["summary"]
+        results["meta"]["load_average_after_rules"] = rules["load_average_end"]
 
 
 class _database:

@@ -39,6 +39,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--camera", action="append", default=None, metavar="ID",
                         help="only this camera (repeatable; default: every camera of the site file)")
     parser.add_argument("--db", default=None, help="event store URL (default: CAMPUSGUARD_EVENTS_DB_URL)")
+    parser.add_argument("--workers", type=_workers, default=1, help="replay the cameras in this many processes, split as "
+                        "the live rules shards split them (default 1)")
     parser.add_argument("--json", action="store_true", help="print a JSON summary as the last line")
 
 
@@ -63,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
             task = bar.add_task("frames", total=None)
             result = compare(store, site, args.since, until, args.camera,
                              progress=lambda n: bar.advance(task, n),
-                             on_total=lambda n: bar.update(task, total=n))
+                             on_total=lambda n: bar.update(task, total=n), workers=args.workers)
     except DBAPIError as exc:
         raise StoreUnavailable(f"cannot read the detection log from {store.safe_url}: {describe(exc)} "
                                "(run `campusguard db upgrade` if the schema is older)") from None
@@ -101,3 +103,15 @@ def print_comparison(result, console) -> None:
     if len(diffs) > MAX_LISTED:
         console.print(f"... and {len(diffs) - MAX_LISTED} more (--json lists them all)")
 
+
+def _workers(text: str) -> int:
+    """--workers: 1 to 64."""
+    import argparse
+
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if not 1 <= n <= 64:
+        raise argparse.ArgumentTypeError(f"must be a whole number from 1 to 64, not {text!r}")
+    return n

@@ -197,8 +197,7 @@ class Settings(BaseSettings):
     webhook_max_backoff_s: float = Field(60.0, gt=0)
     max_clock_skew_s: float = Field(300.0, ge=0, le=86_400,
                                     description="Refuse capture times further ahead of the server clock (422)")
-    max_capture_age_s: float = Field(86_400.0, gt=0, le=3_650 * 86_400,
-                                     description="Refuse capture times older than this (422)")
+    max_capture_age_s: float = Field(86_400.0, gt=0, le=3_650 * 86_400, description="Refuse older capture times (422)")
     events_buffer_size: int = Field(10_000, ge=1, description="Event writes kept in memory while the store is down")
     events_retain_days: float = Field(30.0, gt=0, description="Delete events that ended longer ago (reviewed ones too)")
     replica_id: str = Field("", pattern=r"^[A-Za-z0-9._:-]{0,64}$", description=(
@@ -208,8 +207,9 @@ class Settings(BaseSettings):
         "Seconds between the batched writes of this replica's camera state to the shared store (docs/deploy.md, "
         "Shared fleet state); 0 = off (one process only)"))
     fleet_stale_after_s: float = Field(10.0, gt=0, le=3600, description="A replica silent this long: its cameras are stale")
-    fleet_frame_interval_s: float = Field(3.0, ge=0, le=3600, description="Share a camera's newest frame (640 px) "
-                                          "at most this often; 0 = off")
+    fleet_orphan_after_s: float = Field(120.0, ge=0, description="A replica silent this long: its open events end; 0 = never")
+    fleet_frame_interval_s: float = Field(3.0, ge=0, le=3600, description="Share a newest frame at most this often")
+    rules_workers: int = Field(1, ge=1, le=64, description="Rules processes: 1 = in-process; N >= 2 = camera shards")
     snapshot_budget_mb: float = Field(1024.0, ge=0, description="Snapshot and clip disk budget; oldest deleted first; 0 = none")
     retention_sweep_s: float = Field(600.0, gt=0, description="Seconds between retention sweeps")
     audit_retain_days: float = Field(365.0, gt=0, description="Delete audit records older than this")

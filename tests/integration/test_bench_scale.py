@@ -17,7 +17,7 @@ def test_bench_scale_tiny_run_on_postgres(tmp_path, pg_url, capsys):
     out = tmp_path / "scale"
     rc = main(["bench", "scale", "--db", pg_url, "--events", "3000", "--cameras", "20", "--days", "3",
                "--frames", "4000", "--frame-cameras", "4", "--replay-sample", "400", "--rules-cameras", "4",
-               "--rules-frames", "20", "--out", str(out), "--no-progress"])
+               "--rules-frames", "20", "--rules-rounds", "1", "--out", str(out), "--no-progress"])
     assert rc == 0
     data = json.loads((out / "scale.json").read_text())
     assert data["meta"]["database"].startswith("postgresql")
@@ -34,7 +34,14 @@ def test_bench_scale_tiny_run_on_postgres(tmp_path, pg_url, capsys):
     replay = data["replay"]
     assert replay["frames"] == 4000 and replay["chunks"] == 2 and replay["last_chunks_ms"] > 0
     assert data["replay_rate"]["frames"] >= 400 and data["replay_rate"]["frames_per_s"] > 0
-    assert [r["workers"] for r in data["rules"]] == [1, 2] and all(r["camera_frames"] == 80 for r in data["rules"])
+    assert [r["workers"] for r in data["replay_rate_workers"]] == [1, 2]
+    assert data["replay_rate_workers"][1]["frames"] == data["replay_rate_workers"][0]["frames"]
+    assert [r["workers"] for r in data["rules"]] == [1, 2, 1, 2] and all(r["camera_frames"] == 80 for r in data["rules"])
+    assert data["rules"][0]["events"] == data["rules"][1]["events"] > 0  # the same frames, the same events
+    assert data["rules"][2]["events"] == data["rules"][3]["events"] > 0
+    assert [(r["workers"], r["site"]) for r in data["rules_summary"]] == [
+        (1, "intrusion+crowd+line"), (2, "intrusion+crowd+line"), (1, "intrusion+crowd, no tracking"),
+        (2, "intrusion+crowd, no tracking")] and data["rules_summary"][0]["ratio_to_first"] == 1
     store = EventStore(pg_url, migrate=False)
     try:
         with store.engine.connect() as conn:

@@ -8,6 +8,7 @@ delete old frames.
 
 from __future__ import annotations
 
+import copy
 import datetime as dt
 import json
 import subprocess
@@ -327,3 +328,33 @@ def test_the_log_is_compact(tmp_path):
         assert 26 * 3 < per_frame < 200, per_frame
     finally:
         store.close()
+
+
+@pytest.mark.parametrize("change", [{}, {"min_count": 2}])
+def test_replay_in_worker_processes_gives_the_same_comparison(recorded, change):
+    """`compare(..., workers=N)`: the cameras split over processes as the live shards split them
+    (each process reads its own cameras' frames), the same comparison as in one process."""
+    from app.rules.service.replay import groups
+
+    url, _ = recorded
+    site = copy.deepcopy(SITE)
+    site["cameras"][0]["zones"][0]["rules"][0].update(change)
+    cfg = parse_site_config(site)
+    workers = next(n for n in range(2, 16) if len(groups(["plaza", "gate"], n)) == 2)  # one camera per process
+    store = EventStore(url)
+    try:
+        one = compare(store, cfg, T0, at(3600))
+        done: list[int] = []
+        many = compare(store, cfg, T0, at(3600), workers=workers, progress=done.append)
+    finally:
+        store.close()
+    assert many.to_dict() == one.to_dict() and one.totals()["replayed"] > 0
+    assert sum(done) == len(PLAZA) + len(GATE)  # every frame of the window evaluated, in the workers
+
+
+def test_replay_workers_must_be_a_positive_count(recorded, capsys, tmp_path):
+    url, site = recorded
+    with pytest.raises(SystemExit) as exc:  # argparse's own error
+        cli(["--site", str(site), "--since", iso(T0), "--db", url, "--workers", "0"], capsys)
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and "--workers" in err and "from 1 to 64, not '0'" in err

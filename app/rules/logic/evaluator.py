@@ -337,6 +337,10 @@ class CameraRules:
         self.zones = [CompiledZone(z, site.timezone) for z in camera.zones]
         self.classes = frozenset().union(*(z.classes for z in self.zones)) if self.zones else frozenset()
         self.lock = threading.Lock()
+        # whether the frame needs ByteTrack: identity rules (line crossing, dwell, min_frames) do; a camera
+        # with only intrusion / crowd rules counts objects, which tracking never changes (tracker.skip_when_unneeded)
+        self.tracked = bool(self.zones) and (not site.tracker.skip_when_unneeded or any(
+            r.counter is not None or r.dwell is not None or r.config.min_frames > 1 for z in self.zones for r in z.rules))
         self.last_t: float | None = None
         self.zone_counts: dict[str, int] = {z.name: 0 for z in self.zones}
         self._tracker: CameraTracker | None = None
@@ -363,7 +367,7 @@ class CameraRules:
         self.last_t = t
 
         relevant = [d for d in detections if d.class_name in self.classes]
-        track_ids = self.tracker.update(relevant) if self.zones else [None] * len(relevant)
+        track_ids = self.tracker.update(relevant) if self.tracked else [None] * len(relevant)
         tracks = iter(track_ids)
         self.frame_time = when
         self.frame_tracks = [next(tracks) if d.class_name in self.classes else None for d in detections]

@@ -9,16 +9,22 @@ camera whose configuration did not change.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 
 from app.rules.logic.evaluator import CameraRules, Event
 from app.rules.site.schema import Camera, SiteConfig
 
+# how a camera's rule state is made: in this process (CameraRules), or kept in a worker process
+# (app/rules/service/shards.py: ShardedCamera, the same interface)
+StateFactory = Callable[[Camera, SiteConfig], CameraRules]
+
 
 class CameraTable:
-    def __init__(self, config: SiteConfig) -> None:
+    def __init__(self, config: SiteConfig, make: StateFactory = CameraRules) -> None:
         self.lock = threading.RLock()  # serialises swaps (reload, reset, offline); frames never take it
         self.config = config
-        self._cameras: dict[str, CameraRules] = {c.id: CameraRules(c, config) for c in config.cameras}
+        self._make = make
+        self._cameras: dict[str, CameraRules] = {c.id: make(c, config) for c in config.cameras}
 
     def get(self, camera_id: str) -> CameraRules | None:
         return self._cameras.get(camera_id)
@@ -52,7 +58,7 @@ class CameraTable:
                 prev.camera = cam  # only its view checks changed, if anything: the rule state stays
                 new[cam.id] = prev
             else:
-                new[cam.id] = CameraRules(cam, config)
+                new[cam.id] = self._make(cam, config)
         self.config = config
         self._cameras = new  # atomic swap: frames read the dict once
         retired = [c for cid, c in old.items() if new.get(cid) is not c]
@@ -63,7 +69,7 @@ class CameraTable:
         Call with ``lock`` held."""
         old = self._cameras.get(camera_id)
         if old is not None:
-            self._cameras = {**self._cameras, camera_id: CameraRules(old.camera, self.config)}
+            self._cameras = {**self._cameras, camera_id: self._make(old.camera, self.config)}
         return old
 
     def open_events(self, camera_id: str | None = None) -> list[Event]:

@@ -52,7 +52,9 @@ from app.rules.service.fleet import Fleet
 from app.rules.service.fleetwriter import FleetOptions, FleetWriter
 from app.rules.service.frames import FrameParts, FrameStep, overlays
 from app.rules.service.health import CameraHealth
+from app.rules.service.orphans import OrphanSweeper
 from app.rules.service.series import RulesSeries
+from app.rules.service.shards import shard_pool
 from app.rules.service.siteconfig import SiteManager
 from app.rules.service.views import ViewChecks
 from app.rules.site.schema import SiteConfig
@@ -90,6 +92,7 @@ class RulesParts:
     watch_s: float = 0.0
     dry_runs: DryRunner | None = None  # None: defaults over ``store``
     fleet: FleetOptions = FleetOptions()  # the shared camera state (service/fleet.py)
+    workers: int = 1  # rules evaluation processes: 1 = here; >= 2 = camera shards (service/shards.py)
 
 
 class RulesService:
@@ -100,7 +103,8 @@ class RulesService:
         self.clips, self.frame_log, self.retention = parts.clips, parts.frame_log, parts.retention
         self.capture_policy, self.evidence, self.metrics = parts.capture_policy, parts.evidence, parts.metrics
         self.series = RulesSeries(parts.metrics)
-        self.table = CameraTable(parts.config)
+        self.shards = shard_pool(parts.workers)  # where camera rule states live (service/shards.py)
+        self.table = CameraTable(parts.config, self.shards.camera)  # type: ignore[arg-type]
         self.sink = EventSink(parts.writer, parts.webhooks, parts.mqtt)
         self.health = CameraHealth(self.table, self.sink, parts.mqtt)
         self.latest = LatestFrames()  # GET /cameras/{id}/frame.jpg (the console)
@@ -110,6 +114,10 @@ class RulesService:
         self.fleet = Fleet(parts.fleet, parts.store.fleet, FleetWriter(
             parts.fleet, parts.store.fleet, self._local_cameras, self.latest, self.crossings, up), self.crossings, up)
         self.health.elsewhere = self.fleet.elsewhere  # a camera that moved replicas is not offline
+        self.health.released = self.series.retire  # nor does it keep its zone gauges here
+        parts.store.events.replica = parts.fleet.replica_id  # each event says who opened it (service/orphans.py)
+        self.fleet.writer.sweeper = OrphanSweeper(parts.store.fleet, parts.store.events.get, self.sink.persist,
+                                                  parts.fleet.replica_id, parts.fleet.orphan_after_s)
         self.site = SiteManager(parts.path, self.table, parts.version, watch_s=parts.watch_s,
                                 on_reloaded=self._reloaded, on_outcome=self.series.site_reload)
         snapshots = Snapshots(parts.evidence) if parts.evidence is not None else None
@@ -152,6 +160,7 @@ class RulesService:
         self.fleet.writer.stop()  # its last state and crossings too
         self.writer.stop()
         self.store.close()
+        self.shards.stop()
 
     # --- the running configuration ---------------------------------------------------------
     @property
@@ -325,7 +334,7 @@ class RulesService:
         recorded events (app/rules/service/replay.py). Nothing is applied, stored, sent or counted."""
         from app.rules.service.replay import compare
 
-        return self._store_call(compare, self.store, site, since, until)
+        return self._store_call(compare, self.store, site, since, until, workers=max(1, len(self.shards.shards)))
 
     def dry_run(self, text: str, as_json: bool, since: dt.datetime, until: dt.datetime,
                 source: str = "<request body>") -> dict[str, Any]:

@@ -25,6 +25,7 @@ from app.core.timeutil import utcnow
 from app.rules.evidence.latest import LatestFrames
 from app.rules.logic.counts import CrossingCounts
 from app.rules.store.errors import describe, is_outage
+from app.rules.service.orphans import OrphanSweeper
 from app.rules.store.fleet import Crossing, FleetRepo, SharedFrame
 
 log = logging.getLogger("campusguard.rules.fleet")
@@ -38,6 +39,7 @@ class FleetOptions:
     frame_interval_s: float = 3.0  # a camera's shared frame at most this often (0: frames are not shared)
     frame_width: int = 640  # the shared frame's width at most (px)
     retain_days: float = 30.0  # crossings are kept as long as events (retention)
+    orphan_after_s: float = 120.0  # a replica silent this long: a live one ends its open events (0: never)
 
 
 LocalDocs = Callable[[], list[dict[str, Any]]]
@@ -76,6 +78,7 @@ class FleetWriter:
         self._frames: dict[str, tuple[dt.datetime, dt.datetime]] = {}  # camera id -> (frame time, written at)
         self._failing = False
         self.lock = threading.Lock()  # held while a batch commits (fleet.py counts under it)
+        self.sweeper: "OrphanSweeper | None" = None  # set by the service: a gone replica's open events
         self._job = Periodic("fleet-writer", self.tick, options.interval_s, on_error=self._error)
 
     def start(self) -> None:
@@ -125,6 +128,8 @@ class FleetWriter:
             self.crossings.sent()
         self._written.update(marks)
         self.last_ok = now
+        if self.sweeper is not None and self.sweeper.due(now):
+            self.sweeper.sweep(now)
         if self._failing:
             log.info("fleet state: writing again")
             self._failing = False

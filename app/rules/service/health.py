@@ -24,7 +24,7 @@ from app.core.errors import NotFound, shorten
 from app.core.timeutil import utcnow
 from app.rules.delivery.mqtt import MqttBridge, NoMqtt
 from app.rules.logic.cameras import CameraMonitor, camera_event, sweep_interval
-from app.rules.logic.evaluator import Event
+from app.rules.logic.evaluator import CameraRules, Event
 from app.rules.logic.table import CameraTable
 from app.rules.service.events import EventSink
 from app.rules.site.schema import Camera
@@ -43,6 +43,7 @@ class CameraHealth:
         self.sink = sink
         self.mqtt = mqtt
         self.elsewhere = elsewhere
+        self.released: Callable[[CameraRules], None] = lambda cam: None  # offline / moved away: its gauges go
         self.monitor = CameraMonitor()
         self.sweeper = Periodic("camera-offline-sweep", self.check_offline, sweep_interval(table.thresholds()))
 
@@ -107,6 +108,7 @@ class CameraHealth:
             assert cam is not None
             with cam.lock:
                 ended = cam.close_all()
+        self.released(cam)
         for tr in ended:
             self.sink.persist(tr.event.to_dict(), "ended")
         return len(ended)

@@ -31,9 +31,12 @@ from __future__ import annotations
 import datetime as dt
 from collections import Counter
 from collections.abc import Callable, Iterable
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
+from multiprocessing import get_context
 
 from app.core.errors import InvalidParameter, NotFound
+from app.rules.service.shards import ShardPool
 from app.rules.site.schema import Camera, SiteConfig
 from app.rules.logic.evaluator import CameraRules, Event
 from app.rules.store.framelog import LoggedFrame, decode
@@ -113,13 +116,14 @@ def margin(site: SiteConfig) -> dt.timedelta:
 
 def compare(store: EventStore, site: SiteConfig, since: dt.datetime, until: dt.datetime,
             camera_ids: Iterable[str] | None = None, progress: Progress | None = None,
-            on_total: Callable[[int], None] | None = None) -> Comparison:
+            on_total: Callable[[int], None] | None = None, workers: int = 1) -> Comparison:
     """Replay ``site`` over the frames logged in [since, until) and compare with the store.
 
     ``camera_ids``: only these (each must be in ``site``); default every camera of ``site``.
     ``on_total`` is told the number of frames to evaluate before the first one is
-    (progress bars). Raises InvalidParameter (bad window), NotFound (unknown camera) and
-    EmptyWindow (no logged frame)."""
+    (progress bars). ``workers`` > 1: the cameras replayed in that many processes, split as
+    the live shards split them (``replay_parallel``; the same spans). Raises InvalidParameter (bad
+    window), NotFound (unknown camera) and EmptyWindow (no logged frame)."""
     since, until = as_utc(since), as_utc(until)
     if since >= until:
         raise InvalidParameter(f"since ({iso(since)}) must be before until ({iso(until)})")
@@ -136,6 +140,24 @@ def compare(store: EventStore, site: SiteConfig, since: dt.datetime, until: dt.d
                           "(is CAMPUSGUARD_DETECTION_LOG on, and were frames sent then?)")
     if on_total is not None:
         on_total(sum(store.frames.count(chosen, shift_clamped(since, -pad), until).values()))
+    if workers > 1 and len(chosen) > 1 and ":memory:" not in store.url:
+        replayed, lasts, done = replay_parallel(store.url, site, chosen, since, until, workers)
+        if progress is not None and done:
+            progress(done)
+    else:
+        replayed, lasts, _ = replay_cameras(store, site, chosen, since, until, progress)
+    recorded = [Span(c, z, r, s, _open_after(e, lasts[c])) for c, z, r, s, e in
+                store.events.event_spans(chosen, since, until)]
+    return Comparison(since, until, sum(in_window.values()), chosen, match(site, chosen, recorded, replayed))
+
+
+def replay_cameras(store: EventStore, site: SiteConfig, chosen: list[str], since: dt.datetime, until: dt.datetime,
+                   progress: Progress | None = None) -> tuple[list[Span], dict[str, dt.datetime | None], int]:
+    """The replayed spans of ``chosen`` cameras, the rule time of each one's last frame read,
+    and how many frames of the window were evaluated (one process: live shards' workers each
+    run this over their group)."""
+    cameras = {c.id: c for c in site.cameras}
+    pad = margin(site)
     replays = {cid: CameraReplay(cameras[cid], site, since, until) for cid in chosen}
     done = 0
     for row in store.frames.iter(chosen, shift_clamped(since, -pad), shift_clamped(until, pad)):
@@ -146,16 +168,13 @@ def compare(store: EventStore, site: SiteConfig, since: dt.datetime, until: dt.d
             continue
         frame = decode(row)
         cam.step(frame)
-        if progress is not None and frame.captured_at < until:
+        if frame.captured_at < until:
             done += 1
-            if done % 100 == 0:
+            if progress is not None and done % 100 == 0:
                 progress(100)
     if progress is not None and done % 100:
         progress(done % 100)
-    replayed = [span for r in replays.values() for span in r.spans()]
-    recorded = [Span(c, z, r, s, _open_after(e, replays[c].last)) for c, z, r, s, e in
-                store.events.event_spans(chosen, since, until)]
-    return Comparison(since, until, sum(in_window.values()), chosen, match(site, chosen, recorded, replayed))
+    return [span for r in replays.values() for span in r.spans()], {c: r.last for c, r in replays.items()}, done
 
 
 class CameraReplay:
@@ -185,6 +204,43 @@ class CameraReplay:
 
     def spans(self) -> list[Span]:
         return [Span(self.camera.id, e.zone, e.rule, e.started_at, e.ended_at) for e in self.kept.values()]
+
+
+def groups(cameras: list[str], workers: int) -> list[list[str]]:
+    """``cameras`` split as the live shards split them (the same stable hash); empty groups dropped."""
+    out: list[list[str]] = [[] for _ in range(workers)]
+    for cid in cameras:
+        out[ShardPool.index_of(cid, workers)].append(cid)
+    return [g for g in out if g]
+
+
+def _replay_group(url: str, site_json: dict, cameras: list[str], since: dt.datetime,
+                  until: dt.datetime) -> tuple[list[Span], dict[str, dt.datetime | None], int]:
+    """In a worker process: replay one group of cameras over its own connection to the store."""
+    store = EventStore(url, migrate=False)
+    try:
+        return replay_cameras(store, SiteConfig.model_validate(site_json), cameras, since, until)
+    finally:
+        store.close()
+
+
+def replay_parallel(url: str, site: SiteConfig, cameras: list[str], since: dt.datetime, until: dt.datetime,
+                    workers: int) -> tuple[list[Span], dict[str, dt.datetime | None], int]:
+    """Replay on more than one core. A camera's replay needs only its own frames, in order, so
+    the cameras are split into groups by the live shards' hash (service/shards.py) and each group
+    is replayed in its own spawned process, which opens the store by URL and reads only its
+    cameras' frames; the spans are merged here (the recorded side and the matching stay in one place)."""
+    parts = groups(cameras, workers)
+    site_json = site.model_dump(mode="json")
+    spans: list[Span] = []
+    lasts: dict[str, dt.datetime | None] = {}
+    done = 0
+    with ProcessPoolExecutor(len(parts), mp_context=get_context("spawn")) as pool:
+        for got, last, n in pool.map(_replay_group, *zip(*[(url, site_json, g, since, until) for g in parts])):
+            spans += got
+            lasts.update(last)
+            done += n
+    return spans, lasts, done
 
 
 def _open_after(ended_at: dt.datetime | None, last_read: dt.datetime | None) -> dt.datetime | None:

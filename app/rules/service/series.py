@@ -1,7 +1,13 @@
 """The rules' Prometheus series: declared at 0 from the start, updated per frame and event.
 
-Every configured camera/zone/rule series exists from the start (and after each reload),
+Every configured camera/zone/rule counter exists from the start (and after each reload),
 so ``rate()`` and alerts work before the first event and dashboards are never empty.
+
+``zone_objects`` (a gauge: what is in a zone now) is exported only by the replica that owns
+the camera, i.e. receives its frames: from its first frame here until it goes offline,
+moves to another replica (the hand-over, health.py), is reset or leaves the site file. So a
+``sum`` over replicas is the fleet's value, and a replica never keeps exporting the last
+count of a camera that left it (docs/rules.md, Metrics).
 """
 
 from __future__ import annotations
@@ -35,7 +41,8 @@ class RulesSeries:
             m.camera_frame_age.labels(label).set_function(lambda cid=cam.id: age_of(cid))
             m.camera_offline_after.labels(label).set(config.offline_after(cam.camera))
             for zone in cam.zones:
-                m.zone_objects.labels(label, zone.name).set(cam.zone_counts.get(zone.name, 0))
+                if cam.last_t is not None:  # a camera this replica evaluates (owns): see the module docstring
+                    m.zone_objects.labels(label, zone.name).set(cam.zone_counts.get(zone.name, 0))
                 for rule in zone.rules:
                     m.events.labels(label, zone.name, rule.name)
                     if rule.type == "line_crossing":  # counted directions start at 0 (rate() and dashboards)
@@ -83,7 +90,7 @@ class RulesSeries:
         self.metrics.site_reloads.labels(trigger, outcome).inc()
 
     def retire(self, cam: CameraRules) -> None:
-        """Drop the zone gauges of a camera state no longer in use."""
+        """Drop the zone gauges of a camera state no longer in use (reset, reload, offline, moved away)."""
         for zone in cam.zones:
             try:
                 self.metrics.zone_objects.remove(self.metrics.camera_label(cam.id), zone.name)

@@ -267,6 +267,9 @@ class TrackerConfig(_Strict):
     track_buffer: int = Field(30, ge=1, description="Frames a lost track is kept for re-identification")
     match_thresh: float = Field(0.8, ge=0.0, le=1.0)
     fuse_score: bool = True
+    skip_when_unneeded: bool = Field(False, description=(
+        "Skip ByteTrack on cameras whose rules need no identity (only intrusion and crowd rules without "
+        "min_frames): the same events, ~5x cheaper frames, but their objects carry track_id null"))
 
 
 class SiteConfig(_Strict):

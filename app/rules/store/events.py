@@ -41,6 +41,7 @@ class EventsRepo:
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
+        self.replica: str | None = None  # stored with each event this process opens (the fleet's replica id)
 
     def record(self, event: dict[str, Any], deliveries: list[tuple[str, str, bytes]] = ()) -> None:
         """Insert or update an event and enqueue its deliveries, atomically.
@@ -59,11 +60,14 @@ class EventsRepo:
                           "started_at": parse_time(event["started_at"]), "ended_at": parse_time(event.get("ended_at")),
                           "objects": event.get("objects") or [], "max_count": int(event.get("max_count") or 0),
                           "snapshot": event.get("snapshot"), "clip": event.get("clip")}
-                exists = conn.execute(select(events_table.c.id).where(events_table.c.id == event["id"])).first()
+                exists = conn.execute(select(events_table.c.id, events_table.c.ended_at)
+                                      .where(events_table.c.id == event["id"])).first()
                 if exists:
+                    if exists.ended_at is not None and values["ended_at"] is None:
+                        del values["ended_at"]  # ended by another replica (orphans.py): a late update never reopens it
                     conn.execute(update(events_table).where(events_table.c.id == event["id"]).values(**values))
                 else:
-                    conn.execute(events_table.insert().values(id=event["id"], **values))
+                    conn.execute(events_table.insert().values(id=event["id"], replica=self.replica, **values))
                 for url, key, payload in deliveries:
                     dup = conn.execute(select(outbox_table.c.id).where(
                         outbox_table.c.url == url, outbox_table.c.idempotency_key == key)).first()

@@ -18,8 +18,11 @@ from sqlalchemy import delete, func, select, update
 from sqlalchemy.engine import Connection, Engine
 
 from app.rules.store.batched import delete_in_batches
-from app.rules.store.schema import camera_state_table, crossings_table, replicas_table, to_us
+from app.rules.store.schema import camera_state_table, crossings_table, events_table, replicas_table, to_us
 
+# camera health and view events say what a camera did, not what a rule saw: a gone replica's
+# camera_offline is not ended for it (the camera's next owner ends it when frames come back)
+NOT_ORPHANED = ("camera_offline", "camera_online", "camera_view")
 STATE_COLUMNS = ("owner", "status", "last_frame_at", "last_seen_at", "open_events", "view", "source", "updated_at")
 
 
@@ -113,6 +116,42 @@ class FleetRepo:
         with self.engine.connect() as conn:
             rows = conn.execute(query.group_by(c.line, c.direction, c.class_name)).all()
         return {(r[0], r[1], r[2]): int(r[3]) for r in rows}
+
+    # --- a gone replica's open events (app/rules/service/orphans.py) ---------------------------
+    def orphaned(self, silent_before: dt.datetime, me: str, limit: int = 500) -> list[tuple[dict[str, Any], dt.datetime]]:
+        """Open rule events opened by a replica (not ``me``) whose last heartbeat is before
+        ``silent_before``, each with the time it ends at: its camera's last frame if that replica
+        still owns the camera's row, else the replica's last heartbeat (never before its start)."""
+        e, r, s = events_table.c, replicas_table.c, camera_state_table.c
+        query = (select(events_table, r.heartbeat_at.label("heartbeat"), s.owner.label("row_owner"),
+                        s.last_frame_at.label("row_frame_at"))
+                 .join(replicas_table, r.id == e.replica)
+                 .outerjoin(camera_state_table, s.camera_id == e.camera_id)
+                 .where(e.ended_at.is_(None), r.heartbeat_at < silent_before, r.id != me,
+                        e.rule_type.not_in(NOT_ORPHANED))
+                 .order_by(e.started_at).limit(limit))
+        with self.engine.connect() as conn:
+            rows = conn.execute(query).all()
+        out = []
+        for row in rows:
+            end = row.row_frame_at if row.row_owner == row.replica and row.row_frame_at is not None else row.heartbeat
+            out.append((dict(row._mapping), max(end, row.started_at)))
+        return out
+
+    def end_orphan(self, event_id: str, ended_at: dt.datetime) -> bool:
+        """End one open event unless someone did first: the atomic UPDATE ... WHERE ended_at IS
+        NULL is the lock (on PostgreSQL a racing replica waits for the row, then matches nothing)."""
+        e = events_table.c
+        with self.engine.begin() as conn:
+            done = conn.execute(update(events_table).where(e.id == event_id, e.ended_at.is_(None))
+                                .values(ended_at=ended_at)).rowcount
+        return done == 1
+
+    def clear_open(self, replica_id: str) -> None:
+        """The camera rows a gone replica still owns show no open events (they were ended)."""
+        with self.engine.begin() as conn:
+            conn.execute(update(camera_state_table).where(camera_state_table.c.owner == replica_id)
+                         .values(open_events=[]))
 
     # --- retention --------------------------------------------------------------------------
     def delete_before(self, cutoff: dt.datetime, batch: int = 5000) -> int:

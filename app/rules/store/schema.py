@@ -56,6 +56,7 @@ events_table = Table(
     Column("reviewed_by", String(256), nullable=True),
     Column("reviewed_at", UTCDateTime(), nullable=True),
     Column("clip", String(512), nullable=True),  # evidence clip (migration 0003)
+    Column("replica", String(64), nullable=True),  # the replica that opened it (migration 0008)
     Index("ix_campusguard_events_ended", "ended_at"),
     # migration 0006: every filter of GET /events walks an index in the list's order
     # (started_at, id), so a page and its capped count never scan the table (they replace
@@ -66,6 +67,7 @@ events_table = Table(
     Index("ix_campusguard_events_rule", "rule", "started_at", "id"),
     Index("ix_campusguard_events_acknowledged", "acknowledged", "started_at", "id"),
     Index("ix_campusguard_events_false_positive", "false_positive", "started_at", "id"),
+    Index("ix_campusguard_events_open_replica", "replica", "ended_at"),  # 0008: a gone replica's open events
 )
 
 outbox_table = Table(

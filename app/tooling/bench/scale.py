@@ -199,14 +199,15 @@ def replay_reads(store: EventStore, cameras: list[str], since: dt.datetime, unti
 
 
 
-def replay_rate(store: EventStore, site, since: dt.datetime, until: dt.datetime) -> dict[str, Any]:
-    """Replay (the live evaluator over logged frames, app/rules/service/replay.py) of a window:
-    frames evaluated per second."""
+def replay_rate(store: EventStore, site, since: dt.datetime, until: dt.datetime, workers: int = 1) -> dict[str, Any]:
+    """Replay (the live evaluator over logged frames, app/rules/service/replay.py) of a window in
+    ``workers`` processes: frames evaluated per second (worker start-up included)."""
     from app.rules.service.replay import compare
 
     counted: list[int] = []
     start = time.perf_counter()
-    compare(store, site, since, until, on_total=counted.append)
+    compare(store, site, since, until, on_total=counted.append, workers=workers)
     seconds = time.perf_counter() - start
     frames = counted[0] if counted else 0  # the window and its warm-up margin
-    return {"frames": frames, "seconds": round(seconds, 2), "frames_per_s": round(frames / seconds, 1) if seconds else None}
+    return {"workers": workers, "frames": frames, "seconds": round(seconds, 2),
+            "frames_per_s": round(frames / seconds, 1) if seconds else None}

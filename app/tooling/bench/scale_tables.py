@@ -20,7 +20,9 @@ def _table(title: str, rows: list[dict[str, Any]]) -> Table:
 
 def print_tables(results: dict[str, Any], console: Console) -> None:
     for key, title in (("events", "GET /events (repository), 50 a page"), ("events_before", "before: count(*) + OFFSET"),
-                       ("rules", "rules evaluation")):
+                       ("rules", "rules evaluation (interleaved rounds)"),
+                       ("rules_summary", "rules evaluation: median per worker count"),
+                       ("replay_rate_workers", "replay evaluation, 1 and 2 workers (interleaved rounds)")):
         if results.get(key):
             console.print(_table(title, results[key]))
     for key, title in (("retention", "retention"), ("replay", "replay reads"), ("replay_rate", "replay evaluation")):

@@ -1,0 +1,81 @@
+"""The worker-process side of the camera shards (shards.py): rule states evaluated off the service's process.
+
+A worker holds the ``CameraRules`` of the cameras hashed to it, keyed by the token of the
+service-side ``ShardedCamera`` (a reset or reload makes a new token, so a retired state is
+never stepped again), and answers one request at a time, in the order sent. It writes
+nothing and sends nothing anywhere but its pipe: events, metrics, the detection log and the
+fleet state stay with the service's single writers, which get what it returns.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from multiprocessing.connection import Connection
+from typing import Any
+
+from app.core.types import Detection
+from app.rules.logic.evaluator import CameraRules, CompiledRule, Event
+from app.rules.site.schema import Camera, SiteConfig, TrackerConfig
+
+# what one evaluated frame sends back: transitions as (kind, event, zone index, rule index,
+# instant end), zone counts, rule time, track ids, rule clock, and the open events whose peak
+# count (and so objects) changed without a transition: (id, max_count, objects)
+Reply = tuple[list[tuple[str, Event, int, int, dt.datetime | None]], dict[str, int], dt.datetime, list[int | None],
+              float, list[tuple[str, int, list]]]
+
+
+class _State:
+    __slots__ = ("rules", "where")
+
+    def __init__(self, camera: Camera, timezone: str, tracker: TrackerConfig) -> None:
+        site = SiteConfig.model_construct(timezone=timezone, tracker=tracker, cameras=[])  # all CameraRules reads
+        self.rules = CameraRules(camera, site)
+        self.where: dict[int, tuple[int, int]] = {id(r): (zi, ri) for zi, z in enumerate(self.rules.zones)
+                                                  for ri, r in enumerate(z.rules)}
+
+    def evaluate(self, when: dt.datetime, size: tuple[int, int], detections: list[Detection]) -> Reply:
+        cam = self.rules
+        before = {e.id: e.max_count for e in cam.open_events()}
+        out = []
+        for tr in cam.evaluate(when, size, detections):
+            zi, ri = self.where[id(tr.rule)] if isinstance(tr.rule, CompiledRule) else (-1, -1)
+            out.append((tr.kind, tr.event, zi, ri, tr.ends_at))
+        grown = [(e.id, e.max_count, e.objects) for e in cam.open_events()
+                 if e.id in before and e.max_count != before[e.id]]
+        assert cam.frame_time is not None and cam.last_t is not None
+        return out, dict(cam.zone_counts), cam.frame_time, list(cam.frame_tracks), cam.last_t, grown
+
+
+def serve(conn: Connection) -> None:
+    """The worker's loop: ``(request id, op, token, args)`` in, ``(request id, ok, result)`` out.
+
+    ops: ``eval`` (args: when, frame size, detections, and the camera's setup the first time
+    this worker sees the token), ``drop`` (forget a retired state; no answer), ``ping``, ``stop``."""
+    states: dict[str, _State] = {}
+    while True:
+        try:
+            rid, op, token, args = conn.recv()
+        except (EOFError, OSError):
+            return  # the service went away
+        try:
+            result: Any = None
+            if op == "eval":
+                when, size, detections, setup = args
+                state = states.get(token)
+                if state is None:
+                    if setup is None:
+                        raise LookupError(f"no rule state for token {token}")
+                    state = states[token] = _State(*setup)
+                result = state.evaluate(when, size, detections)
+            elif op == "drop":
+                states.pop(token, None)
+                continue
+            elif op == "stop":
+                return
+            elif op == "ping":
+                result = len(states)
+            else:
+                raise ValueError(f"unknown op {op!r}")
+            conn.send((rid, True, result))
+        except Exception as exc:  # a bug in one frame must not take the shard down
+            conn.send((rid, False, f"{type(exc).__name__}: {exc}"))

@@ -1,0 +1,254 @@
+"""Camera shards: rules evaluation on more than one core (CAMPUSGUARD_RULES_WORKERS >= 2).
+
+Rule evaluation is pure Python (ByteTrack, the state machines) and holds the GIL, so threads
+cannot spread it over cores. With ``workers`` >= 2 each camera's rule state lives in one of
+``workers`` worker processes (shard_worker.py), chosen by a stable hash of its id, so a camera
+always goes to the same worker and its frames stay in order (the camera's lock is held for
+the round trip). Only the evaluation moves: the frame's bookkeeping (events, snapshots, clips,
+metrics, the detection log, the fleet state) stays in the service's process with its single
+writers, fed by what the worker returns.
+
+``ShardedCamera`` stands in for ``CameraRules`` in the camera table: it mirrors what the rest
+of the service reads (zones, zone counts, open events, rule time, track ids) from each reply.
+
+A worker that dies (killed, out of memory) is noticed by its reader thread (end of pipe) and
+started again at once; its cameras' states are gone, so on their next frame each camera ends
+its open events at its last rule time (as a reset does) and starts afresh on the new worker.
+The frame that met the crash is evaluated again there, not lost.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import itertools
+import logging
+import multiprocessing as mp
+import threading
+import uuid
+from collections.abc import Sequence
+from concurrent.futures import Future
+from typing import Any
+
+from app.core.timeutil import UTC
+from app.core.types import Detection
+from app.rules.logic.evaluator import CameraRules, CompiledZone, Event, Transition
+from app.rules.service.shard_worker import Reply, serve
+from app.rules.site.schema import Camera, SiteConfig
+
+log = logging.getLogger("campusguard.rules.shards")
+
+
+class WorkerCrashed(RuntimeError):
+    """The worker process of a shard ended while a frame was in flight."""
+
+
+class Shard:
+    """One worker process, its pipe and the reader thread that hands replies to their callers."""
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+        self.generation = 0  # bumped on each (re)start: rule states older than it are gone
+        self.restarts = 0
+        self._ids = itertools.count()
+        self._send_lock = threading.RLock()
+        self._state_lock = threading.Lock()
+        self._pending: dict[int, Future] = {}
+        self._stopping = False
+        self._start()
+
+    def _start(self) -> None:
+        ctx = mp.get_context("spawn")  # never fork a process that holds torch / server threads
+        here, there = ctx.Pipe()
+        self.process = ctx.Process(target=serve, args=(there,), name=f"campusguard-rules-{self.index}", daemon=True)
+        self.process.start()
+        there.close()
+        self.conn = here
+        self.generation += 1
+        threading.Thread(target=self._read, args=(here, self.generation), daemon=True,
+                         name=f"rules-shard-{self.index}-reader").start()
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid
+
+    def _read(self, conn, generation: int) -> None:
+        while True:
+            try:
+                rid, ok, result = conn.recv()
+            except (EOFError, OSError):
+                self._crashed(generation)
+                return
+            fut = self._pending.pop(rid, None)
+            if fut is not None:
+                fut.set_result(result) if ok else fut.set_exception(RuntimeError(result))
+
+    def _crashed(self, generation: int) -> None:
+        """The pipe ended: fail what was in flight and start the worker again (once per generation)."""
+        with self._send_lock, self._state_lock:  # no request is sent on a pipe being replaced
+            if generation != self.generation or self._stopping:
+                return
+            pending, self._pending = self._pending, {}
+            code = self.process.exitcode if not self.process.is_alive() else None
+            log.error("rules worker %d (pid %s) ended (exit code %s): restarting it; its cameras' open events "
+                      "end and their rule state starts afresh", self.index, self.process.pid, code)
+            self.restarts += 1
+            self.conn.close()
+            self._start()
+        for fut in pending.values():
+            fut.set_exception(WorkerCrashed(f"rules worker {self.index} ended"))
+
+    def call(self, op: str, token: str, args: Any = None, reply: bool = True, generation: int | None = None) -> Any:
+        """Send one request; wait for its answer (``reply``). WorkerCrashed when the worker dies
+        first, or (``generation``) when it is no longer the worker of that generation."""
+        with self._send_lock:
+            if generation is not None and generation != self.generation:
+                raise WorkerCrashed(f"rules worker {self.index} was restarted")
+            generation, rid = self.generation, next(self._ids)
+            fut: Future | None = Future() if reply else None
+            if fut is not None:
+                self._pending[rid] = fut
+            try:
+                self.conn.send((rid, op, token, args))
+            except (OSError, ValueError):
+                self._pending.pop(rid, None)
+                self._crashed(generation)
+                raise WorkerCrashed(f"rules worker {self.index} is gone") from None
+        return fut.result() if fut is not None else None
+
+    def stop(self) -> None:
+        with self._send_lock, self._state_lock:
+            self._stopping = True
+            try:
+                self.conn.send((-1, "stop", "", None))  # the worker returns; its end of the pipe closes
+            except (OSError, ValueError):
+                pass
+        self.process.join(timeout=5)
+        if self.process.is_alive():
+            self.process.kill()
+            self.process.join(timeout=5)
+        self.conn.close()
+
+
+class ShardPool:
+    """``workers`` shards; a camera's shard is a stable hash of its id (the same in every process and run)."""
+
+    def __init__(self, workers: int) -> None:
+        if workers < 2:
+            raise ValueError("a shard pool needs at least 2 workers (1 evaluates in the service's process)")
+        self.shards = [Shard(i) for i in range(workers)]
+
+    @staticmethod
+    def index_of(camera_id: str, workers: int) -> int:
+        """The shard of a camera among ``workers``: the same in every process and run (replay uses it too)."""
+        digest = hashlib.blake2b(camera_id.encode(), digest_size=8).digest()
+        return int.from_bytes(digest, "big") % workers
+
+    def shard_of(self, camera_id: str) -> Shard:
+        return self.shards[self.index_of(camera_id, len(self.shards))]
+
+    def camera(self, camera: Camera, site: SiteConfig) -> "ShardedCamera":
+        """The camera-table factory: a camera's state, kept in its shard."""
+        return ShardedCamera(camera, site, self.shard_of(camera.id))
+
+    def stop(self) -> None:
+        for shard in self.shards:
+            shard.stop()
+
+
+class InProcess:
+    """CAMPUSGUARD_RULES_WORKERS=1: every camera's rule state in the service's process (no shards)."""
+
+    shards: list[Shard] = []
+
+    def camera(self, camera: Camera, site: SiteConfig) -> CameraRules:
+        return CameraRules(camera, site)
+
+    def stop(self) -> None:
+        pass
+
+
+def shard_pool(workers: int) -> ShardPool | InProcess:
+    return ShardPool(workers) if workers > 1 else InProcess()
+
+
+class ShardedCamera:
+    """A camera whose rule state lives in a worker; the interface of ``CameraRules`` the service uses."""
+
+    def __init__(self, camera: Camera, site: SiteConfig, shard: Shard) -> None:
+        self.camera, self.id, self._shard = camera, camera.id, shard
+        self.zones = [CompiledZone(z, site.timezone) for z in camera.zones]  # config only: overlays, rule options
+        self.lock = threading.Lock()
+        self.last_t: float | None = None
+        self.zone_counts: dict[str, int] = {z.name: 0 for z in self.zones}
+        self.frame_time: dt.datetime | None = None
+        self.frame_tracks: list[int | None] = []
+        self._setup = (camera, site.timezone, site.tracker)
+        self._token = uuid.uuid4().hex
+        self._generation: int | None = None  # the worker generation that holds this camera's state
+        self._open: dict[str, tuple[tuple[int, int], Event]] = {}  # event id -> (zone, rule index), event
+
+    def evaluate(self, when: dt.datetime, frame_size: tuple[int, int],
+                 detections: Sequence[Detection]) -> list[Transition]:
+        lost: list[Transition] = []
+        for _ in range(3):
+            generation = self._shard.generation
+            if self._generation is not None and self._generation != generation:
+                lost += self._restart()  # the worker was restarted: this camera's state is gone
+            setup = self._setup if self._generation is None else None
+            try:
+                reply: Reply = self._shard.call("eval", self._token, (when, frame_size, list(detections), setup),
+                                               generation=generation)
+            except WorkerCrashed:
+                continue  # the shard was restarted: end what was open, evaluate the frame there
+            self._generation = generation
+            return lost + self._apply(reply)
+        raise WorkerCrashed(f"rules worker {self._shard.index} keeps ending; frame of camera {self.id} not evaluated")
+
+    def _restart(self) -> list[Transition]:
+        ended = self.close_all()
+        self._generation = None
+        return ended
+
+    def _apply(self, reply: Reply) -> list[Transition]:
+        transitions, counts, frame_time, tracks, last_t, grown = reply
+        self.zone_counts, self.frame_time, self.frame_tracks, self.last_t = counts, frame_time, tracks, last_t
+        out: list[Transition] = []
+        for kind, event, zi, ri, ends_at in transitions:
+            rule = self.zones[zi].rules[ri] if zi >= 0 else None
+            if kind == "started":
+                if ends_at is None:  # an instant event (line crossing) is never open
+                    self._open[event.id] = ((zi, ri), event)
+            else:
+                mine = self._open.pop(event.id, None)
+                if mine is not None:  # this side's copy: it carries the snapshot and clip set on its start
+                    kept = mine[1]
+                    kept.ended_at, kept.max_count, kept.objects = event.ended_at, event.max_count, event.objects
+                    event = kept
+            out.append(Transition(kind, event, rule, ends_at))  # type: ignore[arg-type]
+        for event_id, max_count, objects in grown:
+            if event_id in self._open:
+                ev = self._open[event_id][1]
+                ev.max_count, ev.objects = max_count, objects
+        return out
+
+    def close_all(self) -> list[Transition]:
+        """End every open event at the camera's last rule time (as ``CameraRules.close_all``) and
+        free the worker's state; this camera state is not evaluated again."""
+        out = []
+        for (zi, ri), event in sorted(self._open.values(), key=lambda v: v[0]):
+            last = dt.datetime.fromtimestamp(self.last_t, UTC) if self.last_t is not None else event.started_at
+            event.ended_at = max(last, event.started_at)
+            out.append(Transition("ended", event, self.zones[zi].rules[ri]))
+        self._open = {}
+        if self._generation == self._shard.generation:
+            try:
+                self._shard.call("drop", self._token, reply=False, generation=self._generation)
+            except WorkerCrashed:
+                pass  # gone with its worker
+        return out
+
+    def open_events(self) -> list[Event]:
+        return [ev for _, ev in sorted(self._open.values(), key=lambda v: v[0])]
+
+
