@@ -143,7 +143,8 @@ def run_stage(args) -> int:
                                        "seconds": args.stage_seconds, "rounds": args.rounds, "clients": args.clients}
         args.out.mkdir(parents=True, exist_ok=True)
         report.write_json(args.out / "stage-service.json", {"meta": meta} | result)
-        table = Table(title=f"issue #28 ratios (median of {args.rounds} interleaved rounds; load {started} -> "
+        table = Table(title=f"issues #28 and #32 ratios at {result['shape']} (median of {args.rounds} interleaved rounds; "
+                            f"load {started} -> "
                             f"{meta['load_average_end']})")
         table.add_column("what")
         table.add_column("value", justify="right")
