@@ -140,7 +140,7 @@ def test_bench_service_stage_with_the_anchor(tmp_path, weights, dataset, monkeyp
     assert any(label.startswith("openvino fp32 server / the anchor") for label in labels), labels
     assert any(label.startswith("openvino fp32: server / bare model call") for label in labels), labels
     assert any(label.startswith("openvino fp32 server / Ultralytics torch predict loop") for label in labels), labels
-    assert all(ratio > 0 for ratio in data["ratios"].values())
+    assert all(ratio > 0 for ratio in data["ratios"].values()) and set(data["ratio_ranges"]) == labels
     exports = list((cache / "anchor").glob("*/yolov8n_int8_openvino_model/yolov8n.xml"))
     assert len(exports) == 1 and "192x320-int8" in exports[0].parent.parent.name
     assert not list(weights.parent.glob("*openvino*"))  # never beside the weights

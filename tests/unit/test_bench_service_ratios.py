@@ -25,7 +25,10 @@ def test_the_anchor_and_bf16_ratios_are_computed_for_the_servers_present():
         "server openvino bf16 t2 1080p": constant(200), "server onnx fp32 t2 1080p": constant(100),
         "ultralytics predict 1080p": constant(50), "anchor: ultralytics predict openvino int8 384x640 1080p": constant(240),
     }
-    ratios = measure(contestants, seconds=2.4, rounds_n=2, threads=2)["ratios"]  # 0.2 s slices: sleep overshoot small
+    result = measure(contestants, seconds=2.4, rounds_n=2, threads=2)  # 0.2 s slices: sleep overshoot small
+    ratios = result["ratios"]
+    assert set(result["ratio_ranges"]) == set(ratios)
+    assert all(low <= ratios[k] <= high for k, (low, high) in result["ratio_ranges"].items())
     by_label = {label.split(", server")[0]: value for label, value in ratios.items()}
     assert by_label["openvino int8 server / the anchor, Ultralytics on its OpenVINO int8 (openvino int8: >= 1.25)"] == \
         pytest.approx(1.25, rel=0.15)

@@ -215,7 +215,7 @@ def measure(contestants: dict[str, Callable[[float], int]], seconds: float, roun
             t0 = time.perf_counter()
             n = run(share)
             rates[name].append(n / (time.perf_counter() - t0))
-    ratios = {}
+    ratios, ranges = {}, {}
     for label, prefix, suffix, reference in ratio_specs(rates):
         ref = next((name for name in rates if name.startswith(reference) and name.endswith(
             suffix if reference.startswith("server ") else "")), None)
@@ -223,6 +223,9 @@ def measure(contestants: dict[str, Callable[[float], int]], seconds: float, roun
             continue
         for name in (n for n in rates if n.startswith(prefix) and n.endswith(suffix) and n != ref):
             server_threads = name[len(prefix):].split(" ")[0]
-            ratios[f"{label}, server {server_threads} thread(s) vs {threads}"] = float(
-                np.median(np.array(rates[name]) / np.array(rates[ref])))
-    return {"img_s": {name: float(np.median(r)) for name, r in rates.items()}, "per_round": rates, "ratios": ratios}
+            per_round = np.array(rates[name]) / np.array(rates[ref])
+            key = f"{label}, server {server_threads} thread(s) vs {threads}"
+            ratios[key] = float(np.median(per_round))
+            ranges[key] = [float(per_round.min()), float(per_round.max())]  # the noise to read the median against
+    return {"img_s": {name: float(np.median(r)) for name, r in rates.items()}, "per_round": rates, "ratios": ratios,
+            "ratio_ranges": ranges}

@@ -147,11 +147,12 @@ def run_stage(args) -> int:
                             f"load {started} -> "
                             f"{meta['load_average_end']})")
         table.add_column("what")
-        table.add_column("value", justify="right")
+        table.add_column("value (ratios: median, per-round range)", justify="right")
         for name, rate in result["img_s"].items():
             table.add_row(f"{name} (img/s)", f"{rate:.1f}")
         for name, ratio in result["ratios"].items():
-            table.add_row(name, f"{ratio:.2f}")
+            low, high = result["ratio_ranges"][name]
+            table.add_row(name, f"{ratio:.2f} ({low:.2f}-{high:.2f})")
         Console().print(table)
         print(f"wrote {args.out / 'stage-service.json'}")
         return 0
