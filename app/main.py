@@ -108,6 +108,13 @@ def report_precision(metrics: Metrics, provisioned) -> None:
         metrics.precision_gate_value.labels(verdict.precision, verdict.metric).set(verdict.value)
 
 
+def log_backend(settings: Settings) -> None:
+    """Say which runtime and precision serve and why: with ``auto`` (the default) the machine decides."""
+    choice = settings.backend_choice
+    log.info("backend %s, precision %s (CAMPUSGUARD_BACKEND=%s, CAMPUSGUARD_PRECISION=%s): %s", choice.backend,
+             choice.precision, choice.requested_backend, choice.requested_precision, choice.reason)
+
+
 def log_auth(settings: Settings, gate: Gate) -> None:
     """Say at every start whether a key is needed, so an open server is never a surprise."""
     if gate.mode == "on":
@@ -141,6 +148,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         preflight(settings)
+        log_backend(settings)
         log_auth(settings, gate)
         rules = wiring.build_rules(settings, metrics, sources)
         ingest = wiring.build_ingest(settings, rules, metrics, sources, lambda: getattr(app.state, "engine", None),
@@ -186,6 +194,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.gate = gate
     app.state.progress = StartupProgress("starting")
     app.state.provisioned = None
+    app.state.backend_choice = settings.backend_choice.describe()  # /health: BACKEND/PRECISION as set, served, why
     app.state.started_at = time.time()
     app.state.rules = NoRules()
     app.state.shadow = NoShadow()  # the lane replaces it once the reference is loaded (CAMPUSGUARD_SHADOW_*)

@@ -25,6 +25,11 @@ from app.core.logs import quiet_third_party_loggers
 from tests.support.logwatch import WATCH, watch_settings
 
 os.environ.setdefault("YOLO_OFFLINE", "1")
+# BACKEND=auto and PRECISION=auto (the defaults) are openvino bf16 on a CPU machine: its IR build and gate would make
+# every test that loads a model slower. The suite pins torch fp32, what it was written against, for each Settings()
+# and each command it runs that does not choose; tests of auto itself clear them (tests/unit/test_backend_auto.py).
+os.environ.setdefault("CAMPUSGUARD_BACKEND", "torch")
+os.environ.setdefault("CAMPUSGUARD_PRECISION", "fp32")
 
 REPO = Path(__file__).resolve().parents[1]
 WEIGHTS = Path(os.environ.get("CAMPUSGUARD_TEST_WEIGHTS", REPO.parent / "shared/models/yolov8n.pt"))
@@ -184,7 +189,7 @@ class LiveServer:
 
 # Test servers start without warm-up and at imgsz 320: a test about accuracy or the
 # warm-up itself says so (imgsz=640, warmup_iters=2).
-SERVER_DEFAULTS = {"imgsz": 320, "warmup_iters": 0, "threads": 2}
+SERVER_DEFAULTS = {"backend": "torch", "precision": "fp32", "imgsz": 320, "warmup_iters": 0, "threads": 2}  # or auto
 
 
 def start_server(tmp_path: Path, weights: Path, wait: bool = True, faults: FaultSwitch | None = None,

@@ -57,7 +57,8 @@ def get_startup(request: Request) -> dict:
     state = request.app.state
     progress, provisioned = getattr(state, "progress", None), getattr(state, "provisioned", None)
     return {"phase_detail": progress.describe() if progress is not None else None,
-            "precision_report": provisioned.report() if provisioned is not None else None}
+            "precision_report": provisioned.report() if provisioned is not None else None,
+            "backend_choice": getattr(state, "backend_choice", None)}
 
 
 def get_started_at(request: Request) -> float:

@@ -65,6 +65,7 @@ def health_document(engine: InferenceEngine | None, detector: Detector | None, p
                  uptime_s=round(time.time() - started_at, 3), event_store=rules.store_status(), auth=auth,
                  phase_detail=None if ready else startup.get("phase_detail"),
                  precision_requested=report["requested"] if report else None,
+                 backend_choice=startup.get("backend_choice"),
                  precision_fallback=report["fallback"] if report else None,
                  precision_gate=report.get("gate") if report else None,
                  precision_note=report.get("note") if report else None)

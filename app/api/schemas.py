@@ -89,7 +89,9 @@ class Health(BaseModel):
     vram_total_bytes: int | None = None
     model: str | None = None
     precision: str | None = Field(None, description="What the graph computes in (served): fp32, fp16 or int8")
-    precision_requested: str | None = Field(None, description="CAMPUSGUARD_PRECISION")
+    precision_requested: str | None = Field(None, description="The precision provisioned (CAMPUSGUARD_PRECISION, auto resolved)")
+    backend_choice: dict[str, str] | None = Field(None, description="CAMPUSGUARD_BACKEND and CAMPUSGUARD_PRECISION as set "
+                                                  "(auto by default), what they resolved to and why")
     precision_fallback: bool | None = Field(None, description="true: the requested precision failed its gate and fp32 "
                                             "is served instead")
     precision_gate: dict[str, Any] | None = Field(None, description="The gate's verdict: mode (labelled mAP or "

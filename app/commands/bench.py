@@ -38,6 +38,7 @@ from app.tooling.bench.table import add_ratios, merge, write_outputs
 from app.commands.common import imgsz_arg
 
 DEFAULT_IMAGES = Path("../shared/datasets/coco-val128/images")
+SERVICE_VARIANTS = ("onnx:fp32", "onnx:int8", "openvino:fp32", "openvino:bf16", "openvino:int8", "torch:fp32")
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -92,6 +93,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
     stage.add_argument("--server-threads", type=csv_list(int), default=None,
                        help="ONNX Runtime threads of --stage service's servers, a comma list: one server per value "
                             "and precision, all in the same rounds (default: --threads)")
+    stage.add_argument("--service-variants", type=csv_list(str, SERVICE_VARIANTS), default=["onnx:fp32", "onnx:int8"],
+                       help="backend:precision of --stage service's servers and bare model calls, a comma list of "
+                            f"{','.join(SERVICE_VARIANTS)} (default onnx:fp32,onnx:int8)")
+    stage.add_argument("--anchor", action=argparse.BooleanOptionalAction, default=None,
+                       help="time the anchor in --stage service: Ultralytics predict on its own OpenVINO int8 export at "
+                            "the 16:9 shape, built once into --onnx-cache-dir (default: on with the openvino extra)")
     stage.add_argument("--calibration-images", type=int, default=64, help="int8 calibration frames (--stage service)")
     stage.add_argument("--stage-seconds", type=float, default=12.0, help="seconds per stage variant set (default 12)")
     stage.add_argument("--rounds", type=int, default=6, help="interleaved rounds (default 6)")
@@ -122,6 +129,10 @@ def validate(args: argparse.Namespace) -> None:
         args.precisions = ["fp32", "fp16"] if on_gpu else ["fp32"]
     if "fp16" in args.precisions and not on_gpu:
         raise ConfigError("fp16 needs a GPU device (--device cuda:0)")
+    if getattr(args, "anchor", False) is None:  # --stage service: the anchor where OpenVINO is installed
+        from app.inference.backends.auto import installed
+
+        args.anchor = installed("openvino", "nncf")
 
 
 def run(args: argparse.Namespace) -> int:

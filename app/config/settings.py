@@ -1,8 +1,8 @@
 """Service settings, read once from the environment (prefix ``CAMPUSGUARD_``) or ``.env``.
 
-Validators fail fast at startup: a typo in a device string or a threshold out of range
-stops the process with a message that names the variable, instead of a 500 on the first
-frame. Tests build ``Settings(...)`` directly and hand it to ``create_app``.
+Validators fail fast at startup: a typo in a device string or a threshold out of range stops the process
+with a message that names the variable, instead of a 500 on the first frame. Tests build ``Settings(...)``
+directly and hand it to ``create_app``. ``auto`` (backend, precision) is resolved here, once.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import AnyUrl, Field, SecretStr, TypeAdapter, UrlConstraints, field_validator, model_validator
+from pydantic import AnyUrl, Field, PrivateAttr, SecretStr, TypeAdapter, UrlConstraints, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from typing_extensions import Annotated
 
@@ -25,13 +25,8 @@ ENV_PREFIX = "CAMPUSGUARD_"
 ENV_FILE = Path(".env")
 DEFAULT_WEIGHTS = Path("../shared/models/yolov8n.pt")
 DEFAULT_DATA_DIR = Path(".cache/campusguard")
-ONNX_PROVIDER_ALIASES = {
-    "migraphx": "MIGraphXExecutionProvider",
-    "rocm": "ROCMExecutionProvider",
-    "cuda": "CUDAExecutionProvider",
-    "tensorrt": "TensorrtExecutionProvider",
-    "cpu": "CPUExecutionProvider",
-}
+ONNX_PROVIDER_ALIASES = {"migraphx": "MIGraphXExecutionProvider", "rocm": "ROCMExecutionProvider", "cuda": "CUDAExecutionProvider",
+                         "tensorrt": "TensorrtExecutionProvider", "cpu": "CPUExecutionProvider"}
 MQTT_URL = TypeAdapter(Annotated[AnyUrl, UrlConstraints(allowed_schemes=["mqtt", "mqtts"], host_required=True)])
 _DEVICE_RE = re.compile(r"^(cpu|cuda(:\d+)?)$")
 FILE_SETTINGS = ("events_db_url", "webhook_secret", "mqtt_url")  # each has a <name>_file twin (app/core/secrets.py)
@@ -72,7 +67,7 @@ class Settings(BaseSettings):
     )
 
     # --- model and backend -------------------------------------------------------------
-    backend: Literal["torch", "onnx", "openvino"] = "torch"
+    backend: Literal["auto", "torch", "onnx", "openvino"] = Field("auto", description="auto: openvino on a CPU (onnx without its extra), torch on a GPU")
     weights: Path = Field(DEFAULT_WEIGHTS, description=".pt, .onnx or an architecture .yaml")
     model_name: str | None = Field(None, description="Name reported in replies; default: weights stem")
     device: str = Field("cpu", description="cpu or cuda:N (cuda:N is the AMD GPU on ROCm torch)")
@@ -81,9 +76,9 @@ class Settings(BaseSettings):
     shapes: Annotated[str, NoDecode] = Field(
         "", description="More fixed input shapes, one per aspect class (comma list of HxW, e.g. 384x640,480x640,"
         "640x384), or auto (the site file's camera resolutions); each frame goes to its aspect's shape")
-    precision: Literal["fp32", "fp16", "bf16", "int8"] = Field(
-        "fp32", description="What the model computes in: fp32, fp16 (GPU), bf16 (openvino on a CPU with avx512_bf16 or "
-        "amx_bf16) or int8 (onnx or openvino on CPU, built from the weights)")
+    precision: Literal["auto", "fp32", "fp16", "bf16", "int8"] = Field(
+        "auto", description="What the model computes in: fp32, fp16 (GPU), bf16 (openvino on a CPU with avx512_bf16 or "
+        "amx_bf16) or int8 (onnx or openvino on CPU, built from the weights); auto: bf16 where openvino runs it, else fp32")
     decode_reduce: bool = Field(True, description="Decode a JPEG at 1/2, 1/4 or 1/8 size when the letterbox shrinks it "
                                 "that much anyway (libjpeg-turbo DCT scaling); boxes stay in original pixels")
     evidence_min_width: int = Field(960, ge=0, le=8192, description="Frames kept for rules evidence (snapshots, clips, "
@@ -335,10 +330,14 @@ class Settings(BaseSettings):
         parse_shapes(text, 640)  # every entry valid; the primary shape is added by shape_list
         return text
 
+    _choice: Any = PrivateAttr(None)  # how BACKEND / PRECISION were resolved (auto), for the log and /health
     @model_validator(mode="after")
     def _consistent(self) -> "Settings":
+        from app.inference.backends.auto import resolve
         from app.inference.precision.spec import check_precision
 
+        choice = self._choice = resolve(self.backend, self.precision, self.device, self.weights.suffix)  # auto -> a runtime
+        self.backend, self.precision = choice.backend, choice.precision
         try:
             check_precision(self.backend, self.device, self.precision)
         except ConfigError as exc:
@@ -376,3 +375,5 @@ class Settings(BaseSettings):
     @property
     def display_model_name(self) -> str:
         return self.model_name or self.weights.stem
+
+    backend_choice = property(lambda self: self._choice, doc="auto.Choice (app/inference/backends/auto.py): as set, served, why")

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from app.cli import main
+from tests.conftest import free_port
 
 
 def test_bench_tiny_real_run(tmp_path, weights, dataset, onnx_cache):
@@ -84,3 +85,64 @@ def test_soak_tiny_real_run(tmp_path, server, dataset):
     assert [list(s) for s in data["meta"]["frame_sizes"]] == [[64, 64], [3840, 2160], [640, 480]]
     for name in ("soak.csv", "soak.md", "soak.png"):
         assert (out / name).stat().st_size > 0
+
+
+def small_labelled_set(dataset, folder, n: int = 6):
+    """A YOLO folder of the first ``n`` coco-val128 images and their labels (a few calibration frames)."""
+    import shutil
+
+    for sub in ("images", "labels"):
+        (folder / sub).mkdir(parents=True)
+    for image in sorted((dataset / "images").glob("*.jpg"))[:n]:
+        shutil.copy(image, folder / "images" / image.name)
+        label = dataset / "labels" / f"{image.stem}.txt"
+        if label.is_file():
+            shutil.copy(label, folder / "labels" / label.name)
+    return folder
+
+
+@pytest.mark.slow
+@pytest.mark.server
+def test_bench_service_stage_with_the_anchor(tmp_path, weights, dataset, monkeypatch):
+    """--stage service at a tiny scale with the anchor (Ultralytics predict on its own OpenVINO int8
+    export at the 16:9 shape): every contestant measured, the ratios against the anchor written, the
+    export built in the cache folder (not beside the weights) and nothing fetched from the network."""
+    pytest.importorskip("openvino")
+    pytest.importorskip("nncf")
+    import socket
+
+    attempts: list = []
+    connect = socket.socket.connect
+
+    def loopback_only(sock, address):
+        host = address[0] if isinstance(address, tuple) else str(address)
+        if isinstance(address, tuple) and host not in ("127.0.0.1", "::1", "localhost"):
+            attempts.append(address)
+            raise OSError(f"the bench tried the network: {address}")
+        return connect(sock, address)
+
+    monkeypatch.setattr(socket.socket, "connect", loopback_only)
+    frames = small_labelled_set(dataset, tmp_path / "frames")
+    cache, out = tmp_path / "cache", tmp_path / "service"
+    rc = main(["bench", "--stage", "service", "--service-variants", "openvino:fp32", "--anchor", "--imgsz", "320",
+               "--weights", f"n={weights}", "--images", str(frames / "images"), "--onnx-cache-dir", str(cache),
+               "--threads", "1", "--clients", "2", "--stage-seconds", "3", "--rounds", "1", "--calibration-images", "4",
+               "--port", str(free_port()), "--out", str(out)])
+    assert rc == 0
+    assert attempts == []
+    data = json.loads((out / "stage-service.json").read_text())
+    assert data["shape"] == "192x320" and data["variants"] == ["openvino fp32"]
+    names = set(data["img_s"])
+    assert names == {"server openvino fp32 t1 1080p", "bare model call openvino fp32 192x320 t1",
+                     "ultralytics predict 1080p", "anchor: ultralytics predict openvino int8 192x320 1080p"}
+    assert all(rate > 0 for rate in data["img_s"].values())
+    labels = set(data["ratios"])
+    assert any(label.startswith("openvino fp32 server / the anchor") for label in labels), labels
+    assert any(label.startswith("openvino fp32: server / bare model call") for label in labels), labels
+    assert any(label.startswith("openvino fp32 server / Ultralytics torch predict loop") for label in labels), labels
+    assert all(ratio > 0 for ratio in data["ratios"].values()) and set(data["ratio_ranges"]) == labels
+    exports = list((cache / "anchor").glob("*/yolov8n_int8_openvino_model/yolov8n.xml"))
+    assert len(exports) == 1 and "192x320-int8" in exports[0].parent.parent.name
+    assert not list(weights.parent.glob("*openvino*"))  # never beside the weights
+    meta = data["meta"]
+    assert meta["load_average_start"] and meta["load_average_end"]

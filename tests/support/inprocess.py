@@ -66,7 +66,7 @@ def inprocess_app(settings: Settings | None = None, *, ready: bool = True, rules
     loading) and, optionally, a rules service (with the audit trail in its event store, as the
     lifespan builds it; its records are written when GET /audit reads). ``rules_factory`` builds
     it on the app's own metrics, so /metrics shows the rules' series as in production."""
-    settings = settings or Settings(imgsz=IMGSZ, threads=1, preprocess_workers=1, warmup_iters=0)
+    settings = settings or Settings(backend="torch", precision="fp32", imgsz=IMGSZ, threads=1, preprocess_workers=1, warmup_iters=0)
     app = create_app(settings)
     if rules_factory is not None:
         rules = rules_factory(app.state.metrics)

@@ -57,14 +57,14 @@ def test_onnx_providers_aliases_and_order(monkeypatch):
 def test_precision_is_checked_against_backend_and_device():
     """CAMPUSGUARD_PRECISION replaced HALF: fp16 needs a GPU, int8 runs on onnx on the CPU."""
     with pytest.raises(ValidationError, match="precision fp16 does not run on backend torch with device cpu"):
-        Settings(precision="fp16", device="cpu")
+        Settings(precision="fp16", device="cpu")  # BACKEND=auto too: fp16 is a GPU precision
     with pytest.raises(ValidationError, match="precision int8 does not run on backend torch.*onnx on CPU"):
-        Settings(precision="int8")
+        Settings(precision="int8", backend="torch")
     with pytest.raises(ValidationError, match="precision int8 does not run on backend onnx with device cuda:0"):
         Settings(precision="int8", backend="onnx", device="cuda:0")
     assert Settings(precision="fp16", device="cuda:0").precision == "fp16"
     assert Settings(precision="int8", backend="onnx").precision == "int8"
-    assert Settings().precision == "fp32"
+    assert Settings(backend="torch").precision == "fp32"  # PRECISION=auto on torch
 
 
 def test_replaced_half_settings_name_their_successor():

@@ -1,16 +1,19 @@
-"""`campusguard bench --stage service`: issue #28's "Done when" ratios, side by side in one run.
+"""`campusguard bench --stage service`: issues #28 and #32's "Done when" ratios, side by side in one run.
 
 Contestants, timed in interleaved rounds (each round gives every contestant the same slice
 of wall time, so load from other processes hits them alike; the ratios are the medians of
 the per-round ratios):
 
-* the server (real ``campusguard serve`` subprocesses, onnx, IMGSZ 640 + SHAPES 384x640,
-  fp32 and int8) fed by 4 concurrent HTTP clients on this machine, on a 1080p camera-like
-  JPEG (a real image up-scaled, q90) and on ``bus.jpg``;
-* the bare ``session.run`` of the same model, shape (384x640) and precision, batch 1, on an
-  already letterboxed frame (no decoding);
-* the bare Python loop of full ``cv2.imdecode`` + letterbox + ``session.run`` (bus.jpg, 640);
-* the plain Ultralytics ``predict`` loop on the ``.pt`` with the 1080p JPEG's path.
+* the servers (real ``campusguard serve`` subprocesses, one per ``--service-variants`` entry,
+  backend:precision, default onnx fp32 and int8; IMGSZ + SHAPES = the 16:9 shape, 384x640 at
+  640) fed by 4 concurrent HTTP clients on this machine, on a 1080p camera-like JPEG (a real
+  image up-scaled, q90) and, for onnx fp32, on ``bus.jpg``;
+* the bare model call (``raw_call``: ``session.run``, OpenVINO's ``infer``) of each variant at
+  the 16:9 shape, batch 1, on an already letterboxed frame (no decoding);
+* the bare Python loop of full ``cv2.imdecode`` + letterbox + ``session.run`` (bus.jpg, onnx fp32);
+* the plain Ultralytics ``predict`` loop on the ``.pt`` with the 1080p JPEG's path;
+* the anchor (issue #32, ``--anchor``, with the openvino extra): Ultralytics ``predict`` with the
+  same JPEG's path on its own OpenVINO int8 export at the 16:9 shape (app/tooling/bench/anchor.py).
 """
 
 from __future__ import annotations
@@ -87,35 +90,44 @@ def wait_ready(url: str, proc: subprocess.Popen, timeout: float = 900) -> None:
     raise RuntimeError(f"server {url} not ready in {timeout}s")
 
 
+def variant_name(backend: str, precision: str) -> str:
+    return f"{backend} {precision}"
+
+
 def run_service(args) -> dict[str, Any]:
     import cv2
 
     from app import wiring
     from app.config import Settings
+    from app.core.imgsz import format_imgsz, input_hw
     from app.inference.vision.decode import image_files
     from app.inference.vision.preprocess import letterbox, to_batch
+    from app.inference.vision.shapes import aspect_shape
     from app.tooling.bench.camera_frames import camera_jpegs
     import ultralytics
 
     weights = Path(dict(args.weights).get("n", "../shared/models/yolov8n.pt")).resolve()
     cache = (args.onnx_cache_dir or Path(".cache/campusguard")).resolve()
     threads = args.threads or os.cpu_count() or 2
-    base = {"backend": "onnx", "weights": weights, "imgsz": 640, "shapes": "384x640", "threads": threads,
+    primary = max(input_hw(args.imgsz))
+    wide = aspect_shape(1920, 1080, primary)  # the 16:9 aspect class: 384x640 at 640
+    base = {"weights": weights, "imgsz": args.imgsz, "shapes": format_imgsz(wide), "threads": threads,
             "onnx_cache_dir": cache, "calibration_images": args.calibration_images}
+    variants = [tuple(v.split(":")) for v in args.service_variants]
     frame = camera_jpegs(image_files(args.images), (1920, 1080), count=1)[0]
     bus = (Path(ultralytics.__file__).parent / "assets" / "bus.jpg").read_bytes()
+    boxed = letterbox(cv2.cvtColor(cv2.imdecode(np.frombuffer(frame, np.uint8), 1), cv2.COLOR_BGR2RGB), wide)[0]
     bare: dict[str, Step] = {}
-    for precision in ("fp32", "int8"):  # builds (and caches) the int8 models the int8 server then loads
-        detector = wiring.load_detector(Settings(_env_file=None, precision=precision, **base))
-        boxed = letterbox(cv2.cvtColor(cv2.imdecode(np.frombuffer(frame, np.uint8), 1), cv2.COLOR_BGR2RGB),
-                          (384, 640))[0]
-        bare[precision] = (lambda call: (lambda: (call(), 1)[1]))(detector.raw_call(to_batch([boxed])))
-        if precision == "fp32":
-            session = detector.member((640, 640))
+    for backend, precision in variants:  # builds (and caches) the models the servers then load
+        detector = wiring.load_detector(Settings(_env_file=None, backend=backend, precision=precision, **base))
+        bare[variant_name(backend, precision)] = (lambda call: (lambda: (call(), 1)[1]))(
+            detector.raw_call(to_batch([boxed])))
+        if (backend, precision) == ("onnx", "fp32"):
+            session = detector.member((primary, primary))
 
             def full_loop(session=session) -> int:
                 img = cv2.cvtColor(cv2.imdecode(np.frombuffer(bus, np.uint8), cv2.IMREAD_COLOR), cv2.COLOR_BGR2RGB)
-                session.infer(to_batch([letterbox(img, 640)[0]]))
+                session.infer(to_batch([letterbox(img, primary)[0]]))
                 return 1
 
             bare["full-decode loop"] = full_loop
@@ -123,41 +135,73 @@ def run_service(args) -> dict[str, Any]:
 
     yolo = YOLO(str(weights), task="detect")
     tmp = Path(tempfile.mkdtemp(prefix="campusguard-ratios-"))
-    (tmp / "frame-1080p.jpg").write_bytes(frame)
-    bare["ultralytics"] = lambda: (yolo.predict(str(tmp / "frame-1080p.jpg"), verbose=False), 1)[1]
+    jpeg = tmp / "frame-1080p.jpg"
+    jpeg.write_bytes(frame)
+    bare["ultralytics"] = lambda: (yolo.predict(str(jpeg), imgsz=primary, verbose=False), 1)[1]
+    if args.anchor:
+        from app.tooling.bench.anchor import anchor_model, anchor_step, labelled_folder
+
+        bare["anchor"] = anchor_step(anchor_model(weights, wide, labelled_folder(args.images), cache, print), jpeg, wide)
     servers, urls = {}, {}
-    variants = [(precision, t) for precision in ("fp32", "int8") for t in args.server_threads or [threads]]
-    for i, (precision, t) in enumerate(variants):
+    server_variants = [(b, p, t) for b, p in variants for t in args.server_threads or [threads]]
+    for i, (backend, precision, t) in enumerate(server_variants):
         env = {f"CAMPUSGUARD_{k.upper()}": str(v) for k, v in base.items()} | {
-            "CAMPUSGUARD_PRECISION": precision, "CAMPUSGUARD_WARMUP_ITERS": "2", "CAMPUSGUARD_THREADS": str(t)}
-        key = f"{precision} t{t}"
+            "CAMPUSGUARD_BACKEND": backend, "CAMPUSGUARD_PRECISION": precision, "CAMPUSGUARD_WARMUP_ITERS": "2",
+            "CAMPUSGUARD_THREADS": str(t)}
+        key = f"{variant_name(backend, precision)} t{t}"
         urls[key] = f"http://127.0.0.1:{args.port + i}"
-        servers[key] = start_server(env, args.port + i, tmp / f"server-{precision}-t{t}.log")
+        servers[key] = start_server(env, args.port + i, tmp / f"server-{backend}-{precision}-t{t}.log")
     try:
         for key, proc in servers.items():
             wait_ready(urls[key], proc)
         contestants: dict[str, Callable[[float], int]] = {}
-        for precision in ("fp32", "int8"):
-            for key in (k for k in urls if k.startswith(precision)):
+        for backend, precision in variants:
+            name = variant_name(backend, precision)
+            for key in (k for k in urls if k.rsplit(" ", 1)[0] == name):
                 contestants[f"server {key} 1080p"] = server_step(urls[key], frame, args.clients)
-            contestants[f"bare session.run {precision} 384x640 t{threads}"] = loop_step(bare[precision])
-        for key in (k for k in urls if k.startswith("fp32")):
+            contestants[f"bare model call {name} {format_imgsz(wide)} t{threads}"] = loop_step(bare[name])
+        for key in (k for k in urls if k.startswith("onnx fp32 ")):
             contestants[f"server {key} bus.jpg"] = server_step(urls[key], bus, args.clients)
-        contestants[f"bare full-decode loop bus.jpg t{threads}"] = loop_step(bare["full-decode loop"])
+        if "full-decode loop" in bare:
+            contestants[f"bare full-decode loop bus.jpg t{threads}"] = loop_step(bare["full-decode loop"])
         contestants["ultralytics predict 1080p"] = loop_step(bare["ultralytics"])
-        return measure(contestants, args.stage_seconds, args.rounds, threads)
+        if "anchor" in bare:
+            contestants[f"anchor: ultralytics predict openvino int8 {format_imgsz(wide)} 1080p"] = \
+                loop_step(bare["anchor"])
+        result = measure(contestants, args.stage_seconds, args.rounds, threads)
+        return result | {"shape": format_imgsz(wide), "variants": [variant_name(b, p) for b, p in variants],
+                         "server_logs": {k: str(tmp / f"server-{k.replace(' ', '-')}.log") for k in urls}}
     finally:
         for proc in servers.values():
             proc.terminate()
             proc.wait(timeout=30)
 
 
-RATIOS = {  # label -> (numerator prefix, denominator prefix); one ratio per server variant
-    "fp32: server / bare session.run (>= 0.90)": ("server fp32 t", " 1080p", "bare session.run fp32"),
-    "int8: server / bare session.run (>= 0.85)": ("server int8 t", " 1080p", "bare session.run int8"),
-    "bus.jpg: server / bare full-decode loop (>= 1.00)": ("server fp32 t", " bus.jpg", "bare full-decode loop"),
-    "int8 server / Ultralytics predict loop (>= 3)": ("server int8 t", " 1080p", "ultralytics predict"),
+# label -> (numerator prefix, numerator suffix, denominator prefix); one ratio per matching pair. {v}: a variant.
+RATIOS = {
+    "onnx fp32: server / bare model call (>= 0.90)": ("server onnx fp32 t", " 1080p", "bare model call onnx fp32"),
+    "onnx int8: server / bare model call (>= 0.85)": ("server onnx int8 t", " 1080p", "bare model call onnx int8"),
+    "openvino {p}: server / bare model call": ("server openvino {p} t", " 1080p", "bare model call openvino {p}"),
+    "bus.jpg: onnx fp32 server / bare full-decode loop (>= 1.00)": ("server onnx fp32 t", " bus.jpg",
+                                                                   "bare full-decode loop"),
+    "{v} server / Ultralytics torch predict loop (onnx int8: >= 3)": ("server {v} t", " 1080p", "ultralytics predict"),
+    "{v} server / the anchor, Ultralytics on its OpenVINO int8 (openvino int8: >= 1.25)": (
+        "server {v} t", " 1080p", "anchor:"),
+    "openvino bf16 server / onnx fp32 server (>= 1.6)": ("server openvino bf16 t", " 1080p", "server onnx fp32 t"),
 }
+
+
+def ratio_specs(rates: dict[str, list[float]]) -> list[tuple[str, str, str, str]]:
+    """(label, numerator prefix, suffix, denominator prefix) for the contestants of this run."""
+    variants = sorted({name.split(" t")[0].removeprefix("server ") for name in rates if name.startswith("server ")})
+    out = []
+    for label, (prefix, suffix, reference) in RATIOS.items():
+        fills = [{"v": v, "p": v.split()[1]} for v in variants] if "{" in label else [{}]
+        for fill in fills:
+            if "{p}" in label and not fill["v"].startswith("openvino"):
+                continue
+            out.append((label.format(**fill), prefix.format(**fill), suffix, reference.format(**fill)))
+    return out
 
 
 def measure(contestants: dict[str, Callable[[float], int]], seconds: float, rounds_n: int,
@@ -171,11 +215,17 @@ def measure(contestants: dict[str, Callable[[float], int]], seconds: float, roun
             t0 = time.perf_counter()
             n = run(share)
             rates[name].append(n / (time.perf_counter() - t0))
-    ratios = {}
-    for label, (prefix, suffix, reference) in RATIOS.items():
-        ref = next(name for name in rates if name.startswith(reference))
-        for name in (n for n in rates if n.startswith(prefix) and n.endswith(suffix)):
+    ratios, ranges = {}, {}
+    for label, prefix, suffix, reference in ratio_specs(rates):
+        ref = next((name for name in rates if name.startswith(reference) and name.endswith(
+            suffix if reference.startswith("server ") else "")), None)
+        if ref is None:
+            continue
+        for name in (n for n in rates if n.startswith(prefix) and n.endswith(suffix) and n != ref):
             server_threads = name[len(prefix):].split(" ")[0]
-            ratios[f"{label}, server {server_threads} thread(s) vs {threads}"] = float(
-                np.median(np.array(rates[name]) / np.array(rates[ref])))
-    return {"img_s": {name: float(np.median(r)) for name, r in rates.items()}, "per_round": rates, "ratios": ratios}
+            per_round = np.array(rates[name]) / np.array(rates[ref])
+            key = f"{label}, server {server_threads} thread(s) vs {threads}"
+            ratios[key] = float(np.median(per_round))
+            ranges[key] = [float(per_round.min()), float(per_round.max())]  # the noise to read the median against
+    return {"img_s": {name: float(np.median(r)) for name, r in rates.items()}, "per_round": rates, "ratios": ratios,
+            "ratio_ranges": ranges}

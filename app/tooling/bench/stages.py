@@ -143,14 +143,16 @@ def run_stage(args) -> int:
                                        "seconds": args.stage_seconds, "rounds": args.rounds, "clients": args.clients}
         args.out.mkdir(parents=True, exist_ok=True)
         report.write_json(args.out / "stage-service.json", {"meta": meta} | result)
-        table = Table(title=f"issue #28 ratios (median of {args.rounds} interleaved rounds; load {started} -> "
+        table = Table(title=f"issues #28 and #32 ratios at {result['shape']} (median of {args.rounds} interleaved rounds; "
+                            f"load {started} -> "
                             f"{meta['load_average_end']})")
         table.add_column("what")
-        table.add_column("value", justify="right")
+        table.add_column("value (ratios: median, per-round range)", justify="right")
         for name, rate in result["img_s"].items():
             table.add_row(f"{name} (img/s)", f"{rate:.1f}")
         for name, ratio in result["ratios"].items():
-            table.add_row(name, f"{ratio:.2f}")
+            low, high = result["ratio_ranges"][name]
+            table.add_row(name, f"{ratio:.2f} ({low:.2f}-{high:.2f})")
         Console().print(table)
         print(f"wrote {args.out / 'stage-service.json'}")
         return 0

@@ -85,10 +85,13 @@ function render(st, audit, openWorst) {
   const last = buckets[buckets.length - 1] || {};
   const vram = hl.vram_total_bytes ? `${bytes(hl.vram_used_bytes)} of ${bytes(hl.vram_total_bytes)}` : "n/a (CPU)";
   const mqtt = st.mqtt;
+  const choice = hl.backend_choice; // CAMPUSGUARD_BACKEND / PRECISION as set (auto by default) and why
+  const chosen = choice && (choice.backend === "auto" || choice.precision === "auto") ? `auto: ${choice.reason}` : null;
   return [
     h("div", { class: "cards" },
       facts("Model", [["Status", hl.ready ? "ready" : `${hl.status || "starting"} (not ready)`], ["Model", hl.model],
-        ["Backend", hl.backend], ["Provider", hl.provider], ["Precision", hl.precision], ["Version", hl.version]]),
+        ["Backend", hl.backend], ["Provider", hl.provider], ["Precision", hl.precision],
+        ...(chosen ? [["Chosen by", chosen]] : []), ["Version", hl.version]]),
       facts("Device", [["Device", hl.device], ["Name", hl.device_name], ["Memory", vram],
         ["Up for", hl.uptime_s !== undefined ? age(hl.uptime_s).replace(" ago", "") : null]]),
       facts("Work", [["Queue depth", String(st.queue_depth ?? hl.queue_depth ?? 0)],

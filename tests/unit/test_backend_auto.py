@@ -1,0 +1,121 @@
+"""BACKEND=auto and PRECISION=auto (the defaults): every machine gets a runtime it runs, and the reason.
+
+The machine is injected (``Probes``), so the GPU and CPU cases run here without a GPU.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from app.inference.backends.auto import Probes, resolve, system_probes
+
+BF16 = frozenset({"avx512f", "avx512_bf16"})
+
+
+def machine(gpu: bool = False, openvino: bool = True, onnx: bool = True, flags: frozenset[str] = BF16) -> Probes:
+    return Probes(gpu=lambda: gpu, openvino=lambda: openvino, onnx=lambda: onnx, cpu_flags=lambda: flags)
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch):
+    """The suite pins CAMPUSGUARD_BACKEND=torch (tests/conftest.py); here the defaults are the point."""
+    monkeypatch.delenv("CAMPUSGUARD_BACKEND", raising=False)
+    monkeypatch.delenv("CAMPUSGUARD_PRECISION", raising=False)
+
+
+def test_cpu_machine_with_bf16_gets_openvino_bf16():
+    choice = resolve("auto", "auto", "cpu", ".pt", machine())
+    assert (choice.backend, choice.precision) == ("openvino", "bf16")
+    assert "avx512_bf16" in choice.reason and "openvino" in choice.reason
+    assert choice.describe() == {"backend": "auto", "precision": "auto", "resolved": "openvino bf16",
+                                 "reason": choice.reason}
+
+
+@pytest.mark.parametrize("flags", [frozenset({"amx_bf16"}), frozenset({"avx512_bf16"})])
+def test_either_bf16_flag_is_enough(flags):
+    assert resolve("auto", "auto", "cpu", ".pt", machine(flags=flags)).precision == "bf16"
+
+
+def test_cpu_without_bf16_gets_openvino_fp32_and_names_the_flags():
+    choice = resolve("auto", "auto", "cpu", ".pt", machine(flags=frozenset({"avx2", "avx512_vnni"})))
+    assert (choice.backend, choice.precision) == ("openvino", "fp32")
+    assert "avx512_bf16" in choice.reason and "amx_bf16" in choice.reason
+
+
+def test_gpu_keeps_torch_fp32():
+    on_gpu = resolve("auto", "auto", "cuda:0", ".pt", machine(gpu=True))
+    assert (on_gpu.backend, on_gpu.precision) == ("torch", "fp32") and "cuda:0" in on_gpu.reason
+    seen = resolve("auto", "auto", "cpu", ".pt", machine(gpu=True))  # a GPU box whose DEVICE is still cpu
+    assert (seen.backend, seen.precision) == ("torch", "fp32") and "CAMPUSGUARD_DEVICE=cuda:0" in seen.reason
+
+
+def test_without_the_openvino_extra_onnx_fp32_and_the_reason_names_the_extra():
+    choice = resolve("auto", "auto", "cpu", ".pt", machine(openvino=False))
+    assert (choice.backend, choice.precision) == ("onnx", "fp32")
+    assert "openvino extra is not installed" in choice.reason and ".[openvino]" in choice.reason
+    bare = resolve("auto", "auto", "cpu", ".pt", machine(openvino=False, onnx=False))
+    assert (bare.backend, bare.precision) == ("torch", "fp32")
+
+
+def test_onnx_weights_go_to_onnx():
+    choice = resolve("auto", "auto", "cpu", ".ONNX", machine())
+    assert (choice.backend, choice.precision) == ("onnx", "fp32") and ".onnx" in choice.reason
+
+
+def test_int8_is_never_chosen_implicitly():
+    for gpu, ov, ort, flags, device, suffix in itertools.product(
+            (False, True), (False, True), (False, True), (BF16, frozenset()), ("cpu", "cuda:0"), (".pt", ".onnx")):
+        choice = resolve("auto", "auto", device, suffix, machine(gpu, ov, ort, flags))
+        assert choice.precision in ("fp32", "bf16"), choice
+        for backend in ("torch", "onnx", "openvino"):
+            assert resolve(backend, "auto", device, suffix, machine(gpu, ov, ort, flags)).precision != "int8"
+
+
+def test_explicit_settings_pass_through_and_auto_fills_the_other_half():
+    assert resolve("onnx", "int8", "cpu", ".pt", machine()).reason == "set explicitly"
+    assert resolve("openvino", "auto", "cpu", ".pt", machine()).precision == "bf16"
+    assert resolve("openvino", "auto", "cpu", ".pt", machine(flags=frozenset())).precision == "fp32"
+    assert resolve("torch", "auto", "cpu", ".pt", machine()).precision == "fp32"
+    assert resolve("onnx", "auto", "cpu", ".pt", machine()).precision == "fp32"
+    explicit_int8 = resolve("auto", "int8", "cpu", ".pt", machine())
+    assert (explicit_int8.backend, explicit_int8.precision) == ("openvino", "int8")
+    assert resolve("auto", "int8", "cpu", ".pt", machine(openvino=False)).backend == "onnx"
+    # bf16 asked for without the extra: openvino, whose loader then names the extra to install
+    assert resolve("auto", "bf16", "cpu", ".pt", machine(openvino=False)).backend == "openvino"
+
+
+def test_settings_default_is_auto_and_resolved_on_this_machine():
+    from app.config import Settings
+
+    assert Settings.model_fields["backend"].default == "auto" and Settings.model_fields["precision"].default == "auto"
+    settings = Settings(_env_file=None)
+    expected = resolve("auto", "auto", "cpu", ".pt", system_probes())
+    assert (settings.backend, settings.precision) == (expected.backend, expected.precision)
+    assert settings.backend_choice.requested_backend == "auto" and settings.backend_choice.reason == expected.reason
+    assert settings.backend_choice.precision != "int8"
+    pinned = Settings(_env_file=None, backend="onnx", precision="fp32")
+    assert pinned.backend_choice.reason == "set explicitly" and pinned.backend == "onnx"
+
+
+def test_the_resolved_choice_is_checked_like_an_explicit_one():
+    """auto resolves before the precision table is checked: fp16 on the CPU is still a clear error."""
+    from pydantic import ValidationError
+
+    from app.config import Settings
+
+    with pytest.raises(ValidationError, match="fp16"):
+        Settings(_env_file=None, precision="fp16")
+
+
+def test_health_and_status_say_what_auto_chose():
+    from app.config import Settings
+    from tests.support.inprocess import inprocess_app
+
+    settings = Settings(_env_file=None, imgsz=320, threads=1, preprocess_workers=1, warmup_iters=0)
+    with inprocess_app(settings) as app:
+        body = app.client.get("/health").json()
+    choice = body["backend_choice"]
+    assert choice["backend"] == "auto" and choice["precision"] == "auto"
+    assert choice["resolved"] == f"{settings.backend} {settings.precision}" and choice["reason"]

@@ -1,0 +1,46 @@
+"""The service stage's ratios: which pairs exist for which servers, and their medians of per-round ratios."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from app.tooling.bench.service_ratios import measure
+
+
+def constant(rate: float):
+    """A contestant that 'answers' ``rate`` images per second of its slice (sleeping, no real work)."""
+
+    def run(seconds: float) -> int:
+        time.sleep(seconds)
+        return round(rate * seconds)
+
+    return run
+
+
+def test_the_anchor_and_bf16_ratios_are_computed_for_the_servers_present():
+    contestants = {
+        "server openvino int8 t2 1080p": constant(300), "bare model call openvino int8 384x640 t2": constant(400),
+        "server openvino bf16 t2 1080p": constant(200), "server onnx fp32 t2 1080p": constant(100),
+        "ultralytics predict 1080p": constant(50), "anchor: ultralytics predict openvino int8 384x640 1080p": constant(240),
+    }
+    result = measure(contestants, seconds=2.4, rounds_n=2, threads=2)  # 0.2 s slices: sleep overshoot small
+    ratios = result["ratios"]
+    assert set(result["ratio_ranges"]) == set(ratios)
+    assert all(low <= ratios[k] <= high for k, (low, high) in result["ratio_ranges"].items())
+    by_label = {label.split(", server")[0]: value for label, value in ratios.items()}
+    assert by_label["openvino int8 server / the anchor, Ultralytics on its OpenVINO int8 (openvino int8: >= 1.25)"] == \
+        pytest.approx(1.25, rel=0.15)
+    assert by_label["openvino bf16 server / onnx fp32 server (>= 1.6)"] == pytest.approx(2.0, rel=0.15)
+    assert by_label["openvino int8: server / bare model call"] == pytest.approx(0.75, rel=0.15)
+    assert by_label["onnx fp32 server / Ultralytics torch predict loop (onnx int8: >= 3)"] == pytest.approx(2.0, rel=0.15)
+    # no bare onnx call, no full-decode loop, no onnx int8 server: no ratio against them
+    assert not any(label.startswith(("onnx fp32: server / bare", "onnx int8", "bus.jpg")) for label in by_label)
+    assert "openvino bf16: server / bare model call" not in by_label  # its bare call was not timed
+
+
+def test_without_the_anchor_no_anchor_ratio():
+    ratios = measure({"server onnx fp32 t1 1080p": constant(100), "ultralytics predict 1080p": constant(50)},
+                     seconds=0.2, rounds_n=1, threads=1)["ratios"]
+    assert list(ratios) == ["onnx fp32 server / Ultralytics torch predict loop (onnx int8: >= 3), server 1 thread(s) vs 1"]
