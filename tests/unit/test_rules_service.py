@@ -192,8 +192,12 @@ def test_site_file_watch_reloads_a_changed_file_and_remembers_a_refused_one(make
 
     site = yaml.safe_load(yaml.safe_dump(TWIN_SITE))
     site["cameras"].append({"id": "cam-c"})
+    path.write_text("")  # an editor caught half-way: seen once, never read
+    assert svc.check_site_file() is False
     write(path, site)
+    assert svc.check_site_file() is False  # changed since the last check: it must hold still once
     assert svc.check_site_file() is True
+    assert reloads(svc, "file_changed", "refused") == 0  # the empty moment was never refused
     assert svc.camera_ids == ["cam-a", "cam-b", "cam-c"]
     assert reloads(svc, "file_changed", "ok") == 1
     assert svc.check_site_file() is False  # loaded: nothing to do
@@ -201,7 +205,8 @@ def test_site_file_watch_reloads_a_changed_file_and_remembers_a_refused_one(make
     running = svc.version
     path.write_text("cameras: [{id: x, zones: [{name: q, polygon: [[0, 0], [1, 1]]}]}]\n")
     caplog.set_level("ERROR", logger="campusguard.rules")
-    assert svc.check_site_file() is False
+    assert svc.check_site_file() is False  # first seen
+    assert svc.check_site_file() is False  # held still: read and refused
     assert svc.check_site_file() is False  # the same refused version: not retried, not logged again
     refused = [r for r in caplog.records if "refused" in r.getMessage()]
     assert len(refused) == 1 and "at least 3 points" in refused[0].getMessage()
@@ -212,6 +217,7 @@ def test_site_file_watch_reloads_a_changed_file_and_remembers_a_refused_one(make
     assert svc.test_metrics.registry.get_sample_value("campusguard_site_file_changed") == 1
 
     write(path, TWIN_SITE)  # fixed
+    assert svc.check_site_file() is False
     assert svc.check_site_file() is True
     assert svc.camera_ids == ["cam-a", "cam-b"]
     doc = svc.site_document()

@@ -49,6 +49,7 @@ class SiteManager:
         self.loaded_at = utcnow()
         self.reload_error: str | None = None  # why the file on disk is not the running version
         self._refused_version = ""
+        self._seen_version = ""  # the changed file's version at the last check (it must hold still once)
         self._edit_lock = threading.Lock()
         self.listeners: list[SiteListener] = []
         self.watcher = Periodic("site-file-watch", self.check_file, watch_s) if watch_s > 0 else None
@@ -109,9 +110,16 @@ class SiteManager:
         return True
 
     def check_file(self) -> bool:
-        """Reload when the file on disk is no longer the running version; whether it reloaded."""
+        """Reload when the file on disk is no longer the running version and has stayed the same
+        since the previous check; whether it reloaded. Waiting one interval for the file to hold
+        still means an editor or a copy caught half-way (an empty or cut-off file) is never read,
+        refused and counted as a refused reload; a finished edit is read one interval later."""
         disk = self.disk_version()
         if not disk or disk in (self.version, self._refused_version):
+            self._seen_version = ""
+            return False
+        if disk != self._seen_version:
+            self._seen_version = disk
             return False
         if not self._edit_lock.acquire(blocking=False):
             return False  # a zone edit is writing the file; it reloads itself
