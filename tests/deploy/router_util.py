@@ -112,6 +112,14 @@ def running_router(tmp: Path, pods: list[str], pod_port: int) -> Iterator[Router
                                         stderr=subprocess.STDOUT)
     try:
         wait_started(router.nginx, f"{router.url}/lb-health", router.error_log)
+        # endpoints.sh reloads nginx once at start (as in the pod); a request racing that reload can
+        # meet a keep-alive connection the old worker is closing, so the tests begin after it
+        deadline = time.monotonic() + 20
+        while router.reloads() == 0:
+            assert router.nginx.poll() is None and router.endpoints.poll() is None, router.error_log()
+            assert time.monotonic() < deadline, router.error_log()[-2000:]
+            time.sleep(0.1)
+        time.sleep(0.5)  # the old workers finish
         yield router
     finally:
         router.endpoints.terminate()
