@@ -159,9 +159,10 @@ SHOWN = "() => [...document.querySelectorAll('.tile')].map(t => t.dataset.camera
 
 def settles(page, js: str, expected) -> None:
     """Wait for the page to settle on ``expected`` (what the function ``js`` returns, compared as
-    JSON). A filter change may pass through other tile sets (a refresh places its pages before
-    it drops the rest, and the filter's hash change mounts the page again), so a check of one
-    moment can see a state that is not the answer; on a timeout the last state is in the error."""
+    JSON). A filter change clears the tiles and refills them page by page, and the name field
+    applies 300 ms after the last keystroke (so clearing it and then picking an area restarts
+    twice), so a check of one moment can see a state that is not the answer; on a timeout the
+    last state is in the error."""
     try:
         page.wait_for_function(f"want => JSON.stringify(({js})()) === JSON.stringify(want)", arg=expected,
                                timeout=15_000)
