@@ -27,9 +27,10 @@ from app.core.errors import ConfigError
 from app.core.logs import configure_logging
 from app.core.redact import redact_url
 from app.core.secrets import SecretError, read_secret_file
+from app.core.sharding import shard_of
 from app.ingest.command import FfmpegMissing
 from app.ingest.frames import FrameFormat
-from app.ingest.httpsink import HttpSink, parse_shard, shard_of
+from app.ingest.httpsink import HttpSink, parse_shard
 from app.ingest.report import StateReporter
 from app.ingest.source import SourceError, SourceSpec, resolve_site, sources_of
 from app.ingest.supervisor import Supervisor

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import datetime as dt
 import email.utils
-import hashlib
 import logging
 import threading
 
@@ -128,12 +127,6 @@ def _error_code(response: httpx.Response) -> str:
         if isinstance(error, str):
             return error[:64]
     return response.reason_phrase
-
-
-def shard_of(camera_id: str, shards: int) -> int:
-    """Which of ``shards`` gateways pulls ``camera_id`` (stable everywhere)."""
-    digest = hashlib.sha256(camera_id.encode("utf-8")).digest()
-    return int.from_bytes(digest[:8], "big") % shards
 
 
 def parse_shard(text: str) -> tuple[int, int]:

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from app.ingest.httpsink import shard_of
+from app.core.sharding import shard_of
 from tests.ingest.conftest import wait_for
 from tests.support.recording_service import RecordingService
 from tests.support.streams import children_named, process_alive

@@ -15,7 +15,8 @@ from pydantic import ValidationError
 
 from app.core.redact import redact_text, redact_url, url_secrets
 from app.ingest.gateway import load_sources
-from app.ingest.httpsink import parse_shard, shard_of
+from app.core.sharding import shard_of
+from app.ingest.httpsink import parse_shard
 from app.ingest.source import SourceError, SourceSpec, resolve, resolve_all, resolve_site
 from app.rules.site.loader import SiteConfigError, parse_site_text
 
@@ -147,7 +148,7 @@ def test_redact_text_hides_urls_and_known_secrets():
 def test_shard_is_stable_across_processes_and_spread():
     ids = [f"cam-{i}" for i in range(400)]
     here = [shard_of(cid, 3) for cid in ids]
-    code = "import sys; from app.ingest.httpsink import shard_of; print(','.join(str(shard_of(f'cam-{i}', 3)) for i in range(400)))"
+    code = "import sys; from app.core.sharding import shard_of; print(','.join(str(shard_of(f'cam-{i}', 3)) for i in range(400)))"
     other = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                            cwd=Path(__file__).resolve().parents[2],
                            env={**os.environ, "PYTHONHASHSEED": "12345"}).stdout.strip()

@@ -20,7 +20,6 @@ The frame that met the crash is evaluated again there, not lost.
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import itertools
 import logging
 import multiprocessing as mp
@@ -30,6 +29,7 @@ from collections.abc import Sequence
 from concurrent.futures import Future
 from typing import Any
 
+from app.core.sharding import shard_of
 from app.core.timeutil import UTC
 from app.core.types import Detection
 from app.rules.logic.evaluator import CameraRules, CompiledZone, Event, Transition
@@ -141,8 +141,7 @@ class ShardPool:
     @staticmethod
     def index_of(camera_id: str, workers: int) -> int:
         """The shard of a camera among ``workers``: the same in every process and run (replay uses it too)."""
-        digest = hashlib.blake2b(camera_id.encode(), digest_size=8).digest()
-        return int.from_bytes(digest, "big") % workers
+        return shard_of(camera_id, workers)
 
     def shard_of(self, camera_id: str) -> Shard:
         return self.shards[self.index_of(camera_id, len(self.shards))]
