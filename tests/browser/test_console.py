@@ -444,6 +444,8 @@ def test_status_page_shows_the_apps_own_data(server, api, open_page, bus, receiv
     y_ticks = page.locator("svg.chart").evaluate_all(
         "cs => cs.map(c => [...c.querySelectorAll('text.tick')].slice(0, 3).map(t => t.textContent))")
     assert y_ticks and all(len(set(t)) == 3 for t in y_ticks), y_ticks  # an idle chart too reads 0, 0.5, 1
+    marks = page.locator("svg.chart").evaluate_all("cs => cs.map(c => c.querySelectorAll('polyline, circle').length)")
+    assert all(marks), marks  # every chart draws its data, even a series of one bucket (a dot)
     row = page.locator("section.card table.plain tbody tr")
     row.wait_for()
     assert row.locator("td").first.inner_text() == f"http://127.0.0.1:{receiver.port}"  # no path: scheme, host, port

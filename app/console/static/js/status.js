@@ -38,7 +38,8 @@ function chart(title, buckets, series, unit) {
   }
   for (const sr of series) {
     const pts = buckets.map((b, i) => [x(i), sr.value(b)]).filter(([, v]) => Number.isFinite(v));
-    if (pts.length) svg.append(s("polyline", { points: pts.map(([px, v]) => `${px},${y(v)}`).join(" "), class: `line ${sr.cls}` }));
+    if (pts.length > 1) svg.append(s("polyline", { points: pts.map(([px, v]) => `${px},${y(v)}`).join(" "), class: `line ${sr.cls}` }));
+    else if (pts.length) svg.append(s("circle", { cx: pts[0][0], cy: y(pts[0][1]), r: 3, class: `dot ${sr.cls}` })); // one bucket: a line of one point is invisible
   }
   const legend = h("p", { class: "legend" }, series.map((sr) => h("span", { class: `key ${sr.cls}` }, sr.label)), ` (${unit})`);
   return h("figure", { class: "card chart-card" }, h("figcaption", {}, title), svg, legend);
