@@ -110,19 +110,26 @@ def test_overload_sheds_with_503_and_recovers(admission, fault, bus_jpg):
         reference = c.post("/detect", content=bus_jpg, headers=JPEG).json()
     server = fault(admission, Faults(delay_ms=150))
     refused_before = counter(server, "campusguard_rejected_requests", reason="queue_full")
+    expired_before = counter(server, "campusguard_rejected_requests", reason="deadline_exceeded")
     responses = asyncio.run(burst(server.url, [bus_jpg] * 64))
     codes = [r.status_code for r in responses]
-    assert set(codes) <= {200, 503}, codes
+    # as in the burst test below: a shared CI machine can slow a batch after its request was
+    # admitted, so one or two may run out of time (504), counted as such, never the rule
+    assert set(codes) <= {200, 503, 504} and codes.count(504) <= 2, codes
     assert codes.count(503) > 0 and codes.count(200) >= 1  # how many are admitted depends on the machine's load
     for r in responses:
         if r.status_code == 503:
             assert r.json()["error"] == "queue_full" and int(r.headers["retry-after"]) >= 1
+        elif r.status_code == 504:
+            assert r.json()["error"] == "deadline_exceeded"
         else:
             assert detect_names(r.json()) == detect_names(reference)
             got = [list(d["box"].values()) for d in r.json()["detections"]]
             want = [list(d["box"].values()) for d in reference["detections"]]
             np.testing.assert_allclose(got, want, atol=0.05)  # batched vs single: float noise only
     assert counter(server, "campusguard_rejected_requests", reason="queue_full") - refused_before == codes.count(503)
+    assert counter(server, "campusguard_rejected_requests", reason="deadline_exceeded") - expired_before \
+        == codes.count(504)
     assert httpx.get(f"{server.url}/health/ready").status_code == 200
     assert drained(server)
     with server.client() as c:
