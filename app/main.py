@@ -63,7 +63,8 @@ def load_engine(app: FastAPI, settings: Settings, metrics: Metrics) -> None:
     progress: StartupProgress = app.state.progress
     try:
         progress.set("loading", f"{settings.backend} {settings.precision} model from {settings.weights}")
-        provisioned = wiring.provision_detector(settings, progress.note)
+        settings, provisioned = wiring.provision_served(settings, progress.note,
+                                                        lambda served, exc: fall_back(app, served, exc))
         detector = provisioned.detector
         app.state.provisioned = provisioned
         report_precision(metrics, provisioned)
@@ -97,6 +98,15 @@ def load_engine(app: FastAPI, settings: Settings, metrics: Metrics) -> None:
         log.critical("model loading failed; exiting", exc_info=True)
         logging.shutdown()
         os._exit(LOAD_FAILURE_EXIT_CODE)
+
+
+def fall_back(app: FastAPI, served: Settings, exc: BaseException) -> None:
+    """``auto``'s runtime failed to load: say so, and serve the next one (log, /health, progress)."""
+    choice = served.backend_choice
+    log.warning("backend %s: %s", choice.backend, choice.reason, exc_info=exc)
+    app.state.backend_choice = choice.describe()
+    app.state.progress.set("loading", f"{choice.backend} {choice.precision} model from {served.weights} "
+                                      f"(the first choice failed to load)")
 
 
 def report_precision(metrics: Metrics, provisioned) -> None:

@@ -96,6 +96,23 @@ def provision_detector(settings: Settings, progress: Callable[[str], None] = lam
     return provision(backend_options(settings), precision_options(settings), progress)
 
 
+def provision_served(settings: Settings, progress: Callable[[str], None] = lambda _: None,
+                     on_fallback: Callable[[Settings, BaseException], None] = lambda *_: None,
+                     ) -> tuple[Settings, Provisioned]:
+    """The runtime BACKEND/PRECISION resolved to; when ``auto`` chose it and it fails to load, the
+    next one ``auto`` would choose (``Choice.fallbacks``), so the default never ends a start on a
+    broken optional runtime. Returns the settings actually served with what they provisioned."""
+    while True:
+        try:
+            return settings, provision_detector(settings, progress)
+        except Exception as exc:  # noqa: BLE001 - any load failure; re-raised when no fallback is left
+            following = settings.backend_choice.after_failure(exc) if settings.backend_choice else None
+            if following is None:
+                raise
+            settings = settings.served_by(following)
+            on_fallback(settings, exc)
+
+
 def load_detector(settings: Settings) -> Detector:
     """The configured runtime with the model loaded (the backend registry picks it; a reduced
     precision is built and gated first)."""
@@ -312,7 +329,8 @@ def build_rules(settings: Settings, metrics: Metrics | None = None, sources: Sou
         webhooks=webhooks, mqtt=mqtt,
         capture_policy=CaptureTimePolicy(settings.max_clock_skew_s, settings.max_capture_age_s),
         evidence=evidence, clips=clips, frame_log=frame_log, retention=retention, metrics=metrics,
-        watch_s=settings.site_watch_s, fleet=fleet_options(settings), workers=settings.rules_workers, dry_runs=DryRunner(DryRunOptions(
+        watch_s=settings.site_watch_s, fleet=fleet_options(settings), workers=settings.rules_workers,
+        worker_timeout_s=settings.rules_worker_timeout_s, dry_runs=DryRunner(DryRunOptions(
             settings.events_db_url, cpu_s=settings.dry_run_cpu_s, timeout_s=settings.dry_run_timeout_s))))
     if sources is not None:
         service.fleet.writer.sources = sources.all

@@ -193,9 +193,10 @@ SERVER_DEFAULTS = {"backend": "torch", "precision": "fp32", "imgsz": 320, "warmu
 
 
 def start_server(tmp_path: Path, weights: Path, wait: bool = True, faults: FaultSwitch | None = None,
-                 **settings) -> LiveServer:
+                 python_path: Path | None = None, **settings) -> LiveServer:
     """Start the service with ``CAMPUSGUARD_<KEY>=value`` for each keyword setting (over
     ``SERVER_DEFAULTS``), on ``weights`` (the test's fixture, never a path relative to the cwd).
+    ``python_path`` goes first on the server's PYTHONPATH (a test's stand-in for a broken package).
 
     With ``faults`` the backend is wrapped in a fault injector through the backend registry
     (``tests.support.serve_with_faults``), switched through that control file; otherwise it is
@@ -210,6 +211,8 @@ def start_server(tmp_path: Path, weights: Path, wait: bool = True, faults: Fault
     env.update({f"CAMPUSGUARD_{k.upper()}": str(v) for k, v in {**SERVER_DEFAULTS, **settings}.items()})
     if faults is not None:
         env.update(faults.env())
+    if python_path is not None:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(python_path), env.get("PYTHONPATH", "")]))
     entry = "tests.support.serve_with_faults" if faults is not None else "app.cli"
     log_path = tmp_path / f"server-{port}.log"
     WATCH.learn_environment(env)

@@ -205,6 +205,8 @@ class Settings(BaseSettings):
     fleet_orphan_after_s: float = Field(120.0, ge=0, description="A replica silent this long: its open events end; 0 = never")
     fleet_frame_interval_s: float = Field(3.0, ge=0, le=3600, description="Share a newest frame at most this often")
     rules_workers: int = Field(1, ge=1, le=64, description="Rules processes: 1 = in-process; N >= 2 = camera shards")
+    rules_worker_timeout_s: float = Field(30.0, gt=0, le=600, description="A rules worker (RULES_WORKERS >= 2) that has "
+                                          "not answered a frame within this is hung: killed and restarted")
     snapshot_budget_mb: float = Field(1024.0, ge=0, description="Snapshot and clip disk budget; oldest deleted first; 0 = none")
     retention_sweep_s: float = Field(600.0, gt=0, description="Seconds between retention sweeps")
     audit_retain_days: float = Field(365.0, gt=0, description="Delete audit records older than this")
@@ -377,3 +379,9 @@ class Settings(BaseSettings):
         return self.model_name or self.weights.stem
 
     backend_choice = property(lambda self: self._choice, doc="auto.Choice (app/inference/backends/auto.py): as set, served, why")
+
+    def served_by(self, choice: Any) -> "Settings":
+        """These settings with the runtime ``auto`` fell back to (``Choice.after_failure``), not re-resolved."""
+        served = self.model_copy(update={"backend": choice.backend, "precision": choice.precision})
+        served._choice = choice
+        return served

@@ -74,6 +74,10 @@ class Metrics:
         self.oom_retries = Counter("oom_retries", "Batches retried at a smaller size after device OOM",
                                    namespace=ns, registry=r)
         self.worker_restarts = Counter("worker_restarts", "Inference worker restarts", namespace=ns, registry=r)
+        self.rules_worker_restarts = Counter("rules_worker_restarts", "Rules shard workers restarted, by reason "
+                                             "(ended: the process died; hung: no answer within "
+                                             "CAMPUSGUARD_RULES_WORKER_TIMEOUT_S, killed)", ["reason"],
+                                             namespace=ns, registry=r)
         self.watchdog_trips = Counter("watchdog_trips", "Inferences that exceeded the watchdog limit",
                                       namespace=ns, registry=r)
         self.ready = Gauge("ready", "1 when the model is loaded, warm and the worker is alive", namespace=ns, registry=r)

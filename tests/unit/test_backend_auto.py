@@ -119,3 +119,31 @@ def test_health_and_status_say_what_auto_chose():
     choice = body["backend_choice"]
     assert choice["backend"] == "auto" and choice["precision"] == "auto"
     assert choice["resolved"] == f"{settings.backend} {settings.precision}" and choice["reason"]
+
+
+def test_a_backend_auto_chose_falls_back_in_auto_order_when_it_fails_to_load():
+    choice = resolve("auto", "auto", "cpu", ".pt", machine())
+    assert choice.fallbacks == (("onnx", "fp32"), ("torch", "fp32"))
+    second = choice.after_failure(ImportError("libopenvino.so.2540: cannot open shared object file\nmore"))
+    assert (second.backend, second.precision) == ("onnx", "fp32")
+    assert second.reason == ("openvino bf16 failed to load (ImportError: libopenvino.so.2540: cannot open shared "
+                             "object file): onnx fp32, the next choice")
+    assert (second.requested_backend, second.requested_precision) == ("auto", "auto")
+    third = second.after_failure(RuntimeError("export failed"))
+    assert (third.backend, third.precision, third.fallbacks) == ("torch", "fp32", ())
+    assert third.after_failure(RuntimeError("no")) is None
+    # without ONNX Runtime the next is torch; without the openvino extra onnx comes first and then torch
+    assert resolve("auto", "auto", "cpu", ".pt", machine(onnx=False)).fallbacks == (("torch", "fp32"),)
+    assert resolve("auto", "auto", "cpu", ".pt", machine(openvino=False)).fallbacks == (("torch", "fp32"),)
+
+
+def test_no_fallback_where_nothing_else_may_run_it():
+    # set explicitly: what was asked for runs or the start says why not
+    assert resolve("openvino", "auto", "cpu", ".pt", machine()).fallbacks == ()
+    assert resolve("onnx", "fp32", "cpu", ".pt", machine()).fallbacks == ()
+    # a GPU serves torch; .onnx weights load in onnx only
+    assert resolve("auto", "auto", "cuda:0", ".pt", machine(gpu=True)).fallbacks == ()
+    assert resolve("auto", "auto", "cpu", ".onnx", machine()).fallbacks == ()
+    # an explicit precision keeps to the backends that run it: int8 on onnx, never on torch's CPU
+    assert resolve("auto", "int8", "cpu", ".pt", machine()).fallbacks == (("onnx", "int8"),)
+    assert resolve("auto", "bf16", "cpu", ".pt", machine()).fallbacks == ()

@@ -90,11 +90,11 @@ def test_a_killed_worker_is_restarted_and_its_open_events_end(pool):
     intrusion = next(tr.event for tr in opened if tr.event.rule == "intrusion")
     intrusion.snapshot = "/events/x/snapshot.jpg"  # set on this side on its start: the end keeps it
     assert [e.rule for e in cam.open_events()] == ["intrusion"]
-    pid, generation = shard.pid, shard.generation
+    pid, generation, restarts = shard.pid, shard.generation, shard.restarts
     os.kill(pid, signal.SIGKILL)
     shard.process.join(10)
     after = cam.evaluate(at(3), (W, H), walkers(3, 1))
-    assert shard.pid != pid and shard.generation == generation + 1 and shard.restarts == 1
+    assert shard.pid != pid and shard.generation == generation + 1 and shard.restarts == restarts + 1
     assert shard.process.is_alive()
     ended = [tr for tr in after if tr.kind == "ended" and tr.event.id == intrusion.id]
     assert len(ended) == 1
@@ -103,6 +103,35 @@ def test_a_killed_worker_is_restarted_and_its_open_events_end(pool):
     fresh = [tr.event for tr in after if tr.kind == "started" and tr.event.rule == "intrusion"]
     assert len(fresh) == 1 and fresh[0].started_at == at(3) and fresh[0].id != intrusion.id
     assert [e.id for e in cam.open_events()] == [fresh[0].id]
+
+
+def test_a_hung_worker_is_killed_restarted_and_its_frame_evaluated_on_the_new_one(pool):
+    """A stopped worker ends no pipe: the request's deadline notices it, the worker is killed
+    and restarted, its camera's open events end and the frame is not lost."""
+    restarts: list[tuple[int, str]] = []
+    cfg = site(1)
+    cam = pool.camera(cfg.cameras[0], cfg)
+    shard = pool.shard_of(cam.id)
+    shard.answer_within_s, shard.on_restart = 3.0, lambda index, reason: restarts.append((index, reason))
+    try:
+        restarts_before = shard.restarts
+        opened = [tr for t in range(3) for tr in cam.evaluate(at(t), (W, H), walkers(t, 1))]  # first frames: imports
+        intrusion = next(tr.event for tr in opened if tr.event.rule == "intrusion")
+        pid, generation = shard.pid, shard.generation
+        os.kill(pid, signal.SIGSTOP)  # alive, silent: what a deadlock looks like from the pipe
+        after = cam.evaluate(at(3), (W, H), walkers(3, 1))
+        assert restarts == [(shard.index, "hung")]
+        assert shard.pid != pid and shard.generation == generation + 1 and shard.restarts == restarts_before + 1
+        assert shard.process.is_alive()
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)  # the stopped worker is gone, not left behind
+        ended = [tr for tr in after if tr.kind == "ended" and tr.event.id == intrusion.id]
+        assert len(ended) == 1 and ended[0].event.ended_at == at(2)
+        fresh = [tr.event for tr in after if tr.kind == "started" and tr.event.rule == "intrusion"]
+        assert len(fresh) == 1 and fresh[0].started_at == at(3)
+        assert [tr.kind for tr in cam.evaluate(at(4), (W, H), walkers(4, 1))] == []  # the new worker carries on
+    finally:
+        shard.answer_within_s, shard.on_restart = 30.0, lambda index, reason: None
 
 
 def test_a_retired_camera_state_is_dropped_from_its_worker(pool):

@@ -15,6 +15,12 @@ something this machine can run, and the reason is kept to be logged and shown in
 int8 is never chosen implicitly: it needs calibration frames of the site and changes accuracy.
 An explicit backend with ``PRECISION=auto`` gets that backend's best precision the same way.
 
+A backend chosen by ``auto`` that then fails to load (a broken openvino wheel, a model it cannot
+convert) is not the operator's mistake, so the start does not end there: ``Choice.fallbacks`` lists
+the runtimes that come next on this machine (openvino, then onnx, then torch), and
+``Choice.after_failure`` is the next one with the failure named in its reason. A backend set
+explicitly has no fallbacks: what was asked for runs, or the start says why it cannot.
+
 ``resolve`` takes plain values and the machine's probes, so tests hand it any machine; the
 service uses ``system_probes`` (cheap: device nodes before torch is imported, no runtime loaded).
 """
@@ -50,6 +56,16 @@ class Choice:
     requested_backend: str
     requested_precision: str
     reason: str
+    fallbacks: tuple[tuple[str, str], ...] = ()  # (backend, precision) to load, in order, if this one fails
+
+    def after_failure(self, error: BaseException) -> "Choice | None":
+        """The next runtime to load once this one failed to load; ``None`` when none is left."""
+        if not self.fallbacks:
+            return None
+        (backend, precision), rest = self.fallbacks[0], self.fallbacks[1:]
+        failure = f"{type(error).__name__}: {str(error).strip().splitlines()[0] if str(error).strip() else '-'}"
+        reason = f"{self.backend} {self.precision} failed to load ({failure[:300]}): {backend} {precision}, the next choice"
+        return Choice(backend, precision, self.requested_backend, self.requested_precision, reason, rest)
 
     def describe(self) -> dict[str, str]:
         return {"backend": self.requested_backend, "precision": self.requested_precision,
@@ -94,7 +110,23 @@ def resolve(backend: str, precision: str, device: str, weights_suffix: str, prob
     if precision == AUTO:
         chosen_precision, why = _precision(chosen, device, probes)
         reasons.append(why)
-    return Choice(chosen, chosen_precision, backend, precision, "; ".join(reasons))
+    fallbacks = _fallbacks(chosen, precision, device, weights_suffix.lower(), probes) if backend == AUTO else ()
+    return Choice(chosen, chosen_precision, backend, precision, "; ".join(reasons), fallbacks)
+
+
+def _fallbacks(chosen: str, precision: str, device: str, suffix: str, probes: Probes) -> tuple[tuple[str, str], ...]:
+    """What comes after ``chosen`` in auto's order on this machine, each at fp32 (PRECISION=auto) or
+    at the precision set where that backend runs it; nothing on a GPU (torch there is the choice)."""
+    from app.inference.precision.spec import SUPPORT, device_kind
+
+    if device != "cpu" or suffix == ".onnx":  # a GPU serves torch; only onnx loads an .onnx file
+        return ()
+    order = ["openvino", "onnx", "torch"]
+    after = order[order.index(chosen) + 1:] if chosen in order else []
+    runs = {"onnx": probes.onnx, "torch": lambda: True}
+    wanted = "fp32" if precision == AUTO else precision
+    return tuple((b, wanted) for b in after
+                 if runs[b]() and wanted in SUPPORT[b][device_kind(device)])
 
 
 def _backend(precision: str, device: str, suffix: str, probes: Probes) -> tuple[str, str]:

@@ -58,9 +58,12 @@ def import_openvino() -> ModuleType:
     sys.modules.setdefault("openvino_telemetry", None)  # type: ignore[arg-type]
     try:
         import openvino
-    except ImportError:
-        raise ConfigError("CAMPUSGUARD_BACKEND=openvino needs the openvino extra: pip install -e '.[openvino]' "
-                          "(make setup installs it)") from None
+    except ImportError as exc:
+        if getattr(exc, "name", None) == "openvino":  # not installed at all
+            raise ConfigError("CAMPUSGUARD_BACKEND=openvino needs the openvino extra: pip install -e '.[openvino]' "
+                              "(make setup installs it)") from None
+        raise ConfigError(f"openvino is installed but does not import ({exc}); reinstall the openvino extra: "
+                          "pip install --force-reinstall -e '.[openvino]'") from None
     return openvino
 
 

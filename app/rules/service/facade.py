@@ -93,6 +93,7 @@ class RulesParts:
     dry_runs: DryRunner | None = None  # None: defaults over ``store``
     fleet: FleetOptions = FleetOptions()  # the shared camera state (service/fleet.py)
     workers: int = 1  # rules evaluation processes: 1 = here; >= 2 = camera shards (service/shards.py)
+    worker_timeout_s: float = 30.0  # a shard worker silent this long is hung: killed and restarted
 
 
 class RulesService:
@@ -103,7 +104,8 @@ class RulesService:
         self.clips, self.frame_log, self.retention = parts.clips, parts.frame_log, parts.retention
         self.capture_policy, self.evidence, self.metrics = parts.capture_policy, parts.evidence, parts.metrics
         self.series = RulesSeries(parts.metrics)
-        self.shards = shard_pool(parts.workers)  # where camera rule states live (service/shards.py)
+        self.shards = shard_pool(parts.workers, parts.worker_timeout_s,  # where camera rule states live
+                                 lambda index, reason: parts.metrics.rules_worker_restarts.labels(reason).inc())
         self.table = CameraTable(parts.config, self.shards.camera)  # type: ignore[arg-type]
         self.sink = EventSink(parts.writer, parts.webhooks, parts.mqtt)
         self.health = CameraHealth(self.table, self.sink, parts.mqtt)

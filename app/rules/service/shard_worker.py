@@ -46,11 +46,23 @@ class _State:
         return out, dict(cam.zone_counts), cam.frame_time, list(cam.frame_tracks), cam.last_t, grown
 
 
+READY = -1  # the request id of the worker's first message: its imports are done, deadlines start
+
+
 def serve(conn: Connection) -> None:
     """The worker's loop: ``(request id, op, token, args)`` in, ``(request id, ok, result)`` out.
 
     ops: ``eval`` (args: when, frame size, detections, and the camera's setup the first time
-    this worker sees the token), ``drop`` (forget a retired state; no answer), ``ping``, ``stop``."""
+    this worker sees the token), ``drop`` (forget a retired state; no answer), ``ping``, ``stop``.
+    First the tracker is imported (ultralytics, torch: seconds on a busy machine) and ``READY``
+    sent, so the service's answer deadline measures evaluation, never the worker's start."""
+    from app.rules.logic.tracking import check_tracker
+
+    try:
+        check_tracker()
+    except Exception:  # noqa: BLE001 - the first frame then reports it as that frame's error
+        pass
+    conn.send((READY, True, "ready"))
     states: dict[str, _State] = {}
     while True:
         try:

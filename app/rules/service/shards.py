@@ -15,6 +15,14 @@ A worker that dies (killed, out of memory) is noticed by its reader thread (end 
 started again at once; its cameras' states are gone, so on their next frame each camera ends
 its open events at its last rule time (as a reset does) and starts afresh on the new worker.
 The frame that met the crash is evaluated again there, not lost.
+
+A worker that hangs (a deadlock, a stopped process, a frame stuck in a loop) ends no pipe, so
+every request also has a deadline (``answer_within_s``, CAMPUSGUARD_RULES_WORKER_TIMEOUT_S): a
+worker that has not answered by then is killed and restarted the same way. One frame of rule
+evaluation takes milliseconds; the deadline starts once the worker said it is ready (its
+imports of the tracker and torch take seconds on a busy machine, and up to ``START_WITHIN_S``
+is allowed for them). ``on_restart(index, reason)`` ("ended" or "hung") feeds
+``campusguard_rules_worker_restarts_total``.
 """
 
 from __future__ import annotations
@@ -25,7 +33,7 @@ import logging
 import multiprocessing as mp
 import threading
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from typing import Any
 
@@ -33,10 +41,11 @@ from app.core.sharding import shard_of
 from app.core.timeutil import UTC
 from app.core.types import Detection
 from app.rules.logic.evaluator import CameraRules, CompiledZone, Event, Transition
-from app.rules.service.shard_worker import Reply, serve
+from app.rules.service.shard_worker import READY, Reply, serve
 from app.rules.site.schema import Camera, SiteConfig
 
 log = logging.getLogger("campusguard.rules.shards")
+START_WITHIN_S = 120.0  # a worker that has not imported its tracker by then is hung too
 
 
 class WorkerCrashed(RuntimeError):
@@ -46,8 +55,9 @@ class WorkerCrashed(RuntimeError):
 class Shard:
     """One worker process, its pipe and the reader thread that hands replies to their callers."""
 
-    def __init__(self, index: int) -> None:
-        self.index = index
+    def __init__(self, index: int, answer_within_s: float = 30.0,
+                 on_restart: Callable[[int, str], None] = lambda index, reason: None) -> None:
+        self.index, self.answer_within_s, self.on_restart = index, answer_within_s, on_restart
         self.generation = 0  # bumped on each (re)start: rule states older than it are gone
         self.restarts = 0
         self._ids = itertools.count()
@@ -65,6 +75,8 @@ class Shard:
         there.close()
         self.conn = here
         self.generation += 1
+        self._hung_generation = 0
+        self.ready = threading.Event()  # set by the reader on the worker's READY
         threading.Thread(target=self._read, args=(here, self.generation), daemon=True,
                          name=f"rules-shard-{self.index}-reader").start()
 
@@ -73,30 +85,52 @@ class Shard:
         return self.process.pid
 
     def _read(self, conn, generation: int) -> None:
+        ready = self.ready
         while True:
             try:
                 rid, ok, result = conn.recv()
             except (EOFError, OSError):
                 self._crashed(generation)
                 return
+            if rid == READY:
+                ready.set()
+                continue
             fut = self._pending.pop(rid, None)
             if fut is not None:
                 fut.set_result(result) if ok else fut.set_exception(RuntimeError(result))
 
-    def _crashed(self, generation: int) -> None:
-        """The pipe ended: fail what was in flight and start the worker again (once per generation)."""
+    def _crashed(self, generation: int, reason: str = "ended") -> None:
+        """The pipe ended (or the worker hung and was killed): fail what was in flight and start
+        the worker again (once per generation)."""
         with self._send_lock, self._state_lock:  # no request is sent on a pipe being replaced
             if generation != self.generation or self._stopping:
                 return
             pending, self._pending = self._pending, {}
             code = self.process.exitcode if not self.process.is_alive() else None
-            log.error("rules worker %d (pid %s) ended (exit code %s): restarting it; its cameras' open events "
-                      "end and their rule state starts afresh", self.index, self.process.pid, code)
+            reason = "hung" if generation == self._hung_generation else reason  # killed by _hung: its reader saw EOF first
+            log.error("rules worker %d (pid %s) %s (exit code %s): restarting it; its cameras' open events "
+                      "end and their rule state starts afresh", self.index, self.process.pid,
+                      "hung and was killed" if reason == "hung" else "ended", code)
             self.restarts += 1
+            self.ready.set()  # wakes a caller still waiting for this generation to start: its future fails below
             self.conn.close()
             self._start()
+        self.on_restart(self.index, reason)
         for fut in pending.values():
-            fut.set_exception(WorkerCrashed(f"rules worker {self.index} ended"))
+            fut.set_exception(WorkerCrashed(f"rules worker {self.index} {reason}"))
+
+    def _hung(self, generation: int) -> None:
+        """No answer within the deadline: kill the worker of ``generation`` (a stopped or
+        deadlocked process ends no pipe by itself) and restart it at once."""
+        with self._state_lock:
+            if generation != self.generation or self._stopping:
+                return  # another caller already replaced it
+            log.error("rules worker %d (pid %s) has not answered within %g s: killing it", self.index,
+                      self.process.pid, self.answer_within_s)
+            self._hung_generation = generation
+            self.process.kill()  # SIGKILL ends a stopped process too
+        self.process.join(timeout=5)
+        self._crashed(generation, "hung")
 
     def call(self, op: str, token: str, args: Any = None, reply: bool = True, generation: int | None = None) -> Any:
         """Send one request; wait for its answer (``reply``). WorkerCrashed when the worker dies
@@ -104,7 +138,7 @@ class Shard:
         with self._send_lock:
             if generation is not None and generation != self.generation:
                 raise WorkerCrashed(f"rules worker {self.index} was restarted")
-            generation, rid = self.generation, next(self._ids)
+            generation, rid, ready = self.generation, next(self._ids), self.ready
             fut: Future | None = Future() if reply else None
             if fut is not None:
                 self._pending[rid] = fut
@@ -114,7 +148,15 @@ class Shard:
                 self._pending.pop(rid, None)
                 self._crashed(generation)
                 raise WorkerCrashed(f"rules worker {self.index} is gone") from None
-        return fut.result() if fut is not None else None
+        if fut is None:
+            return None
+        try:
+            if not ready.wait(START_WITHIN_S):  # a worker still starting: its deadline has not begun
+                raise TimeoutError
+            return fut.result(timeout=self.answer_within_s)
+        except TimeoutError:
+            self._hung(generation)
+            raise WorkerCrashed(f"rules worker {self.index} did not answer within {self.answer_within_s:g} s") from None
 
     def stop(self) -> None:
         with self._send_lock, self._state_lock:
@@ -133,10 +175,11 @@ class Shard:
 class ShardPool:
     """``workers`` shards; a camera's shard is a stable hash of its id (the same in every process and run)."""
 
-    def __init__(self, workers: int) -> None:
+    def __init__(self, workers: int, answer_within_s: float = 30.0,
+                 on_restart: Callable[[int, str], None] = lambda index, reason: None) -> None:
         if workers < 2:
             raise ValueError("a shard pool needs at least 2 workers (1 evaluates in the service's process)")
-        self.shards = [Shard(i) for i in range(workers)]
+        self.shards = [Shard(i, answer_within_s, on_restart) for i in range(workers)]
 
     @staticmethod
     def index_of(camera_id: str, workers: int) -> int:
@@ -167,8 +210,9 @@ class InProcess:
         pass
 
 
-def shard_pool(workers: int) -> ShardPool | InProcess:
-    return ShardPool(workers) if workers > 1 else InProcess()
+def shard_pool(workers: int, answer_within_s: float = 30.0,
+               on_restart: Callable[[int, str], None] = lambda index, reason: None) -> ShardPool | InProcess:
+    return ShardPool(workers, answer_within_s, on_restart) if workers > 1 else InProcess()
 
 
 class ShardedCamera:
