@@ -56,7 +56,8 @@ run: setup
 demo: setup
 	$(VENV)/bin/campusguard demo
 
-# Two workers, whole files per worker (module-scoped servers stay one per module); markers
+# Four workers, whole files per worker (module-scoped servers stay one per module), heaviest
+# files first (tests/conftest.py: heaviest_files_first); markers
 # (server, pg, mqtt, browser, slow) select subsets: `.venv/bin/python -m pytest -m "not server"`.
 # Tool environments from hashed locks, apart from the service venv (checkov for tests/deploy).
 tools: .tools/checkov/.installed
@@ -65,7 +66,7 @@ tools: .tools/checkov/.installed
 	scripts/tool-env.sh checkov
 
 test: setup system-deps tools
-	$(PY) -m pytest -n 4 --dist loadfile --durations=30
+	$(PY) -m pytest -n 4 --dist loadfile --no-loadscope-reorder --durations=30
 
 clean:
 	rm -rf $(VENV) .cache .pytest_cache .tools

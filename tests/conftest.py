@@ -94,6 +94,28 @@ def pytest_collection_modifyitems(config, items):
         if "browser" in names:
             item.add_marker(pytest.mark.browser)
             item.add_marker(pytest.mark.server)
+    items[:] = heaviest_files_first(items)
+
+
+# What a test costs, from its markers and fixtures: xdist hands whole files to workers in this
+# order (`make test`: --dist loadfile --no-loadscope-reorder), so files with real servers, the
+# model over many images or a browser start first and the cheap unit files fill the gaps at the
+# end, instead of a two-minute file starting last and running alone (longest first).
+COST = {"slow": 3, "browser": 3, "streams": 2, "server": 2, "pg": 2, "timeout": 2, "mqtt": 1}
+
+
+def heaviest_files_first(items: list) -> list:
+    files: dict[str, list] = {}
+    for item in items:
+        files.setdefault(item.nodeid.split("::")[0], []).append(item)
+
+    def cost(group: list) -> float:
+        each = [sum(COST.get(m.name, 0) for m in {m.name: m for m in item.iter_markers()}.values())
+                + ("weights" in getattr(item, "fixturenames", ())) for item in group]
+        return max(each) + 0.01 * len(group)
+
+    order = sorted(files.values(), key=cost, reverse=True)  # stable: ties keep the collection order
+    return [item for group in order for item in group]
 
 
 def ultralytics_asset(name: str) -> Path:

@@ -13,7 +13,9 @@ from rich.table import Table
 from app import wiring
 from app.commands.common import add_backend_options, settings_from_args
 from app.core.errors import ConfigError
-from app.inference.accuracy import evaluate, load_dataset
+from app.core.files import atomic_write
+from app.core.types import Detection
+from app.inference.accuracy import EVAL_PARAMS, evaluate, load_dataset
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -28,6 +30,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--upscale", type=int, default=None, metavar="WIDTH",
                         help="score camera-sized frames: each image up-scaled to WIDTH px (cubic, JPEG q90, in memory)")
     parser.add_argument("--json", action="store_true", help="print a JSON summary as the last stdout line")
+    parser.add_argument("--save-predictions", type=Path, default=None, metavar="FILE",
+                        help="also write every image's detections (the service way, at eval's conf 0.001, "
+                             "multi-label) to FILE as JSON: compare backends or precisions box by box")
     parser.add_argument("--no-progress", action="store_true")
 
 
@@ -37,6 +42,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.batch < 1:
         raise ConfigError(f"--batch must be >= 1, got {args.batch}")
+    if args.save_predictions is not None and not args.save_predictions.parent.is_dir():
+        raise ConfigError(f"--save-predictions: {args.save_predictions.parent} is not a folder")
     extra = {"decode_reduce": args.decode == "reduced"} if args.decode else {}
     settings = settings_from_args(args, **extra)
     dataset = load_dataset(args.data)
@@ -44,8 +51,17 @@ def run(args: argparse.Namespace) -> int:
     pipeline = wiring.build_pipeline(settings, detector)
     transform = upscaled(args.upscale) if args.upscale else None
     runs = [("service way", None)] + ([(format_imgsz(s), s) for s in pipeline.shapes] if args.per_shape else [])
+    predictions: dict[str, list] = {}
+    keep = (lambda name, dets: predictions.__setitem__(name, [prediction(d) for d in dets])) \
+        if args.save_predictions is not None else (lambda name, dets: None)
     results = [(label, evaluate(pipeline, dataset, batch_size=args.batch, progress=not args.no_progress,
-                                shape=shape, transform=transform)) for label, shape in runs]
+                                shape=shape, transform=transform, on_image=keep if shape is None else (lambda *_: None)))
+               for label, shape in runs]
+    if args.save_predictions is not None:
+        atomic_write(args.save_predictions, json.dumps({
+            "backend": detector.backend, "precision": detector.precision, "conf": EVAL_PARAMS.conf,
+            "iou": EVAL_PARAMS.iou, "max_det": EVAL_PARAMS.max_det, "multi_label": EVAL_PARAMS.multi_label,
+            "images": predictions}).encode())
     title = f"mAP on {args.data}" + (f" up-scaled to {args.upscale} px" if args.upscale else "") + \
         f", decode {'reduced' if settings.decode_reduce else 'full'}, precision {detector.precision}"
     table = Table(title=title)
@@ -63,6 +79,12 @@ def run(args: argparse.Namespace) -> int:
                     "per_shape": {label: round(r.map50_95, 4) for label, r in results[1:]}}
         print(json.dumps(summary))
     return 0
+
+
+def prediction(d: Detection) -> dict:
+    """One detection of ``--save-predictions``: class, score and xyxy box in the image's pixels."""
+    return {"class_id": d.class_id, "class_name": d.class_name, "confidence": round(d.confidence, 5),
+            "box": [round(v, 3) for v in (d.x1, d.y1, d.x2, d.y2)]}
 
 
 def shape_label(label: str) -> bool:

@@ -78,9 +78,11 @@ def read_labels(path: Path, width: int, height: int) -> list[tuple[int, list[flo
 
 def evaluate(pipeline: Pipeline, dataset: Dataset, batch_size: int = 1, progress: bool = True,
              params: DetectParams = EVAL_PARAMS, shape: tuple[int, int] | None = None,
-             transform: Callable[[bytes], bytes] | None = None) -> EvalResult:
+             transform: Callable[[bytes], bytes] | None = None,
+             on_image: Callable[[str, list], None] = lambda name, detections: None) -> EvalResult:
     """mAP the way the service runs: each image at its aspect's shape (``shape`` forces one
-    for all); ``transform`` rewrites each image's bytes first (e.g. an up-scaled copy)."""
+    for all); ``transform`` rewrites each image's bytes first (e.g. an up-scaled copy);
+    ``on_image(file name, detections)`` sees each image's detections (``eval --save-predictions``)."""
     from faster_coco_eval import COCO, COCOeval_faster
 
     images, annotations, detections = [], [], []
@@ -90,6 +92,7 @@ def evaluate(pipeline: Pipeline, dataset: Dataset, batch_size: int = 1, progress
         blobs = [transform(p.read_bytes()) if transform else p.read_bytes() for p in paths]
         results = pipeline.detect(blobs, params, batch_size=batch_size, shape=shape)
         for offset, (path, blob, dets) in enumerate(zip(paths, blobs, results)):
+            on_image(path.name, dets)
             image_id = start + offset + 1
             height, width = pipeline_shape(blob)
             images.append({"id": image_id, "file_name": path.name, "width": width, "height": height})

@@ -247,6 +247,14 @@ def test_eval_batch_zero_exits_2(weights, dataset, capsys):
     assert "--batch must be >= 1" in capsys.readouterr().err
 
 
+def test_eval_save_predictions_into_a_missing_folder_exits_2_before_any_work(weights, dataset, tmp_path, capsys):
+    target = tmp_path / "nowhere" / "predictions.json"
+    assert main(["eval", "--weights", str(weights), "--data", str(dataset), "--save-predictions", str(target),
+                 "--no-progress"]) == 2
+    assert f"--save-predictions: {target.parent} is not a folder" in capsys.readouterr().err
+    assert not target.parent.exists()
+
+
 def test_eval_image_shape_follows_exif_orientation():
     """Labels are normalised to the upright image, as the pipeline sees it."""
     import io

@@ -4,6 +4,7 @@ Assistant discovery, and a broker restart mid-stream that loses no event."""
 from __future__ import annotations
 
 import json
+import threading
 import time
 
 import pytest
@@ -13,7 +14,7 @@ from pydantic import ValidationError
 from app.config import Settings
 from app.core.errors import ConfigError
 from app.core.metrics import Metrics
-from app.rules.delivery.mqtt import BrokerTarget, MqttBridge, Topics, event_messages, topic_part
+from app.rules.delivery.mqtt import BrokerTarget, MqttBridge, MqttPublisher, Topics, event_messages, topic_part
 from app.rules.store.db import EventStore
 from app.core.jsonutil import dumps
 from app.rules.service.facade import RulesService
@@ -142,6 +143,44 @@ def test_events_arrive_as_json_on_their_topics(service, subscribe):
     reg = svc.test_metrics.registry  # rows are marked (and counted) once their PUBACKs are processed
     eventually(lambda: reg.get_sample_value("campusguard_mqtt_deliveries_total", {"outcome": "delivered"}) == 2)
     eventually(lambda: reg.get_sample_value("campusguard_mqtt_outbox_depth") == 0)
+
+
+def test_a_state_published_while_the_connect_snapshot_is_built_is_not_overwritten(mosquitto, subscribe):
+    """The retained state of a (re)connect is a snapshot of the service; an event's end that
+    the outbox delivers while that snapshot is being built is newer, and must stay retained."""
+    topics = Topics("race")
+    topic = topics.state("gate-cam", "plaza", "crowd")
+    publisher = MqttPublisher(BrokerTarget.parse(mosquitto.url), topics, client_id=f"race-{free_port()}")
+
+    outbox, handed_to_paho = [], threading.Event()
+    publish = publisher.client.publish
+
+    def watched_publish(t, payload=None, *args, **kwargs):
+        info = publish(t, payload, *args, **kwargs)
+        if t == topic and payload == b"OFF":
+            handed_to_paho.set()
+        return info
+
+    def snapshot():  # the event was open when the snapshot began; the outbox publishes its end meanwhile
+        outbox.append(threading.Thread(target=publisher.publish_acked, args=([(topic, b"OFF", True)],)))
+        outbox[0].start()  # paho's network thread (running this callback) sends it, and reads its ack, later
+        assert handed_to_paho.wait(10)
+        return [(topic, b"ON", True), (topics.status("gate-cam"), b"online", True)]
+
+    publisher.client.publish = watched_publish
+    publisher.snapshot = snapshot
+    publisher.on_connected = lambda: None
+    sub = subscribe("race/#")
+    publisher.start()
+    try:
+        sub.wait_for(lambda m: sub.on(topics.status("gate-cam")) == [b"online"])
+        late = subscribe("race/#")
+        got = late.wait_for(lambda m: {topic, topics.status("gate-cam")} <= {t for t, *_ in m})
+        assert {t: p for t, p, r in got if r}[topic] == b"OFF"
+        assert sub.on(topic) == [b"OFF"]  # the stale ON was never sent
+        outbox[0].join(10)
+    finally:
+        publisher.stop()
 
 
 def test_late_subscriber_gets_retained_state_and_valid_discovery(service, subscribe):

@@ -180,8 +180,13 @@ class MqttPublisher:
         self.client.reconnect_delay_set(min_delay=1, max_delay=max(1, int(reconnect_max_s)))
         self.client.on_connect = self._on_connect
         self.client.on_disconnect = self._on_disconnect
+        # Held around every publish of retained state (never while building the snapshot, which
+        # takes the service's locks): two threads' publishes of one topic reach the broker in
+        # the order their values were decided, so the retained value is the newest.
         self._lock = threading.Lock()
         self._last: dict[str, bytes] = {}  # retained state topic -> last payload sent
+        self._seq = 0
+        self._stamp: dict[str, int] = {}  # retained state topic -> ``_seq`` of its last publish
 
     def start(self) -> None:
         self.client.connect_async(self.target.host, self.target.port, keepalive=30)
@@ -203,7 +208,12 @@ class MqttPublisher:
         sent while disconnected (paho would queue it and re-send it besides the outbox's retry)."""
         if not self.client.is_connected():
             raise PublishFailed("not connected to the broker")
-        infos = [self.client.publish(topic, payload, qos=self.qos, retain=retain) for topic, payload, retain in messages]
+        with self._lock:
+            infos = [self.client.publish(topic, payload, qos=self.qos, retain=retain)
+                     for topic, payload, retain in messages]
+            for topic, _, retain in messages:
+                if retain:
+                    self._stamped(topic)
         for info in infos:
             try:
                 info.wait_for_publish(self.ack_timeout_s)
@@ -220,8 +230,14 @@ class MqttPublisher:
             if self._last.get(topic) == payload:
                 return
             self._last[topic] = payload
-        if self.client.is_connected():
-            self.client.publish(topic, payload, qos=self.qos, retain=True)
+            self._stamped(topic)
+            if self.client.is_connected():
+                self.client.publish(topic, payload, qos=self.qos, retain=True)
+
+    def _stamped(self, topic: str) -> None:
+        """Under ``_lock``: ``topic`` was just published (newer than any snapshot begun before)."""
+        self._seq += 1
+        self._stamp[topic] = self._seq
 
     def _on_connect(self, client, userdata, flags, reason_code, properties) -> None:
         if reason_code.is_failure:
@@ -230,15 +246,21 @@ class MqttPublisher:
         log.info("connected to MQTT broker %s as %s", self.target.outbox_url, self.client_id)
         # in paho's network thread: publish without waiting for acks
         client.publish(self.topics.availability, b"online", qos=self.qos, retain=True)
+        with self._lock:
+            begun = self._seq
         try:
             state = list(self.snapshot())
         except Exception:  # pragma: no cover - a bug here must not stop delivery
             log.exception("could not build the retained MQTT state")
             state = []
         with self._lock:
-            self._last = {t: p for t, p, r in state if r}
-        for topic, payload, retain in state:
-            client.publish(topic, payload, qos=self.qos, retain=retain)
+            # a topic published since the snapshot began (the outbox delivering an event's end,
+            # a camera going offline) already has a newer value on the broker: keep it
+            newer = {t for t, stamp in self._stamp.items() if stamp > begun}
+            state = [(t, p, r) for t, p, r in state if not (r and t in newer)]
+            self._last = {t: p for t, p, r in state if r} | {t: p for t, p in self._last.items() if t in newer}
+            for topic, payload, retain in state:
+                client.publish(topic, payload, qos=self.qos, retain=retain)
         self.on_connected()
 
     def _on_disconnect(self, client, userdata, flags, reason_code, properties) -> None:
