@@ -25,6 +25,12 @@ from app.core.logs import quiet_third_party_loggers
 from tests.support.logwatch import WATCH, watch_settings
 
 os.environ.setdefault("YOLO_OFFLINE", "1")
+# Four workers share two cores, and each starts servers and CLIs with torch's OpenMP threads. By
+# default an idle OpenMP thread spins, waiting for the next op: two 2-thread processes on 2 cores
+# burnt 2.3-3x the CPU and took 1.7-2x as long as with the threads sleeping, and the suite took
+# 9 min 54 s instead of 7 min 44 s (docs/deploy.md, "CPU threads"). Set before torch is first
+# imported here; every server and CLI inherits it.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 # BACKEND=auto and PRECISION=auto (the defaults) are openvino bf16 on a CPU machine: its IR build and gate would make
 # every test that loads a model slower. The suite pins torch fp32, what it was written against, for each Settings()
 # and each command it runs that does not choose; tests of auto itself clear them (tests/unit/test_backend_auto.py).
