@@ -130,3 +130,18 @@ def test_rule_defaults():
     lane, night = site.cameras[0].zones[0].rules
     assert lane.classes == ("car", "truck", "bus", "motorcycle") and lane.rule_name == "fire_lane"
     assert night.classes == ("person",) and night.rule_name == "night"
+
+
+@pytest.mark.parametrize("field, value", [("cooldown_s", 2**53 + 1), ("clear_after_s", 1e300),
+                                          ("min_duration_s", 366 * 86400 + 1)])
+def test_a_duration_beyond_a_year_and_a_day_is_refused(field, value):
+    """Found by the zone editor's property test: 2**53 + 1 s was accepted, stored as a float and
+    read back changed. A year and a day is the longest duration any rule accepts."""
+    camera = {"id": "cam", "zones": [{"name": "yard", "polygon": [[0, 0], [1, 0], [1, 1]],
+                                      "rules": [{"type": "crowd", "min_count": 2, field: value}]}]}
+    with pytest.raises(SiteConfigError) as info:
+        parse_site_config({"cameras": [camera]})
+    assert any(f"rules[0].{field}: Input should be less than or equal to 31622400" in e
+               for e in info.value.errors), info.value.errors
+    camera["zones"][0]["rules"][0][field] = 366 * 86400
+    assert getattr(parse_site_config({"cameras": [camera]}).cameras[0].zones[0].rules[0], field) == 366 * 86400

@@ -21,6 +21,9 @@ from app.rules.site.source import SourceSpec
 IDENT = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$"
 WEEKDAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 VEHICLES = ("car", "truck", "bus", "motorcycle")
+# The longest duration a rule or camera setting accepts: a year and a day. Longer is a typo, and
+# an integer beyond 2**53 s would not even survive as a float (it would read back changed).
+MAX_DURATION_S = 366 * 86400
 
 
 
@@ -100,9 +103,9 @@ class RuleBase(_Strict):
     classes: tuple[str, ...] = ("person",)
     min_confidence: float = Field(0.25, ge=0.0, le=1.0, description="Ignore detections below this score")
     min_area: float = Field(0.0, ge=0.0, le=1.0, description="Ignore boxes smaller than this fraction of the frame")
-    min_duration_s: float = Field(0.0, ge=0.0, description="Condition must hold this long before the event starts")
-    clear_after_s: float = Field(3.0, ge=0.0, description="Condition must be false this long before the event ends")
-    cooldown_s: float = Field(30.0, ge=0.0, description="No new event for this rule and zone until this long after an end")
+    min_duration_s: float = Field(0.0, ge=0.0, le=MAX_DURATION_S, description="Condition must hold this long before the event starts")
+    clear_after_s: float = Field(3.0, ge=0.0, le=MAX_DURATION_S, description="Condition must be false this long before the event ends")
+    cooldown_s: float = Field(30.0, ge=0.0, le=MAX_DURATION_S, description="No new event for this rule and zone until this long after an end")
     active_hours: tuple[ActiveWindow, ...] | None = None
     timezone: str | None = Field(None, description="IANA zone for active_hours; default: the site's")
     snapshot: bool | None = Field(None, description="Annotated JPEG per event; default: the site's 'snapshots'")
@@ -179,7 +182,7 @@ class FireLaneRule(RuleBase):
     classes: tuple[str, ...] = VEHICLES
     min_confidence: float = Field(0.3, ge=0.0, le=1.0)
     min_area: float = Field(0.001, ge=0.0, le=1.0)
-    min_duration_s: float = Field(..., ge=0.0)
+    min_duration_s: float = Field(..., ge=0.0, le=MAX_DURATION_S)
 
 
 class LoiteringRule(RuleBase):
@@ -187,7 +190,7 @@ class LoiteringRule(RuleBase):
     misses shorter than ``clear_after_s`` keep its time (the fire-lane dwell logic)."""
 
     type: Literal["loitering"]
-    min_duration_s: float = Field(..., gt=0.0)
+    min_duration_s: float = Field(..., gt=0.0, le=MAX_DURATION_S)
 
 
 class LineCrossingRule(RuleBase):
@@ -201,7 +204,7 @@ class LineCrossingRule(RuleBase):
     type: Literal["line_crossing"]
     line: Points = Field(..., description="Normalized [x, y] points of a polyline (2 or more)")
     direction: Literal["in", "out", "both"] = "both"
-    cooldown_s: float = Field(10.0, ge=0.0, description="Per track: no second crossing of this line within it")
+    cooldown_s: float = Field(10.0, ge=0.0, le=MAX_DURATION_S, description="Per track: no second crossing of this line within it")
 
     @field_validator("line")
     @classmethod
@@ -278,7 +281,7 @@ class SiteConfig(_Strict):
     timezone: str = Field("UTC", description="Default IANA zone for active_hours")
     snapshots: bool = Field(True, description="Store an annotated JPEG per event")
     tracker: TrackerConfig = TrackerConfig()
-    offline_after_s: float = Field(60.0, gt=0, description="Seconds without a frame before a camera is offline")
+    offline_after_s: float = Field(60.0, gt=0, le=MAX_DURATION_S, description="Seconds without a frame before a camera is offline")
     cameras: tuple[Camera, ...] = Field(..., description="At least one camera")
 
     @field_validator("timezone")
