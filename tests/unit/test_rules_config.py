@@ -145,3 +145,11 @@ def test_a_duration_beyond_a_year_and_a_day_is_refused(field, value):
                for e in info.value.errors), info.value.errors
     camera["zones"][0]["rules"][0][field] = 366 * 86400
     assert getattr(parse_site_config({"cameras": [camera]}).cameras[0].zones[0].rules[0], field) == 366 * 86400
+
+
+def test_a_cameras_own_offline_after_s_has_the_same_bound():
+    camera = {"id": "cam", "offline_after_s": 2**53 + 1}
+    with pytest.raises(SiteConfigError) as info:
+        parse_site_config({"cameras": [camera]})
+    assert any("cameras[0].offline_after_s: Input should be less than or equal to 31622400" in e
+               for e in info.value.errors), info.value.errors

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
+import time
 
 import pytest
 
 from app.rules.logic.evaluator import CameraRules
-from app.rules.service.shards import ShardPool
+from app.rules.service.shards import Shard, ShardPool, WorkerCrashed
 from app.rules.site.loader import parse_site_config
 from tests.support.rules_util import H, W, at, det
 
@@ -132,6 +134,28 @@ def test_a_hung_worker_is_killed_restarted_and_its_frame_evaluated_on_the_new_on
         assert [tr.kind for tr in cam.evaluate(at(4), (W, H), walkers(4, 1))] == []  # the new worker carries on
     finally:
         shard.answer_within_s, shard.on_restart = 30.0, lambda index, reason: None
+
+
+def test_stopping_a_shard_fails_the_frame_in_flight_at_once():
+    """A frame waiting on a silent worker when the service stops is answered with WorkerCrashed,
+    not left to wait out its deadline."""
+    shard = Shard(0, answer_within_s=120.0)
+    try:
+        assert shard.call("ping", "") == 0
+        os.kill(shard.pid, signal.SIGSTOP)
+        outcome: list[BaseException] = []
+        waiting = threading.Thread(target=lambda: outcome.append(pytest.raises(WorkerCrashed, shard.call, "ping", "")
+                                                                 .value))
+        waiting.start()
+        time.sleep(0.5)  # the call is waiting on the stopped worker
+        started = time.monotonic()
+        shard.stop()  # SIGKILL after 5 s: a stopped worker never reads "stop"
+        waiting.join(10)
+        assert not waiting.is_alive() and "stopped" in str(outcome[0])
+        assert time.monotonic() - started < 15
+    finally:
+        if shard.process.is_alive():
+            shard.process.kill()
 
 
 def test_a_retired_camera_state_is_dropped_from_its_worker(pool):

@@ -35,6 +35,7 @@ import threading
 import uuid
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout  # the built-in TimeoutError from Python 3.11 on
 from typing import Any
 
 from app.core.sharding import shard_of
@@ -128,8 +129,9 @@ class Shard:
             log.error("rules worker %d (pid %s) has not answered within %g s: killing it", self.index,
                       self.process.pid, self.answer_within_s)
             self._hung_generation = generation
-            self.process.kill()  # SIGKILL ends a stopped process too
-        self.process.join(timeout=5)
+            hung = self.process
+            hung.kill()  # SIGKILL ends a stopped process too
+        hung.join(timeout=5)  # that process, even if its reader has started the next one meanwhile
         self._crashed(generation, "hung")
 
     def call(self, op: str, token: str, args: Any = None, reply: bool = True, generation: int | None = None) -> Any:
@@ -154,7 +156,7 @@ class Shard:
             if not ready.wait(START_WITHIN_S):  # a worker still starting: its deadline has not begun
                 raise TimeoutError
             return fut.result(timeout=self.answer_within_s)
-        except TimeoutError:
+        except (TimeoutError, FutureTimeout):
             self._hung(generation)
             raise WorkerCrashed(f"rules worker {self.index} did not answer within {self.answer_within_s:g} s") from None
 
@@ -165,6 +167,10 @@ class Shard:
                 self.conn.send((-1, "stop", "", None))  # the worker returns; its end of the pipe closes
             except (OSError, ValueError):
                 pass
+            pending, self._pending = self._pending, {}
+            self.ready.set()  # a caller still waiting for the start fails below instead of waiting it out
+        for fut in pending.values():  # a frame in flight at shutdown is not answered any more
+            fut.set_exception(WorkerCrashed(f"rules worker {self.index} stopped"))
         self.process.join(timeout=5)
         if self.process.is_alive():
             self.process.kill()

@@ -242,7 +242,8 @@ class Camera(_Strict):
     resolution: tuple[Annotated[int, Field(gt=0)], Annotated[int, Field(gt=0)]] | None = Field(
         None, description="[width, height]; informational (zones are normalized)")
     zones: tuple[Zone, ...] = ()
-    offline_after_s: float | None = Field(None, gt=0, description="Silence before camera_offline; default: the site's")
+    offline_after_s: float | None = Field(None, gt=0, le=MAX_DURATION_S,
+                                          description="Silence before camera_offline; default: the site's")
     source: SourceSpec | None = Field(None, description="The camera's stream, pulled by the service or a gateway "
                                       "(docs/cameras.md); none: frames are POSTed to /detect")
 
