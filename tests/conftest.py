@@ -116,7 +116,7 @@ def heaviest_files_first(items: list) -> list:
         files.setdefault(item.nodeid.split("::")[0], []).append(item)
 
     def cost(group: list) -> float:
-        each = [sum(COST.get(m.name, 0) for m in {m.name: m for m in item.iter_markers()}.values())
+        each = [sum(COST.get(name, 0) for name in {m.name for m in item.iter_markers()})
                 + ("weights" in getattr(item, "fixturenames", ())) for item in group]
         return max(each) + 0.01 * len(group)
 

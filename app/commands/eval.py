@@ -52,10 +52,13 @@ def run(args: argparse.Namespace) -> int:
     transform = upscaled(args.upscale) if args.upscale else None
     runs = [("service way", None)] + ([(format_imgsz(s), s) for s in pipeline.shapes] if args.per_shape else [])
     predictions: dict[str, list] = {}
-    keep = (lambda name, dets: predictions.__setitem__(name, [prediction(d) for d in dets])) \
-        if args.save_predictions is not None else (lambda name, dets: None)
+
+    def keep(name: str, dets: list[Detection]) -> None:
+        predictions[name] = [prediction(d) for d in dets]
+
+    saving = {"on_image": keep} if args.save_predictions is not None else {}
     results = [(label, evaluate(pipeline, dataset, batch_size=args.batch, progress=not args.no_progress,
-                                shape=shape, transform=transform, on_image=keep if shape is None else (lambda *_: None)))
+                                shape=shape, transform=transform, **(saving if shape is None else {})))
                for label, shape in runs]
     if args.save_predictions is not None:
         atomic_write(args.save_predictions, json.dumps({

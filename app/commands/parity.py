@@ -92,8 +92,6 @@ def served_detector(settings: "Settings") -> "Detector":
     fails its gate is an error, not a silent fp32 (parity would compare fp32 with fp32)."""
     from app import wiring
 
-    if settings.precision == "fp32":
-        return wiring.load_detector(settings)
     provisioned = wiring.provision_detector(settings)
     if provisioned.fallback:
         provisioned.detector.close()

@@ -112,19 +112,17 @@ def test_a_failing_run_fails_its_batch_after_every_run_ended():
         FanOut(run, 1)
 
 
-def test_server_answers_each_frame_on_its_own(weights, onnx_cache, dataset, bus_jpg):
+def test_server_answers_each_frame_on_its_own(weights, onnx_cache, dataset, bus_jpg, detectors):
     """4 concurrent clients on the real app with 2 in flight: the bad frame gets its own error,
     the good ones the detections of one request at a time."""
     from fastapi.testclient import TestClient
 
     from app.main import create_app
 
-    reference = wiring.load_detector(settings(weights, onnx_cache, requests_in_flight=1))
-    pipeline = wiring.build_pipeline(settings(weights, onnx_cache), reference)
+    pipeline = wiring.build_pipeline(settings(weights, onnx_cache), detectors[1])  # one request at a time
     files = sorted((dataset / "images").iterdir())[:3]
     blobs = [p.read_bytes() for p in files] + [bus_jpg]
     expected = [sorted(d.class_name for d in dets) for dets in pipeline.detect(blobs)]
-    reference.close()
     payloads = blobs + [b"this is not a jpeg"]
     with TestClient(create_app(settings(weights, onnx_cache, requests_in_flight=2, max_queue_delay_ms=50))) as client:
         deadline = time.monotonic() + 120

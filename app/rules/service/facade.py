@@ -108,7 +108,7 @@ class RulesService:
                                  lambda index, reason: parts.metrics.rules_worker_restarts.labels(reason).inc())
         self.table = CameraTable(parts.config, self.shards.camera)  # type: ignore[arg-type]
         self.sink = EventSink(parts.writer, parts.webhooks, parts.mqtt)
-        self.health = CameraHealth(self.table, self.sink, parts.mqtt)
+        self.health = CameraHealth(self.table, self.sink, parts.mqtt, self._retire)
         self.latest = LatestFrames()  # GET /cameras/{id}/frame.jpg (the console)
         self.dry_runs = parts.dry_runs or DryRunner(DryRunOptions(parts.store.url))
         self.crossings = CrossingCounts()
@@ -116,7 +116,6 @@ class RulesService:
         self.fleet = Fleet(parts.fleet, parts.store.fleet, FleetWriter(
             parts.fleet, parts.store.fleet, self._local_cameras, self.latest, self.crossings, up), self.crossings, up)
         self.health.elsewhere = self.fleet.elsewhere  # a camera that moved replicas is not offline
-        self.health.released = self.series.retire  # nor does it keep its zone gauges here
         parts.store.events.replica = parts.fleet.replica_id  # each event says who opened it (service/orphans.py)
         self.fleet.writer.sweeper = OrphanSweeper(parts.store.fleet, parts.store.events.get, self.sink.persist,
                                                   parts.fleet.replica_id, parts.fleet.orphan_after_s)

@@ -38,12 +38,13 @@ Elsewhere = Callable[[str, dt.datetime | None], str | None]
 
 class CameraHealth:
     def __init__(self, table: CameraTable, sink: EventSink, mqtt: MqttBridge | NoMqtt,
+                 retire: Callable[[CameraRules], int],
                  elsewhere: Elsewhere = lambda camera_id, arrived_at: None) -> None:
         self.table = table
         self.sink = sink
         self.mqtt = mqtt
+        self.retire = retire  # a state no longer in use: its open events end, its gauges go (the facade's)
         self.elsewhere = elsewhere
-        self.released: Callable[[CameraRules], None] = lambda cam: None  # offline / moved away: its gauges go
         self.monitor = CameraMonitor()
         self.sweeper = Periodic("camera-offline-sweep", self.check_offline, sweep_interval(table.thresholds()))
 
@@ -106,12 +107,7 @@ class CameraHealth:
                 return None
             cam = self.table.renew(cid)
             assert cam is not None
-            with cam.lock:
-                ended = cam.close_all()
-        self.released(cam)
-        for tr in ended:
-            self.sink.persist(tr.event.to_dict(), "ended")
-        return len(ended)
+        return self.retire(cam)
 
     # --- queries --------------------------------------------------------------------------
     def cameras(self) -> list[dict[str, Any]]:

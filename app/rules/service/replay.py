@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from multiprocessing import get_context
 
 from app.core.errors import InvalidParameter, NotFound
-from app.rules.service.shards import ShardPool
+from app.core.sharding import shard_of
 from app.rules.site.schema import Camera, SiteConfig
 from app.rules.logic.evaluator import CameraRules, Event
 from app.rules.store.framelog import LoggedFrame, decode
@@ -210,7 +210,7 @@ def groups(cameras: list[str], workers: int) -> list[list[str]]:
     """``cameras`` split as the live shards split them (the same stable hash); empty groups dropped."""
     out: list[list[str]] = [[] for _ in range(workers)]
     for cid in cameras:
-        out[ShardPool.index_of(cid, workers)].append(cid)
+        out[shard_of(cid, workers)].append(cid)
     return [g for g in out if g]
 
 

@@ -187,13 +187,8 @@ class ShardPool:
             raise ValueError("a shard pool needs at least 2 workers (1 evaluates in the service's process)")
         self.shards = [Shard(i, answer_within_s, on_restart) for i in range(workers)]
 
-    @staticmethod
-    def index_of(camera_id: str, workers: int) -> int:
-        """The shard of a camera among ``workers``: the same in every process and run (replay uses it too)."""
-        return shard_of(camera_id, workers)
-
     def shard_of(self, camera_id: str) -> Shard:
-        return self.shards[self.index_of(camera_id, len(self.shards))]
+        return self.shards[shard_of(camera_id, len(self.shards))]
 
     def camera(self, camera: Camera, site: SiteConfig) -> "ShardedCamera":
         """The camera-table factory: a camera's state, kept in its shard."""

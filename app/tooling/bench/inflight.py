@@ -93,7 +93,7 @@ def server_counts(row: dict[str, Any]) -> list[tuple[str, int]]:
 
 def servers(args, rows: list[dict[str, Any]], frame: bytes, progress: Callable[[str], None]) -> dict[str, Any]:
     """A server per variant and count (``server_counts``), ``--clients`` clients each."""
-    from app.tooling.bench.service_ratios import server_step, start_server, wait_ready
+    from app.tooling.bench.service_ratios import interleaved_rates, server_step, start_server, wait_ready
 
     tmp = Path(tempfile.mkdtemp(prefix="campusguard-inflight-"))
     procs, steps, port = {}, {}, args.port
@@ -115,15 +115,8 @@ def servers(args, rows: list[dict[str, Any]], frame: bytes, progress: Callable[[
             progress(f"waiting for server {name}")
             wait_ready(url, proc)
             steps[name] = server_step(url, frame, args.clients)
-        rates: dict[str, list[float]] = {name: [] for name in steps}
-        share = args.stage_seconds / args.rounds / len(steps)
-        for step in steps.values():
-            step(min(2.0, share))
-        for r in range(args.rounds):
-            progress(f"servers: round {r + 1}/{args.rounds}")
-            for name, step in steps.items():
-                t0 = time.perf_counter()
-                rates[name].append(step(share) / (time.perf_counter() - t0))
+        rates = interleaved_rates(steps, args.stage_seconds, args.rounds,
+                                  lambda r: progress(f"servers: round {r + 1}/{args.rounds}"))
     finally:
         for _, proc in procs.values():
             proc.terminate()

@@ -204,17 +204,27 @@ def ratio_specs(rates: dict[str, list[float]]) -> list[tuple[str, str, str, str]
     return out
 
 
-def measure(contestants: dict[str, Callable[[float], int]], seconds: float, rounds_n: int,
-            threads: int) -> dict[str, Any]:
+def interleaved_rates(contestants: dict[str, Callable[[float], int]], seconds: float, rounds_n: int,
+                      on_round: Callable[[int], None] = lambda r: None) -> dict[str, list[float]]:
+    """Items/s of each contestant per round: ``seconds`` shared out over ``rounds_n`` rounds in
+    which each runs once in turn (a noisy machine slows all of them alike), after one untimed slice
+    each (connections, caches)."""
     share = seconds / rounds_n / len(contestants)
     rates: dict[str, list[float]] = {name: [] for name in contestants}
-    for name, run in contestants.items():  # one untimed slice each: connections, caches
+    for run in contestants.values():
         run(min(2.0, share))
-    for _ in range(rounds_n):
+    for r in range(rounds_n):
+        on_round(r)
         for name, run in contestants.items():
             t0 = time.perf_counter()
             n = run(share)
             rates[name].append(n / (time.perf_counter() - t0))
+    return rates
+
+
+def measure(contestants: dict[str, Callable[[float], int]], seconds: float, rounds_n: int,
+            threads: int) -> dict[str, Any]:
+    rates = interleaved_rates(contestants, seconds, rounds_n)
     ratios, ranges = {}, {}
     for label, prefix, suffix, reference in ratio_specs(rates):
         ref = next((name for name in rates if name.startswith(reference) and name.endswith(
