@@ -117,3 +117,58 @@ def test_persists_across_reopen(db_url):
     s.close()
     s = EventStore(url)
     assert s.events.get("ev001")["id"] == "ev001" and s.outbox.depth() == 1
+
+
+def _table_rows(s: EventStore) -> tuple[list, list]:
+    from sqlalchemy import select
+
+    from app.rules.store.schema import events_table, outbox_table
+
+    with s.engine.connect() as conn:
+        events = [tuple(r) for r in conn.execute(select(events_table).order_by(events_table.c.id))]
+        outbox = [(r.event_id, r.url, r.idempotency_key, r.payload) for r in
+                  conn.execute(select(outbox_table).order_by(outbox_table.c.event_id, outbox_table.c.url,
+                                                             outbox_table.c.idempotency_key))]
+    return events, outbox
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_batch_stores_what_its_writes_one_by_one_store(db_url, seed, request):
+    """The event writer's batches (``record_many``: one lookup, writes folded per event,
+    executemany) leave the tables as the same writes recorded one at a time: events started
+    and ended in one batch, updated twice, a late "started" write after the end (never
+    reopens), events already stored, and deliveries repeated within and across batches."""
+    import random
+
+    rng = random.Random(seed)
+    other = db_url.replace("events.db", "events-single.db") if db_url.startswith("sqlite") else \
+        request.getfixturevalue("postgres").new_database()
+    batched, single = EventStore(db_url), EventStore(other)
+    try:
+        for s in (batched, single):
+            for i in range(0, 40, 4):  # already in the store, some ended
+                s.events.record(event(i, ended=i % 8 == 0))
+        writes = []
+        for _ in range(120):
+            i = rng.randrange(40)
+            ev = event(i, ended=rng.random() < 0.5)
+            ev["max_count"] = rng.randrange(9)
+            ev["objects"] = [{"track_id": rng.randrange(5)}]
+            keys = [(f"http://127.0.0.1:1/{rng.choice('ab')}", f"ev{i:03d}:{rng.choice(['started', 'ended'])}",
+                     b'{"n": %d}' % i) for _ in range(rng.randrange(3))]
+            writes.append((ev, keys))
+        batched.events.record_many(writes)
+        for ev, keys in writes:
+            single.events.record(ev, keys)
+        got, expected = _table_rows(batched), _table_rows(single)
+        assert got == expected
+        stored = {e["id"]: e for e in batched.events.query(limit=500).items}
+        ever_ended = {f"ev{i:03d}" for i in range(0, 40, 8)} | {ev["id"] for ev, _ in writes if ev["ended_at"]}
+        assert {k for k, e in stored.items() if e["state"] == "ended"} == ever_ended  # an end is never undone
+        last = {ev["id"]: ev for ev, _ in writes}
+        assert all(stored[k]["max_count"] == ev["max_count"] for k, ev in last.items())  # the last write wins
+        assert {e["state"] for e in stored.values()} == {"started", "ended"}
+        assert len(got[1]) > 10
+    finally:
+        batched.close()
+        single.close()

@@ -377,7 +377,9 @@ class CameraRules:
 
         out: list[Transition] = []
         for zone in self.zones:
-            inside = [o for o in objects if o.det.class_name in zone.classes and zone.polygon.contains(*o.foot)]
+            # whether each object stands in the zone: decided once per zone, read by its count and its rules
+            placed = {id(o): zone.polygon.contains(*o.foot) for o in objects if o.det.class_name in zone.classes}
+            inside = [o for o in objects if placed.get(id(o), False)]
             self.zone_counts[zone.name] = len(inside)
             for rule in zone.rules:
                 seen = rule.filter(objects)
@@ -387,7 +389,7 @@ class CameraRules:
                     continue
                 state = rule.state
                 state.silence(t)
-                holds, matching = rule.condition(t, when, [o for o in seen if zone.polygon.contains(*o.foot)])
+                holds, matching = rule.condition(t, when, [o for o in seen if placed.get(id(o), False)])
                 action = state.step(t, holds)
                 if action == "start":
                     event = Event(uuid.uuid4().hex, self.id, zone.name, rule.name, rule.type, when,

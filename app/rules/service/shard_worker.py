@@ -46,6 +46,12 @@ class _State:
         return out, dict(cam.zone_counts), cam.frame_time, list(cam.frame_tracks), cam.last_t, grown
 
 
+def as_tuples(detections: "list[Detection] | tuple[Detection, ...]") -> list[tuple]:
+    """Detections as plain tuples for the pipe: pickling a slotted dataclass goes through its
+    ``__getstate__``, several times the cost of a tuple of numbers, once per object per frame."""
+    return [(d.class_id, d.class_name, d.confidence, d.x1, d.y1, d.x2, d.y2) for d in detections]
+
+
 READY = -1  # the request id of the worker's first message: its imports are done, deadlines start
 
 
@@ -54,8 +60,9 @@ def serve(conn: Connection) -> None:
 
     ops: ``eval`` (args: when, frame size, detections, and the camera's setup the first time
     this worker sees the token), ``drop`` (forget a retired state; no answer), ``ping``, ``stop``.
-    First the tracker is imported (ultralytics, torch: seconds on a busy machine) and ``READY``
-    sent, so the service's answer deadline measures evaluation, never the worker's start."""
+    First the evaluator and the tracker are imported (no model stack: ~0.3 s, more on a busy
+    machine) and ``READY`` sent, so the service's answer deadline measures evaluation, never
+    the worker's start."""
     from app.rules.logic.tracking import check_tracker
 
     try:
@@ -78,7 +85,7 @@ def serve(conn: Connection) -> None:
                     if setup is None:
                         raise LookupError(f"no rule state for token {token}")
                     state = states[token] = _State(*setup)
-                result = state.evaluate(when, size, detections)
+                result = state.evaluate(when, size, [Detection(*d) for d in detections])
             elif op == "drop":
                 states.pop(token, None)
                 continue

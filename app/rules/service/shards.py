@@ -20,7 +20,7 @@ A worker that hangs (a deadlock, a stopped process, a frame stuck in a loop) end
 every request also has a deadline (``answer_within_s``, CAMPUSGUARD_RULES_WORKER_TIMEOUT_S): a
 worker that has not answered by then is killed and restarted the same way. One frame of rule
 evaluation takes milliseconds; the deadline starts once the worker said it is ready (its
-imports of the tracker and torch take seconds on a busy machine, and up to ``START_WITHIN_S``
+imports take a fraction of a second, more on a busy machine, and up to ``START_WITHIN_S``
 is allowed for them). ``on_restart(index, reason)`` ("ended" or "hung") feeds
 ``campusguard_rules_worker_restarts_total``.
 """
@@ -34,15 +34,13 @@ import multiprocessing as mp
 import threading
 import uuid
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future
-from concurrent.futures import TimeoutError as FutureTimeout  # the built-in TimeoutError from Python 3.11 on
 from typing import Any
 
 from app.core.sharding import shard_of
 from app.core.timeutil import UTC
 from app.core.types import Detection
 from app.rules.logic.evaluator import CameraRules, CompiledZone, Event, Transition
-from app.rules.service.shard_worker import READY, Reply, serve
+from app.rules.service.shard_worker import READY, Reply, as_tuples, serve
 from app.rules.site.schema import Camera, SiteConfig
 
 log = logging.getLogger("campusguard.rules.shards")
@@ -51,6 +49,37 @@ START_WITHIN_S = 120.0  # a worker that has not imported its tracker by then is 
 
 class WorkerCrashed(RuntimeError):
     """The worker process of a shard ended while a frame was in flight."""
+
+
+class _Answer:
+    """One request's answer, filled by the reader thread (or a crash), waited for by the caller.
+
+    A lock held from creation until the answer arrives: cheaper than a ``Future`` (no
+    condition variable, no callbacks) on a path taken once per frame; exactly one side ever
+    fills it (whoever takes it out of ``_pending``)."""
+
+    __slots__ = ("_done", "_value", "_error")
+
+    def __init__(self) -> None:
+        self._done = threading.Lock()
+        self._done.acquire()
+        self._value: Any = None
+        self._error: BaseException | None = None
+
+    def set_result(self, value: Any) -> None:
+        self._value = value
+        self._done.release()
+
+    def set_exception(self, error: BaseException) -> None:
+        self._error = error
+        self._done.release()
+
+    def result(self, timeout: float) -> Any:
+        if not self._done.acquire(timeout=timeout):
+            raise TimeoutError
+        if self._error is not None:
+            raise self._error
+        return self._value
 
 
 class Shard:
@@ -64,7 +93,7 @@ class Shard:
         self._ids = itertools.count()
         self._send_lock = threading.RLock()
         self._state_lock = threading.Lock()
-        self._pending: dict[int, Future] = {}
+        self._pending: dict[int, _Answer] = {}
         self._stopping = False
         self._start()
 
@@ -141,7 +170,7 @@ class Shard:
             if generation is not None and generation != self.generation:
                 raise WorkerCrashed(f"rules worker {self.index} was restarted")
             generation, rid, ready = self.generation, next(self._ids), self.ready
-            fut: Future | None = Future() if reply else None
+            fut: _Answer | None = _Answer() if reply else None
             if fut is not None:
                 self._pending[rid] = fut
             try:
@@ -156,7 +185,7 @@ class Shard:
             if not ready.wait(START_WITHIN_S):  # a worker still starting: its deadline has not begun
                 raise TimeoutError
             return fut.result(timeout=self.answer_within_s)
-        except (TimeoutError, FutureTimeout):
+        except TimeoutError:
             self._hung(generation)
             raise WorkerCrashed(f"rules worker {self.index} did not answer within {self.answer_within_s:g} s") from None
 
@@ -241,7 +270,7 @@ class ShardedCamera:
                 lost += self._restart()  # the worker was restarted: this camera's state is gone
             setup = self._setup if self._generation is None else None
             try:
-                reply: Reply = self._shard.call("eval", self._token, (when, frame_size, list(detections), setup),
+                reply: Reply = self._shard.call("eval", self._token, (when, frame_size, as_tuples(detections), setup),
                                                generation=generation)
             except WorkerCrashed:
                 continue  # the shard was restarted: end what was open, evaluate the frame there

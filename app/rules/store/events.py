@@ -9,7 +9,7 @@ import datetime as dt
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import delete, func, literal_column, select, tuple_, update
+from sqlalchemy import bindparam, delete, func, literal_column, select, tuple_, update
 from sqlalchemy.engine import Engine
 
 from app.core.timeutil import iso, utcnow
@@ -17,6 +17,11 @@ from app.rules.store.schema import events_table, outbox_table, parse_time
 
 
 COUNT_CAP = 10_000  # GET /events counts exactly up to here, then says "at least"
+IN_CHUNK = 500  # ids per IN (...) lookup: well under every driver's bound-parameter limit
+
+
+def _chunks(items: list[str]) -> list[list[str]]:
+    return [items[i:i + IN_CHUNK] for i in range(0, len(items), IN_CHUNK)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,31 +56,64 @@ class EventsRepo:
         self.record_many([(event, list(deliveries))])
 
     def record_many(self, writes: list[tuple[dict[str, Any], list[tuple[str, str, bytes]]]]) -> None:
-        """Several ``record`` calls in one transaction, in order (the event writer's batches)."""
+        """Several ``record`` calls in one transaction, with the effect of running them in order
+        (the event writer's batches).
+
+        In a few statements per batch, not several per write: an event that starts and ends in
+        one batch (every line crossing) would otherwise cost a SELECT and an INSERT, then a
+        SELECT and an UPDATE, each built and compiled on its own. The batch's events are looked
+        up at once, each event's writes folded in order into its final row, then inserted and
+        updated with one executemany each; deliveries are checked for duplicates at once too."""
         now = utcnow()
+        t = events_table.c
         with self.engine.begin() as conn:
-            for event, deliveries in writes:
+            ids = list(dict.fromkeys(event["id"] for event, _ in writes))
+            stored: dict[str, dt.datetime | None] = {}
+            for part in _chunks(ids):
+                stored.update(conn.execute(select(t.id, t.ended_at).where(t.id.in_(part))).tuples().all())
+            rows: dict[str, dict[str, Any]] = {}
+            ended = dict(stored)  # each event's end as the writes so far leave it
+            deliveries: list[tuple[str, str, str, bytes]] = []
+            for event, targets in writes:
+                eid = event["id"]
                 values = {"camera_id": event["camera_id"], "zone": event["zone"], "rule": event["rule"],
                           "rule_type": event.get("rule_type", event["rule"]),
                           "started_at": parse_time(event["started_at"]), "ended_at": parse_time(event.get("ended_at")),
                           "objects": event.get("objects") or [], "max_count": int(event.get("max_count") or 0),
                           "snapshot": event.get("snapshot"), "clip": event.get("clip")}
-                exists = conn.execute(select(events_table.c.id, events_table.c.ended_at)
-                                      .where(events_table.c.id == event["id"])).first()
-                if exists:
-                    if exists.ended_at is not None and values["ended_at"] is None:
-                        del values["ended_at"]  # ended by another replica (orphans.py): a late update never reopens it
-                    conn.execute(update(events_table).where(events_table.c.id == event["id"]).values(**values))
-                else:
-                    conn.execute(events_table.insert().values(id=event["id"], replica=self.replica, **values))
-                for url, key, payload in deliveries:
-                    dup = conn.execute(select(outbox_table.c.id).where(
-                        outbox_table.c.url == url, outbox_table.c.idempotency_key == key)).first()
-                    if dup:
-                        continue
-                    conn.execute(outbox_table.insert().values(
-                        event_id=event["id"], url=url, idempotency_key=key, payload=payload.decode(),
-                        attempts=0, next_attempt_at=now, created_at=now))
+                if eid in ended and ended[eid] is not None and values["ended_at"] is None:
+                    del values["ended_at"]  # ended already (here, or by another replica: orphans.py): never reopened
+                rows.setdefault(eid, {}).update(values)
+                ended[eid] = values.get("ended_at", ended.get(eid))
+                deliveries.extend((eid, url, key, payload) for url, key, payload in targets)
+            inserts = [{"id": eid, "replica": self.replica, **row} for eid, row in rows.items() if eid not in stored]
+            if inserts:
+                conn.execute(events_table.insert(), inserts)
+            by_columns: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+            for eid, row in rows.items():
+                if eid in stored:
+                    by_columns.setdefault(tuple(sorted(row)), []).append({"event_id_": eid, **row})
+            for group in by_columns.values():
+                conn.execute(update(events_table).where(t.id == bindparam("event_id_")), group)
+            if deliveries:
+                self._enqueue(conn, deliveries, now)
+
+    @staticmethod
+    def _enqueue(conn, deliveries: list[tuple[str, str, str, bytes]], now: dt.datetime) -> None:
+        """Outbox rows for the deliveries, skipping any (url, idempotency key) already queued."""
+        o = outbox_table.c
+        seen: set[tuple[str, str]] = set()
+        for part in _chunks(list(dict.fromkeys(key for _, _, key, _ in deliveries))):
+            seen.update(conn.execute(select(o.url, o.idempotency_key).where(o.idempotency_key.in_(part))).tuples())
+        rows = []
+        for eid, url, key, payload in deliveries:
+            if (url, key) in seen:
+                continue
+            seen.add((url, key))
+            rows.append({"event_id": eid, "url": url, "idempotency_key": key, "payload": payload.decode(),
+                         "attempts": 0, "next_attempt_at": now, "created_at": now})
+        if rows:
+            conn.execute(outbox_table.insert(), rows)
 
     def get(self, event_id: str) -> dict[str, Any] | None:
         with self.engine.connect() as conn:
