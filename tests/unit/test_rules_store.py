@@ -172,3 +172,26 @@ def test_a_batch_stores_what_its_writes_one_by_one_store(db_url, seed, request):
     finally:
         batched.close()
         single.close()
+
+
+def test_the_writers_lookups_use_indexes(tmp_path):
+    """Every SELECT a batch of writes runs (the events' lookup, the deliveries' duplicate
+    check) is answered from an index, never by scanning a table that grows to millions of
+    rows (SQLite's query plan of each statement as executed)."""
+    from sqlalchemy import event as sa_event
+
+    s = EventStore(f"sqlite:///{tmp_path}/events.db")
+    try:
+        statements: list[tuple[str, tuple]] = []
+        sa_event.listen(s.engine, "before_cursor_execute",
+                        lambda conn, cursor, sql, params, context, many: statements.append((sql, params))
+                        if sql.lstrip().upper().startswith("SELECT") else None)
+        s.events.record_many([(event(i, ended=i % 2 == 0), [(f"http://127.0.0.1:1/{u}", f"ev{i:03d}:started", b"{}")
+                                                             for u in "ab"]) for i in range(6)])
+        assert len(statements) >= 3
+        with s.engine.connect() as conn:
+            for sql, params in statements:
+                plan = " | ".join(str(r[-1]) for r in conn.exec_driver_sql("EXPLAIN QUERY PLAN " + sql, params))
+                assert "USING" in plan and "SCAN" not in plan, f"{sql}: {plan}"
+    finally:
+        s.close()

@@ -103,8 +103,13 @@ class EventsRepo:
         """Outbox rows for the deliveries, skipping any (url, idempotency key) already queued."""
         o = outbox_table.c
         seen: set[tuple[str, str]] = set()
-        for part in _chunks(list(dict.fromkeys(key for _, _, key, _ in deliveries))):
-            seen.update(conn.execute(select(o.url, o.idempotency_key).where(o.idempotency_key.in_(part))).tuples())
+        keys: dict[str, dict[str, None]] = {}
+        for _, url, key, _ in deliveries:
+            keys.setdefault(url, {})[key] = None
+        for url, of_url in keys.items():  # by url, then key: the unique index's order, never a scan
+            for part in _chunks(list(of_url)):
+                seen.update(conn.execute(select(o.url, o.idempotency_key)
+                                         .where(o.url == url, o.idempotency_key.in_(part))).tuples())
         rows = []
         for eid, url, key, payload in deliveries:
             if (url, key) in seen:
