@@ -377,10 +377,8 @@ class CameraRules:
 
         out: list[Transition] = []
         for zone in self.zones:
-            # whether each object stands in the zone: decided once per zone, read by its count and its rules
             placed = {id(o): zone.polygon.contains(*o.foot) for o in objects if o.det.class_name in zone.classes}
-            inside = [o for o in objects if placed.get(id(o), False)]
-            self.zone_counts[zone.name] = len(inside)
+            self.zone_counts[zone.name] = sum(placed.values())  # each object placed once, for the count and the rules
             for rule in zone.rules:
                 seen = rule.filter(objects)
                 if rule.counter is not None:
