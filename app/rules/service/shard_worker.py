@@ -10,6 +10,7 @@ fleet state stay with the service's single writers, which get what it returns.
 from __future__ import annotations
 
 import datetime as dt
+import pickle
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -52,6 +53,16 @@ def as_tuples(detections: "list[Detection] | tuple[Detection, ...]") -> list[tup
     return [(d.class_id, d.class_name, d.confidence, d.x1, d.y1, d.x2, d.y2) for d in detections]
 
 
+def send(conn: Connection, message: Any) -> None:
+    """One message on the shard pipe: plain pickle (multiprocessing's ``send`` builds a
+    ``ForkingPickler`` with a copied dispatch table per message; nothing here needs it)."""
+    conn.send_bytes(pickle.dumps(message, pickle.HIGHEST_PROTOCOL))
+
+
+def receive(conn: Connection) -> Any:
+    return pickle.loads(conn.recv_bytes())
+
+
 READY = -1  # the request id of the worker's first message: its imports are done, deadlines start
 
 
@@ -69,11 +80,11 @@ def serve(conn: Connection) -> None:
         check_tracker()
     except Exception:  # noqa: BLE001 - the first frame then reports it as that frame's error
         pass
-    conn.send((READY, True, "ready"))
+    send(conn, (READY, True, "ready"))
     states: dict[str, _State] = {}
     while True:
         try:
-            rid, op, token, args = conn.recv()
+            rid, op, token, args = receive(conn)
         except (EOFError, OSError):
             return  # the service went away
         try:
@@ -95,6 +106,6 @@ def serve(conn: Connection) -> None:
                 result = len(states)
             else:
                 raise ValueError(f"unknown op {op!r}")
-            conn.send((rid, True, result))
+            send(conn, (rid, True, result))
         except Exception as exc:  # a bug in one frame must not take the shard down
-            conn.send((rid, False, f"{type(exc).__name__}: {exc}"))
+            send(conn, (rid, False, f"{type(exc).__name__}: {exc}"))

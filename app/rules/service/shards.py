@@ -40,7 +40,7 @@ from app.core.sharding import shard_of
 from app.core.timeutil import UTC
 from app.core.types import Detection
 from app.rules.logic.evaluator import CameraRules, CompiledZone, Event, Transition
-from app.rules.service.shard_worker import READY, Reply, as_tuples, serve
+from app.rules.service.shard_worker import READY, Reply, as_tuples, receive, send, serve
 from app.rules.site.schema import Camera, SiteConfig
 
 log = logging.getLogger("campusguard.rules.shards")
@@ -118,7 +118,7 @@ class Shard:
         ready = self.ready
         while True:
             try:
-                rid, ok, result = conn.recv()
+                rid, ok, result = receive(conn)
             except (EOFError, OSError):
                 self._crashed(generation)
                 return
@@ -174,7 +174,7 @@ class Shard:
             if fut is not None:
                 self._pending[rid] = fut
             try:
-                self.conn.send((rid, op, token, args))
+                send(self.conn, (rid, op, token, args))
             except (OSError, ValueError):
                 self._pending.pop(rid, None)
                 self._crashed(generation)
@@ -193,7 +193,7 @@ class Shard:
         with self._send_lock, self._state_lock:
             self._stopping = True
             try:
-                self.conn.send((-1, "stop", "", None))  # the worker returns; its end of the pipe closes
+                send(self.conn, (-1, "stop", "", None))  # the worker returns; its end of the pipe closes
             except (OSError, ValueError):
                 pass
             pending, self._pending = self._pending, {}

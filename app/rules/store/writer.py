@@ -98,9 +98,12 @@ class EventWriter:
         self.store.events.record_many(items)
 
     def _reconnect(self) -> bool:
-        """Every retry interval: migrate if needed and check the database; then drain."""
-        if self.up and not len(self.buffer):
-            return False  # nothing to do
+        """Before each drain (every retry interval, and at once after a write): while the store
+        is up, drain (a failing write marks it down); while it is down, migrate if needed and
+        check the database first. No ping per batch: at site scale that was a round trip per
+        event written."""
+        if self.up:
+            return bool(len(self.buffer))
         try:
             self._migrate()
         except MigrationError as exc:
