@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import ast
 import shutil
-import time
 from pathlib import Path
 
 import onnx
@@ -18,6 +17,7 @@ import pytest
 from app.cli import main
 from app.config import Settings
 from tests.integration.test_export_eval_cli import make_dataset
+from tests.support.inprocess import wait_until_ready
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -84,10 +84,7 @@ def test_int8_model_served_with_its_precision(int8_export, bus_jpg):
     out = int8_export[0]
     settings = Settings(_env_file=None, backend="onnx", weights=out, imgsz=IMGSZ, threads=2, warmup_iters=1)
     with TestClient(create_app(settings)) as client:
-        deadline = time.monotonic() + 60
-        while client.get("/health/ready").status_code != 200:
-            assert time.monotonic() < deadline, client.get("/health").json()
-            time.sleep(0.1)
+        wait_until_ready(client, 60, 0.1)
         response = client.post("/detect", files={"image": ("bus.jpg", bus_jpg, "image/jpeg")})
         assert response.status_code == 200, response.text
         classes = {d["class_name"] for d in response.json()["detections"]}

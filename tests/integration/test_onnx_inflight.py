@@ -18,6 +18,7 @@ import pytest
 from app import wiring
 from app.config import Settings
 from app.inference.backends.onnx_inflight import FanOut, auto_inflight
+from tests.support.inprocess import wait_until_ready
 
 pytestmark = pytest.mark.timeout(300)
 IMGSZ = 320
@@ -125,10 +126,7 @@ def test_server_answers_each_frame_on_its_own(weights, onnx_cache, dataset, bus_
     expected = [sorted(d.class_name for d in dets) for dets in pipeline.detect(blobs)]
     payloads = blobs + [b"this is not a jpeg"]
     with TestClient(create_app(settings(weights, onnx_cache, requests_in_flight=2, max_queue_delay_ms=50))) as client:
-        deadline = time.monotonic() + 120
-        while client.get("/health/ready").status_code != 200:
-            assert time.monotonic() < deadline, client.get("/health").json()
-            time.sleep(0.2)
+        wait_until_ready(client, 120, 0.2)
         assert client.get("/health").json()["backend"] == "onnx"
 
         def post(data: bytes):

@@ -21,7 +21,6 @@ but the missing ignored scope costs more than that everywhere we measured
 from __future__ import annotations
 
 import logging
-import time
 from pathlib import Path
 
 import pytest
@@ -29,6 +28,7 @@ import pytest
 from app.config import Settings
 from app.inference.backends import openvino_ir
 from tests.integration.test_export_eval_cli import make_dataset
+from tests.support.inprocess import wait_until_ready
 
 pytest.importorskip("openvino")
 pytestmark = pytest.mark.timeout(600)
@@ -91,10 +91,7 @@ def test_int8_without_the_ignored_scope_fails_the_labelled_gate_and_the_server_s
 
     caplog.set_level(logging.INFO)
     with TestClient(create_app(settings(weights, openvino_cache, labelled))) as client:
-        deadline = time.monotonic() + 300
-        while client.get("/health/ready").status_code != 200:
-            assert time.monotonic() < deadline, client.get("/health").json()
-            time.sleep(0.5)
+        wait_until_ready(client, 300, 0.5)
         health = client.get("/health").json()
         metrics = client.get("/metrics").text
         reply = client.post("/detect", files={"image": ("bus.jpg", bus_jpg, "image/jpeg")})

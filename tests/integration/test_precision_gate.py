@@ -10,7 +10,6 @@ and say so in /health, its log and a metric.
 from __future__ import annotations
 
 import logging
-import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -22,6 +21,7 @@ from app.inference.export import cached_export_path, export_onnx
 from app.inference.precision.build import Int8Job, build_int8, int8_path
 from app.inference.precision.quantize import Recipe
 from tests.integration.test_export_eval_cli import make_dataset
+from tests.support.inprocess import wait_until_ready
 
 pytestmark = pytest.mark.timeout(300)
 IMGSZ = 320
@@ -80,10 +80,7 @@ def test_server_serves_fp32_and_says_so(broken_cache, frames, bus_jpg, caplog):
 
     caplog.set_level(logging.INFO)
     with TestClient(create_app(settings_for(broken_cache, frames))) as client:
-        deadline = time.monotonic() + 120
-        while client.get("/health/ready").status_code != 200:
-            assert time.monotonic() < deadline, client.get("/health").json()
-            time.sleep(0.2)
+        wait_until_ready(client, 120, 0.2)
         health = client.get("/health").json()
         assert health["precision"] == "fp32" and health["precision_requested"] == "int8"
         assert health["precision_fallback"] is True

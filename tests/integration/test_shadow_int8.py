@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import math
 import shutil
-import time
 from pathlib import Path
 
 import pytest
@@ -27,6 +26,7 @@ from app.inference.shadow.book import ALERT_BELOW
 from app.main import create_app
 from app.tooling.bench.parity import compare
 from tests.integration.test_export_eval_cli import make_dataset
+from tests.support.inprocess import wait_until_ready
 
 pytestmark = pytest.mark.timeout(300)
 IMGSZ = 320
@@ -80,10 +80,7 @@ def agreement_series(text: str) -> dict[str, float]:
 def served(weights, onnx_cache, calibration, frames) -> dict:
     """What the running service says after every frame was answered and shadowed."""
     with TestClient(create_app(settings_for(weights, onnx_cache, calibration))) as client:
-        deadline = time.monotonic() + 240
-        while client.get("/health/ready").status_code != 200:
-            assert time.monotonic() < deadline, client.get("/health").json()
-            time.sleep(0.2)
+        wait_until_ready(client, 240, 0.2)
         lane = client.app.state.shadow
         for camera, paths in frames.items():
             for path in paths:

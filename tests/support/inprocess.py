@@ -8,6 +8,7 @@ run, so no model loads; ``TestClient`` talks ASGI directly, no socket.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -28,6 +29,15 @@ from app.wiring import build_audit, build_engine
 from tests.support.fakes import FakeDetector as EngineFakeDetector
 
 IMGSZ = 64
+
+
+def wait_until_ready(client: TestClient, timeout_s: float, poll_s: float = 0.2) -> None:
+    """Poll ``/health/ready`` of an app that ``TestClient`` started (its model loads in the
+    background) until it answers 200; past ``timeout_s``, fail with what ``/health`` says."""
+    deadline = time.monotonic() + timeout_s
+    while client.get("/health/ready").status_code != 200:
+        assert time.monotonic() < deadline, client.get("/health").json()
+        time.sleep(poll_s)
 
 
 class FakeDetector(EngineFakeDetector):
