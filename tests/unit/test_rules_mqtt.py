@@ -376,3 +376,66 @@ def test_a_view_sensor_per_camera_with_view_checks_under_an_injective_id():
     assert gate["state_topic"] == topics.view_problem("gate-cam") == "campusguard/gate-cam/view/problem"
     assert gate["json_attributes_topic"] == "campusguard/gate-cam/camera_view"
     assert "campusguard_gate-cam_view_intrusion" in ids  # zone "view"'s rule: another entity
+
+
+def test_a_state_left_unacknowledged_by_a_dropped_connection_never_outlives_the_reconnect(mosquitto, subscribe):
+    """paho re-sends a QoS 1 publish that a dropped connection left unacknowledged *after* the
+    reconnect's snapshot: a camera's "online" sent as the link died must not stay retained when
+    the camera went offline meanwhile (the snapshot's "offline" is what the broker keeps)."""
+    from tests.support.tcp_proxy import TcpProxy
+
+    proxy = TcpProxy(mosquitto.port)
+    topics = Topics("stale")
+    topic = topics.status("gate-cam")
+    wanted = {"status": b"offline"}
+    publisher = MqttPublisher(BrokerTarget.parse(f"mqtt://127.0.0.1:{proxy.port}"), topics,
+                              client_id=f"stale-{free_port()}", reconnect_max_s=1)
+    publisher.snapshot = lambda: [(topic, wanted["status"], True)]
+    sub = subscribe("stale/#")
+    publisher.start()
+    try:
+        sub.wait_for(lambda m: sub.on(topic) == [b"offline"])  # the first connect's snapshot
+        proxy.hold()  # from now on the broker sees nothing the publisher sends
+        publisher.set_state(topic, b"online")  # the camera came back: sent, never acknowledged
+        eventually(lambda: proxy.held_bytes > 0)
+        proxy.cut()  # the link dies with "online" in paho's queue
+        eventually(lambda: not publisher.connected)
+        publisher.set_state(topic, b"offline")  # the camera went away again while disconnected
+        wanted["status"] = b"offline"
+        eventually(lambda: b"online" in sub.on(topic), timeout=20)  # reconnected: paho re-sent the stale value
+        eventually(lambda: sub.on(topic)[-1] == b"offline", timeout=10)
+        late = subscribe("stale/#")
+        got = late.wait_for(lambda m: topic in {t for t, *_ in m})
+        assert [p for t, p, r in got if t == topic and r] == [b"offline"]
+    finally:
+        publisher.stop()
+        proxy.close()
+
+
+def test_the_ledger_republishes_only_when_the_last_acknowledged_value_is_stale():
+    """Acks in broker order: a stale value acknowledged last, with nothing newer in flight, is
+    corrected; while a newer value of the topic is in flight, or when the last is wanted, not."""
+    from app.rules.delivery.retained import RetainedLedger
+
+    wanted, published = {"t": b"off"}, []
+    lock = threading.Lock()
+    ledger = RetainedLedger(lock, wanted.get, lambda topic, payload: published.append((topic, payload)))
+    ledger.start()
+    try:
+        ledger.sent(1, "t", b"off")  # the reconnect snapshot
+        ledger.sent(2, "t", b"on")  # paho's late re-send of the old value
+        ledger.on_publish(None, None, 1, None, None)
+        ledger.on_publish(None, None, 99, None, None)  # not a retained state publish: ignored
+        ledger.on_publish(None, None, 2, None, None)
+        eventually(lambda: published == [("t", b"off")])
+        ledger.sent(3, "t", b"on")
+        ledger.sent(4, "t", b"off")
+        ledger.on_publish(None, None, 3, None, None)  # "off" still in flight: nothing to do
+        ledger.on_publish(None, None, 4, None, None)  # the wanted value is what the broker keeps
+        wanted["u"] = b"x"
+        ledger.sent(5, "u", b"x")
+        ledger.on_publish(None, None, 5, None, None)
+        ledger.stop()  # handles every ack queued before it
+        assert published == [("t", b"off")]
+    finally:
+        ledger.stop()

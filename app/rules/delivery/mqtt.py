@@ -50,6 +50,7 @@ from app.rules.store.db import EventStore
 from app.rules.store.outbox import OutboxItem
 from app.rules.delivery.discovery import discovery_messages, legacy_clears
 from app.rules.delivery.outbox import OutboxWorker
+from app.rules.delivery.retained import RetainedLedger
 
 if TYPE_CHECKING:
     from app.rules.site.schema import SiteConfig
@@ -164,11 +165,7 @@ class MqttPublisher:
     def __init__(self, target: BrokerTarget, topics: Topics, *, qos: int = 1, client_id: str = "",
                  ca_file: Path | None = None, ack_timeout_s: float = 5.0, reconnect_max_s: float = 10.0,
                  snapshot: Callable[[], Iterable[Message]] = lambda: ()) -> None:
-        self.target = target
-        self.topics = topics
-        self.qos = qos
-        self.ack_timeout_s = ack_timeout_s
-        self.snapshot = snapshot
+        self.target, self.topics, self.qos, self.ack_timeout_s, self.snapshot = target, topics, qos, ack_timeout_s, snapshot
         self.on_connected: Callable[[], None] = lambda: None  # the outbox worker: deliver what waited
         self.client_id = client_id or f"campusguard-{socket.gethostname()}-{os.getpid()}"
         self.client = mqtt.Client(CallbackAPIVersion.VERSION2, client_id=self.client_id, protocol=mqtt.MQTTv311)
@@ -187,8 +184,11 @@ class MqttPublisher:
         self._last: dict[str, bytes] = {}  # retained state topic -> last payload sent
         self._seq = 0
         self._stamp: dict[str, int] = {}  # retained state topic -> ``_seq`` of its last publish
+        self.ledger = RetainedLedger(self._lock, lambda t: self._last.get(t), self._retained)  # paho's late re-sends
+        self.client.on_publish = self.ledger.on_publish
 
     def start(self) -> None:
+        self.ledger.start()
         self.client.connect_async(self.target.host, self.target.port, keepalive=30)
         self.client.loop_start()
 
@@ -198,6 +198,7 @@ class MqttPublisher:
                 self.client.publish(self.topics.availability, b"offline", qos=self.qos, retain=True).wait_for_publish(2)
         self.client.disconnect()
         self.client.loop_stop()
+        self.ledger.stop()
 
     @property
     def connected(self) -> bool:
@@ -209,11 +210,9 @@ class MqttPublisher:
         if not self.client.is_connected():
             raise PublishFailed("not connected to the broker")
         with self._lock:
-            infos = [self.client.publish(topic, payload, qos=self.qos, retain=retain)
+            infos = [self._retained(topic, payload) if retain else self.client.publish(topic, payload, qos=self.qos)
                      for topic, payload, retain in messages]
-            for topic, _, retain in messages:
-                if retain:
-                    self._stamped(topic)
+            self._last.update((t, p) for t, p, r in messages if r)  # the newest decided value, from now on
         for info in infos:
             try:
                 info.wait_for_publish(self.ack_timeout_s)
@@ -221,8 +220,6 @@ class MqttPublisher:
                 raise PublishFailed(str(exc)) from None
             if not info.is_published():
                 raise PublishFailed(f"no acknowledgement within {self.ack_timeout_s:.0f} s")
-        with self._lock:
-            self._last.update((t, p) for t, p, r in messages if r)
 
     def set_state(self, topic: str, payload: bytes) -> None:
         """A retained state topic, published only when it changed (live state: best effort)."""
@@ -230,9 +227,15 @@ class MqttPublisher:
             if self._last.get(topic) == payload:
                 return
             self._last[topic] = payload
-            self._stamped(topic)
             if self.client.is_connected():
-                self.client.publish(topic, payload, qos=self.qos, retain=True)
+                self._retained(topic, payload)
+
+    def _retained(self, topic: str, payload: bytes) -> mqtt.MQTTMessageInfo:
+        """Under ``_lock``: publish a retained state topic, stamped and in the ledger."""
+        info = self.client.publish(topic, payload, qos=self.qos, retain=True)
+        self._stamped(topic)
+        self.ledger.sent(info.mid, topic, payload)
+        return info
 
     def _stamped(self, topic: str) -> None:
         """Under ``_lock``: ``topic`` was just published (newer than any snapshot begun before)."""
@@ -244,8 +247,7 @@ class MqttPublisher:
             log.warning("MQTT broker %s refused the connection: %s", self.target.outbox_url, reason_code)
             return
         log.info("connected to MQTT broker %s as %s", self.target.outbox_url, self.client_id)
-        # in paho's network thread: publish without waiting for acks
-        client.publish(self.topics.availability, b"online", qos=self.qos, retain=True)
+        client.publish(self.topics.availability, b"online", qos=self.qos, retain=True)  # paho's thread: no waiting
         with self._lock:
             begun = self._seq
         try:
@@ -259,8 +261,10 @@ class MqttPublisher:
             newer = {t for t, stamp in self._stamp.items() if stamp > begun}
             state = [(t, p, r) for t, p, r in state if not (r and t in newer)]
             self._last = {t: p for t, p, r in state if r} | {t: p for t, p in self._last.items() if t in newer}
-            for topic, payload, retain in state:
-                client.publish(topic, payload, qos=self.qos, retain=retain)
+            for topic, payload, retain in state:  # in the ledger, not stamped: no newer than what it began after
+                info = client.publish(topic, payload, qos=self.qos, retain=retain)
+                if retain:
+                    self.ledger.sent(info.mid, topic, payload)
         self.on_connected()
 
     def _on_disconnect(self, client, userdata, flags, reason_code, properties) -> None:
