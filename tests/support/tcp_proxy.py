@@ -41,6 +41,10 @@ class TcpProxy:
 
     def close(self) -> None:
         self._closed = True
+        try:
+            self._server.shutdown(socket.SHUT_RDWR)  # wakes the accept thread (close alone does not)
+        except OSError:
+            pass
         self._server.close()
         self.cut()
 
@@ -50,7 +54,11 @@ class TcpProxy:
                 client, _ = self._server.accept()
             except OSError:
                 return
-            upstream = socket.create_connection(self.target)
+            try:
+                upstream = socket.create_connection(self.target)
+            except OSError:
+                client.close()  # the server is gone: so is this connection
+                continue
             with self._lock:
                 self._open += [client, upstream]
             threading.Thread(target=self._pump, args=(client, upstream, True), daemon=True).start()

@@ -387,10 +387,9 @@ def test_a_state_left_unacknowledged_by_a_dropped_connection_never_outlives_the_
     proxy = TcpProxy(mosquitto.port)
     topics = Topics("stale")
     topic = topics.status("gate-cam")
-    wanted = {"status": b"offline"}
     publisher = MqttPublisher(BrokerTarget.parse(f"mqtt://127.0.0.1:{proxy.port}"), topics,
                               client_id=f"stale-{free_port()}", reconnect_max_s=1)
-    publisher.snapshot = lambda: [(topic, wanted["status"], True)]
+    publisher.snapshot = lambda: [(topic, b"offline", True)]  # the service's state at every connect
     sub = subscribe("stale/#")
     publisher.start()
     try:
@@ -398,12 +397,10 @@ def test_a_state_left_unacknowledged_by_a_dropped_connection_never_outlives_the_
         proxy.hold()  # from now on the broker sees nothing the publisher sends
         publisher.set_state(topic, b"online")  # the camera came back: sent, never acknowledged
         eventually(lambda: proxy.held_bytes > 0)
-        proxy.cut()  # the link dies with "online" in paho's queue
-        eventually(lambda: not publisher.connected)
-        publisher.set_state(topic, b"offline")  # the camera went away again while disconnected
-        wanted["status"] = b"offline"
-        eventually(lambda: b"online" in sub.on(topic), timeout=20)  # reconnected: paho re-sent the stale value
-        eventually(lambda: sub.on(topic)[-1] == b"offline", timeout=10)
+        proxy.cut()  # the link dies with "online" in paho's queue; the camera goes away again meanwhile
+        # reconnected: the snapshot's "offline", then paho's late re-send of "online", then the correction
+        eventually(lambda: len(sub.on(topic)) >= 4 and sub.on(topic)[-1] == b"offline", timeout=25)
+        assert sub.on(topic)[:4] == [b"offline", b"offline", b"online", b"offline"]
         late = subscribe("stale/#")
         got = late.wait_for(lambda m: topic in {t for t, *_ in m})
         assert [p for t, p, r in got if t == topic and r] == [b"offline"]
@@ -414,28 +411,28 @@ def test_a_state_left_unacknowledged_by_a_dropped_connection_never_outlives_the_
 
 def test_the_ledger_republishes_only_when_the_last_acknowledged_value_is_stale():
     """Acks in broker order: a stale value acknowledged last, with nothing newer in flight, is
-    corrected; while a newer value of the topic is in flight, or when the last is wanted, not."""
+    corrected; while a newer value of the topic is in flight, or when the last is wanted, or
+    for a publish paho refused, not."""
+    from types import SimpleNamespace
+
     from app.rules.delivery.retained import RetainedLedger
 
-    wanted, published = {"t": b"off"}, []
-    lock = threading.Lock()
-    ledger = RetainedLedger(lock, wanted.get, lambda topic, payload: published.append((topic, payload)))
-    ledger.start()
-    try:
-        ledger.sent(1, "t", b"off")  # the reconnect snapshot
-        ledger.sent(2, "t", b"on")  # paho's late re-send of the old value
-        ledger.on_publish(None, None, 1, None, None)
-        ledger.on_publish(None, None, 99, None, None)  # not a retained state publish: ignored
-        ledger.on_publish(None, None, 2, None, None)
-        eventually(lambda: published == [("t", b"off")])
-        ledger.sent(3, "t", b"on")
-        ledger.sent(4, "t", b"off")
-        ledger.on_publish(None, None, 3, None, None)  # "off" still in flight: nothing to do
-        ledger.on_publish(None, None, 4, None, None)  # the wanted value is what the broker keeps
-        wanted["u"] = b"x"
-        ledger.sent(5, "u", b"x")
-        ledger.on_publish(None, None, 5, None, None)
+    def run(wanted: dict[str, bytes], sends: list[tuple], acks: list[int]) -> list[tuple[str, bytes]]:
+        published: list[tuple[str, bytes]] = []
+        ledger = RetainedLedger(threading.Lock(), wanted.get, lambda t, p: published.append((t, p)), lambda: True)
+        ledger.start()
+        for mid, topic, payload, *rc in sends:
+            ledger.sent(SimpleNamespace(mid=mid, rc=rc[0] if rc else 0), topic, payload)
+        for mid in acks:
+            ledger.on_publish(None, None, mid, None, None)
         ledger.stop()  # handles every ack queued before it
-        assert published == [("t", b"off")]
-    finally:
-        ledger.stop()
+        return published
+
+    # the reconnect snapshot's "off", then paho's late re-send of "on": corrected (99: not retained state)
+    assert run({"t": b"off"}, [(1, "t", b"off"), (2, "t", b"on")], [1, 99, 2]) == [("t", b"off")]
+    # "on" acknowledged while "off" is still in flight, then "off": what is wanted, nothing to do
+    assert run({"t": b"off"}, [(3, "t", b"on"), (4, "t", b"off")], [3, 4]) == []
+    # a publish paho refused (rc 15, queue full) is never waited for: the older value is corrected
+    assert run({"t": b"on"}, [(6, "t", b"on", 15), (7, "t", b"off")], [7]) == [("t", b"on")]
+    # a topic the service wants as the broker has it
+    assert run({"u": b"x"}, [(5, "u", b"x")], [5]) == []

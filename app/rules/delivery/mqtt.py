@@ -184,7 +184,8 @@ class MqttPublisher:
         self._last: dict[str, bytes] = {}  # retained state topic -> last payload sent
         self._seq = 0
         self._stamp: dict[str, int] = {}  # retained state topic -> ``_seq`` of its last publish
-        self.ledger = RetainedLedger(self._lock, lambda t: self._last.get(t), self._retained)  # paho's late re-sends
+        self.ledger = RetainedLedger(self._lock, lambda t: self._last.get(t), self._retained,  # paho's late re-sends
+                                     self.client.is_connected)
         self.client.on_publish = self.ledger.on_publish
 
     def start(self) -> None:
@@ -234,7 +235,7 @@ class MqttPublisher:
         """Under ``_lock``: publish a retained state topic, stamped and in the ledger."""
         info = self.client.publish(topic, payload, qos=self.qos, retain=True)
         self._stamped(topic)
-        self.ledger.sent(info.mid, topic, payload)
+        self.ledger.sent(info, topic, payload)
         return info
 
     def _stamped(self, topic: str) -> None:
@@ -264,7 +265,7 @@ class MqttPublisher:
             for topic, payload, retain in state:  # in the ledger, not stamped: no newer than what it began after
                 info = client.publish(topic, payload, qos=self.qos, retain=retain)
                 if retain:
-                    self.ledger.sent(info.mid, topic, payload)
+                    self.ledger.sent(info, topic, payload)
         self.on_connected()
 
     def _on_disconnect(self, client, userdata, flags, reason_code, properties) -> None:

@@ -15,22 +15,35 @@ a thread of this ledger does the rest under the publisher's lock.
 
 from __future__ import annotations
 
+import logging
 import queue
 import threading
 from collections.abc import Callable
 
+import paho.mqtt.client as mqtt
+
+log = logging.getLogger("campusguard.rules.mqtt")
+
 
 class RetainedLedger:
     def __init__(self, lock: threading.Lock, wanted: Callable[[str], bytes | None],
-                 publish: Callable[[str, bytes], None]) -> None:
-        self._lock, self._wanted, self._publish = lock, wanted, publish
+                 publish: Callable[[str, bytes], object], connected: Callable[[], bool]) -> None:
+        self._lock, self._wanted, self._publish, self._connected = lock, wanted, publish, connected
         self._sent: dict[int, tuple[str, bytes]] = {}  # message id -> (topic, payload), until acknowledged
         self._in_flight: dict[str, set[int]] = {}
         self._acks: queue.SimpleQueue[int | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
 
-    def sent(self, mid: int, topic: str, payload: bytes) -> None:
-        """Under the publisher's lock, right after ``publish()`` of a retained state topic."""
+    def sent(self, info: mqtt.MQTTMessageInfo, topic: str, payload: bytes) -> None:
+        """Under the publisher's lock, right after ``publish()`` of a retained state topic. Only a
+        message paho will deliver counts (sent, or queued while disconnected); a message id paho
+        reuses forgets the old message."""
+        if info.rc not in (mqtt.MQTT_ERR_SUCCESS, mqtt.MQTT_ERR_NO_CONN):
+            return
+        mid = info.mid
+        old = self._sent.get(mid)
+        if old is not None:
+            self._in_flight.get(old[0], set()).discard(mid)
         self._sent[mid] = (topic, payload)
         self._in_flight.setdefault(topic, set()).add(mid)
 
@@ -48,16 +61,22 @@ class RetainedLedger:
 
     def _run(self) -> None:
         while (mid := self._acks.get()) is not None:
-            with self._lock:
-                entry = self._sent.pop(mid, None)
-                if entry is None:
-                    continue  # not a retained state publish (events, availability)
-                topic, payload = entry
-                pending = self._in_flight.get(topic, set())
-                pending.discard(mid)
-                if pending:
-                    continue  # a newer value of the topic is on its way
-                self._in_flight.pop(topic, None)
-                want = self._wanted(topic)
-                if want is not None and want != payload:
-                    self._publish(topic, want)
+            try:
+                with self._lock:
+                    self._acked(mid)
+            except Exception:  # never end the thread: the queue would grow and corrections stop
+                log.exception("retained MQTT state: could not handle the ack of message %s", mid)
+
+    def _acked(self, mid: int) -> None:
+        entry = self._sent.pop(mid, None)
+        if entry is None:
+            return  # not a retained state publish (events, availability)
+        topic, payload = entry
+        pending = self._in_flight.get(topic, set())
+        pending.discard(mid)
+        if pending:
+            return  # a newer value of the topic is on its way
+        self._in_flight.pop(topic, None)
+        want = self._wanted(topic)
+        if want is not None and want != payload and self._connected():  # disconnected: the next snapshot
+            self._publish(topic, want)
