@@ -9,7 +9,6 @@ speed is `campusguard bench --stage inflight` (docs/benchmarks.md, "Requests in 
 from __future__ import annotations
 
 import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np

@@ -14,7 +14,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from app.rules.logic.bytetrack import ByteTrack, ByteTrackOptions
+from app.rules.logic.bytetrack import ByteTrack
+from app.rules.site.schema import TrackerConfig
 
 pytest.importorskip("lap")
 from ultralytics.trackers.byte_tracker import BYTETracker  # noqa: E402
@@ -80,37 +81,37 @@ def _scene(rng: np.random.Generator, frames: int, people: int) -> list[tuple[np.
     return out
 
 
-def _compare(options: ByteTrackOptions, frames) -> int:
+def _compare(options: TrackerConfig, frames) -> tuple[int, ByteTrack]:
     ours = ByteTrack(options)
-    reference = BYTETracker(SimpleNamespace(**options.__dict__))
+    reference = BYTETracker(SimpleNamespace(**options.model_dump()))
     confirmed = 0
     for n, (xyxy, conf, cls) in enumerate(frames):
         expected, boxes = _reference_ids(reference.update(_Boxes(xyxy, conf, cls)), len(conf))
-        got = ours.update(xyxy, conf, cls)
+        got = ours.update(xyxy, conf)
         assert got == expected, f"frame {n + 1}: ids {got} != ultralytics {expected}"
         mine = dict(ours.boxes())
         assert mine.keys() == boxes.keys()
         for tid, box in boxes.items():
             assert np.array_equal(mine[tid], box), f"frame {n + 1}, track {tid}: {mine[tid]} != {box}"
         confirmed += sum(i is not None for i in got)
-    return confirmed
+    return confirmed, ours
 
 
 @pytest.mark.parametrize("seed", range(40))
 def test_the_same_tracks_as_ultralytics_on_random_scenes(seed: int) -> None:
     rng = np.random.default_rng(seed)
-    confirmed = _compare(ByteTrackOptions(), _scene(rng, frames=60, people=int(rng.integers(3, 12))))
+    confirmed, _ = _compare(TrackerConfig(), _scene(rng, frames=60, people=int(rng.integers(3, 12))))
     assert confirmed > 0  # the scene did track something
 
 
 @pytest.mark.parametrize("options", [
-    ByteTrackOptions(fuse_score=False),
-    ByteTrackOptions(track_buffer=1),
-    ByteTrackOptions(track_buffer=3, match_thresh=0.5),
-    ByteTrackOptions(track_high_thresh=0.6, track_low_thresh=0.2, new_track_thresh=0.7),
-    ByteTrackOptions(track_high_thresh=0.1, track_low_thresh=0.0, new_track_thresh=0.1, match_thresh=0.95),
+    TrackerConfig(fuse_score=False),
+    TrackerConfig(track_buffer=1),
+    TrackerConfig(track_buffer=3, match_thresh=0.5),
+    TrackerConfig(track_high_thresh=0.6, track_low_thresh=0.2, new_track_thresh=0.7),
+    TrackerConfig(track_high_thresh=0.1, track_low_thresh=0.0, new_track_thresh=0.1, match_thresh=0.95),
 ], ids=["no-fuse", "buffer-1", "buffer-3-strict", "high-thresholds", "low-thresholds"])
-def test_the_same_tracks_as_ultralytics_with_other_settings(options: ByteTrackOptions) -> None:
+def test_the_same_tracks_as_ultralytics_with_other_settings(options: TrackerConfig) -> None:
     for seed in range(5):
         rng = np.random.default_rng(1000 + seed)
         _compare(options, _scene(rng, frames=50, people=8))
@@ -121,21 +122,15 @@ def test_the_same_tracks_past_the_removed_buffer() -> None:
     lost track may stay lost) is kept and trimmed the same way."""
     rng = np.random.default_rng(7)
     frames = _scene(rng, frames=500, people=14)
-    ours = ByteTrack(ByteTrackOptions(track_buffer=1))
-    for xyxy, conf, cls in frames[:1]:
-        ours.update(xyxy, conf, cls)
-    _compare(ByteTrackOptions(track_buffer=1), frames)
-    check = ByteTrack(ByteTrackOptions(track_buffer=1))
-    for xyxy, conf, cls in frames:
-        check.update(xyxy, conf, cls)
-    assert len(check.removed) == 1000  # the buffer was filled and trimmed
+    _, tracker = _compare(TrackerConfig(track_buffer=1), frames)
+    assert len(tracker.removed) == 1000  # the buffer was filled and trimmed
 
 
 def test_empty_frames_and_no_detections() -> None:
     tracker = ByteTrack()
-    empty = (np.zeros((0, 4), np.float32), np.zeros(0, np.float32), np.zeros(0, np.float32))
+    empty = (np.zeros((0, 4), np.float32), np.zeros(0, np.float32))
     assert tracker.update(*empty) == []
-    box = (np.array([[10, 10, 60, 110]], np.float32), np.array([0.9], np.float32), np.zeros(1, np.float32))
+    box = (np.array([[10, 10, 60, 110]], np.float32), np.array([0.9], np.float32))
     assert tracker.update(*box) == [None]  # first seen after frame 1: not confirmed yet
     assert tracker.update(*box) == [1]
     assert tracker.update(*empty) == []

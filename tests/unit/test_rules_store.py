@@ -8,7 +8,7 @@ import datetime as dt
 import pytest
 
 from app.rules.store.db import EventStore
-from tests.support.rules_util import T0
+from tests.support.rules_util import T0, outbox_rows
 
 
 def astuple_page(page):
@@ -122,14 +122,11 @@ def test_persists_across_reopen(db_url):
 def _table_rows(s: EventStore) -> tuple[list, list]:
     from sqlalchemy import select
 
-    from app.rules.store.schema import events_table, outbox_table
+    from app.rules.store.schema import events_table
 
     with s.engine.connect() as conn:
         events = [tuple(r) for r in conn.execute(select(events_table).order_by(events_table.c.id))]
-        outbox = [(r.event_id, r.url, r.idempotency_key, r.payload) for r in
-                  conn.execute(select(outbox_table).order_by(outbox_table.c.event_id, outbox_table.c.url,
-                                                             outbox_table.c.idempotency_key))]
-    return events, outbox
+    return events, sorted((r["event_id"], r["url"], r["idempotency_key"], r["payload"]) for r in outbox_rows(s))
 
 
 @pytest.mark.parametrize("seed", range(3))

@@ -25,9 +25,9 @@ is not imported here, so a rules worker that only tracks never loads torch.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
+
+from app.rules.site.schema import TrackerConfig
 
 TRACKED, LOST, REMOVED = 1, 2, 3  # ultralytics' TrackState (New = 0 never reaches a pool)
 REMOVED_BUFFER = 1000  # ultralytics keeps the last 1,000 removed tracks; membership by id matters
@@ -38,39 +38,25 @@ _F[:4, 4:] = np.eye(4)
 _NOISE = np.array([_STD_POS, _STD_POS, 0.0, _STD_POS, _STD_VEL, _STD_VEL, 0.0, _STD_VEL])  # per unit of height
 
 
-@dataclass(frozen=True)
-class ByteTrackOptions:
-    """ultralytics' ByteTrack arguments (the site file's ``tracker`` section)."""
-
-    track_high_thresh: float = 0.25
-    track_low_thresh: float = 0.1
-    new_track_thresh: float = 0.25
-    track_buffer: int = 30
-    match_thresh: float = 0.8
-    fuse_score: bool = True
-
-
 class _Track:
     """One track: ultralytics' ``STrack`` without the detection-only uses of the class."""
 
-    __slots__ = ("track_id", "state", "is_activated", "score", "cls", "idx", "frame_id", "start_frame",
-                 "tracklet_len", "mean", "cov", "box")
+    __slots__ = ("track_id", "state", "is_activated", "idx", "frame_id", "start_frame", "mean", "cov", "box")
 
     def __init__(self, track_id: int, frame_id: int, mean: np.ndarray, cov: np.ndarray,
-                 score: np.float32, cls: np.float32, idx: int) -> None:
+                 idx: int) -> None:
         self.track_id, self.frame_id, self.start_frame = track_id, frame_id, frame_id
         self.mean, self.cov, self.box = mean, cov, _boxes_of(mean[None, :4])[0]
-        self.score, self.cls, self.idx = score, cls, idx
-        self.state, self.is_activated, self.tracklet_len = TRACKED, frame_id == 1, 0
+        self.idx, self.state, self.is_activated = idx, TRACKED, frame_id == 1
 
 
 class _Frame:
     """One frame's detections in the forms the association steps read (float32, as ultralytics:
     its boxes pass through float64 once, where it appends an int index column)."""
 
-    __slots__ = ("xyxy", "xyah", "score", "cls", "valid")
+    __slots__ = ("xyxy", "xyah", "score", "valid")
 
-    def __init__(self, xyxy: np.ndarray, conf: np.ndarray, cls: np.ndarray) -> None:
+    def __init__(self, xyxy: np.ndarray, conf: np.ndarray) -> None:
         centre = (xyxy[:, :2] + xyxy[:, 2:]) / 2.0
         wh = xyxy[:, 2:] - xyxy[:, :2]
         tl = (centre.astype(np.float64) - wh.astype(np.float64) / 2).astype(np.float32)
@@ -79,7 +65,7 @@ class _Frame:
         h = wh[:, 1]
         self.valid = (wh[:, 0] > 0) & (h > 0)  # a zero-height box would give an infinite Kalman mean
         np.divide(wh[:, 0], h, out=self.xyah[:, 2], where=h != 0)
-        self.score, self.cls = conf, cls
+        self.score = conf
 
 
 def _track_boxes(tracks: list[_Track]) -> np.ndarray:
@@ -196,20 +182,21 @@ def _remove_duplicates(a: list[_Track], b: list[_Track]) -> tuple[list[_Track], 
 class ByteTrack:
     """One camera's tracker: ``update`` per frame, track ids aligned with the detections."""
 
-    def __init__(self, options: ByteTrackOptions | None = None) -> None:
-        self.options = options or ByteTrackOptions()
+    def __init__(self, options: TrackerConfig | None = None) -> None:
+        self.options = options or TrackerConfig()
         self.frame_id = 0
         self.tracked: list[_Track] = []
         self.lost: list[_Track] = []
         self.removed: list[_Track] = []
         self._last_id = 0
 
-    def update(self, xyxy: np.ndarray, conf: np.ndarray, cls: np.ndarray) -> list[int | None]:
-        """One frame (float32 arrays: boxes ``(n, 4)`` x1y1x2y2, confidences, class ids): the
-        track id of each detection, or None where it is not (yet) a confirmed track."""
+    def update(self, xyxy: np.ndarray, conf: np.ndarray) -> list[int | None]:
+        """One frame (float32 arrays: boxes ``(n, 4)`` x1y1x2y2 and confidences; ByteTrack matches
+        across classes, so it needs none): the track id of each detection, or None where it is
+        not (yet) a confirmed track."""
         o = self.options
         self.frame_id = f = self.frame_id + 1
-        det = _Frame(xyxy, conf, cls)
+        det = _Frame(xyxy, conf)
         high = np.flatnonzero(det.valid & (conf >= o.track_high_thresh)).tolist()
         low = np.flatnonzero(det.valid & (conf > o.track_low_thresh) & (conf < o.track_high_thresh)).tolist()
 
@@ -221,9 +208,8 @@ class ByteTrack:
         measured: list[int] = []
 
         def match(track: _Track, d: int, into: list[_Track]) -> None:
-            track.tracklet_len = track.tracklet_len + 1 if track.state == TRACKED else 0
             track.state, track.is_activated, track.frame_id = TRACKED, True, f
-            track.score, track.cls, track.idx = det.score[d], det.cls[d], d
+            track.idx = d
             into.append(track)
             matched.append(track)
             measured.append(d)
@@ -268,10 +254,10 @@ class ByteTrack:
                 continue
             self._last_id += 1
             mean, cov = _initiate(det.xyah[d])
-            activated.append(_Track(self._last_id, f, mean, cov, det.score[d], det.cls[d], d))
+            activated.append(_Track(self._last_id, f, mean, cov, d))
 
         for track in self.lost:
-            if f - track.frame_id > self.max_frames_lost:
+            if f - track.frame_id > o.track_buffer:
                 track.state = REMOVED
                 removed.append(track)
         _update(matched, det.xyah[measured])
@@ -282,10 +268,6 @@ class ByteTrack:
             if track.is_activated:
                 ids[track.idx] = track.track_id
         return ids
-
-    @property
-    def max_frames_lost(self) -> int:
-        return self.options.track_buffer
 
     def _merge(self, activated: list[_Track], refind: list[_Track], lost: list[_Track],
                removed: list[_Track]) -> None:

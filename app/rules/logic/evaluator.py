@@ -377,8 +377,8 @@ class CameraRules:
 
         out: list[Transition] = []
         for zone in self.zones:
-            placed = {id(o): zone.polygon.contains(*o.foot) for o in objects if o.det.class_name in zone.classes}
-            self.zone_counts[zone.name] = sum(placed.values())  # each object placed once, for the count and the rules
+            inside = {id(o) for o in objects if o.det.class_name in zone.classes and zone.polygon.contains(*o.foot)}
+            self.zone_counts[zone.name] = len(inside)  # each object placed once, for the count and the rules
             for rule in zone.rules:
                 seen = rule.filter(objects)
                 if rule.counter is not None:
@@ -387,7 +387,7 @@ class CameraRules:
                     continue
                 state = rule.state
                 state.silence(t)
-                holds, matching = rule.condition(t, when, [o for o in seen if placed.get(id(o), False)])
+                holds, matching = rule.condition(t, when, [o for o in seen if id(o) in inside])
                 action = state.step(t, holds)
                 if action == "start":
                     event = Event(uuid.uuid4().hex, self.id, zone.name, rule.name, rule.type, when,

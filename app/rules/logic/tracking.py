@@ -18,29 +18,21 @@ import numpy as np
 
 from app.core.types import Detection
 from app.core.errors import ConfigError
-from app.rules.logic.bytetrack import ByteTrack, ByteTrackOptions
+from app.rules.logic.bytetrack import ByteTrack
 from app.rules.site.schema import TrackerConfig
 
 
-def _arrays(detections: Sequence[Detection]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Boxes (x1y1x2y2), confidences and class ids as float32 arrays, the tracker's input."""
-    if not detections:
-        return np.zeros((0, 4), np.float32), np.zeros(0, np.float32), np.zeros(0, np.float32)
-    xyxy = np.array([(d.x1, d.y1, d.x2, d.y2) for d in detections], dtype=np.float32)
-    conf = np.array([d.confidence for d in detections], dtype=np.float32)
-    cls_ = np.array([d.class_id for d in detections], dtype=np.float32)
-    return xyxy, conf, cls_
+def _arrays(detections: Sequence[Detection]) -> tuple[np.ndarray, np.ndarray]:
+    """Boxes (x1y1x2y2) and confidences as float32 arrays, the tracker's input."""
+    rows = np.array([(d.x1, d.y1, d.x2, d.y2, d.confidence) for d in detections], np.float32).reshape(-1, 5)
+    return rows[:, :4], rows[:, 4]
 
 
 class CameraTracker:
     """ByteTrack for one camera's frames."""
 
     def __init__(self, config: TrackerConfig | None = None) -> None:
-        cfg = config or TrackerConfig()
-        self._tracker = ByteTrack(ByteTrackOptions(
-            track_high_thresh=cfg.track_high_thresh, track_low_thresh=cfg.track_low_thresh,
-            new_track_thresh=cfg.new_track_thresh, track_buffer=cfg.track_buffer,
-            match_thresh=cfg.match_thresh, fuse_score=cfg.fuse_score))
+        self._tracker = ByteTrack(config or TrackerConfig())
 
     def update(self, detections: Sequence[Detection]) -> list[int | None]:
         """Track ids aligned with ``detections`` (None where not (yet) tracked)."""
