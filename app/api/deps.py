@@ -3,6 +3,9 @@
 Routes state what they need (``engine: EngineDep``) instead of reaching into
 ``request.app.state``; this module is the only reader of it, so a test swaps any service
 with ``app.dependency_overrides[get_engine] = ...`` and runs the real routes in-process.
+Every dependency is ``async def``: none of them blocks, and FastAPI runs a plain ``def``
+one in its thread pool, a round trip per dependency per request (nine on ``/detect``, about
+1 ms of CPU a request on two cores; docs/benchmarks.md).
 
 Auth: every router or route declares the permission it needs (``dependencies=[Read]``,
 ``[Review]``, ``[Detect]``, ``[Admin]``); which roles hold which permission is app/core/roles.py.
@@ -34,25 +37,25 @@ api_key_header = APIKeyHeader(name="X-API-Key", scheme_name="ApiKey", auto_error
                                           "needed only when keys are configured)")
 
 
-def get_options(request: Request) -> ApiOptions:
+async def get_options(request: Request) -> ApiOptions:
     return request.app.state.options
 
 
-def get_metrics(request: Request) -> Metrics:
+async def get_metrics(request: Request) -> Metrics:
     return request.app.state.metrics
 
 
-def get_engine(request: Request) -> InferenceEngine | None:
+async def get_engine(request: Request) -> InferenceEngine | None:
     """The engine once the model is loaded (None while loading)."""
     return getattr(request.app.state, "engine", None)
 
 
-def get_phase(request: Request) -> str:
+async def get_phase(request: Request) -> str:
     progress = getattr(request.app.state, "progress", None)
     return progress.phase if progress is not None else request.app.state.phase
 
 
-def get_startup(request: Request) -> dict:
+async def get_startup(request: Request) -> dict:
     """What the loader is doing (in words) and the precision it settled on, for /health."""
     state = request.app.state
     progress, provisioned = getattr(state, "progress", None), getattr(state, "provisioned", None)
@@ -61,30 +64,30 @@ def get_startup(request: Request) -> dict:
             "backend_choice": getattr(state, "backend_choice", None)}
 
 
-def get_started_at(request: Request) -> float:
+async def get_started_at(request: Request) -> float:
     return request.app.state.started_at
 
 
-def get_rules(request: Request) -> Rules:
+async def get_rules(request: Request) -> Rules:
     """The rules service, or ``NoRules`` when no site file is configured."""
     return getattr(request.app.state, "rules", None) or NoRules()
 
 
-def get_sources(request: Request) -> SourceBook:
+async def get_sources(request: Request) -> SourceBook:
     """Camera streams: this replica's ingest and the gateways' reports (app/core/sources.py)."""
     return request.app.state.sources
 
 
-def get_shadow(request: Request) -> ShadowLane | NoShadow:
+async def get_shadow(request: Request) -> ShadowLane | NoShadow:
     """The shadow lane (``NoShadow`` while off or until the reference is loaded)."""
     return getattr(request.app.state, "shadow", None) or NoShadow()
 
 
-def get_gate(request: Request) -> Gate:
+async def get_gate(request: Request) -> Gate:
     return request.app.state.gate
 
 
-def get_audit(request: Request) -> AuditTrail:
+async def get_audit(request: Request) -> AuditTrail:
     """The audit trail (``NoAudit`` without an event store); the gate holds it, as it records refusals."""
     return request.app.state.gate.audit
 
@@ -102,7 +105,7 @@ SourcesDep = Annotated[SourceBook, Depends(get_sources)]
 ShadowDep = Annotated[ShadowLane | NoShadow, Depends(get_shadow)]
 
 
-def get_detector(engine: MaybeEngineDep) -> Detector | None:
+async def get_detector(engine: MaybeEngineDep) -> Detector | None:
     """The engine's detector: one source, so a swapped engine brings its own."""
     return engine.pipeline.detector if engine is not None else None
 
@@ -110,7 +113,7 @@ def get_detector(engine: MaybeEngineDep) -> Detector | None:
 MaybeDetectorDep = Annotated[Detector | None, Depends(get_detector)]
 
 
-def ready_engine(engine: MaybeEngineDep, metrics: MetricsDep, phase: PhaseDep) -> InferenceEngine:
+async def ready_engine(engine: MaybeEngineDep, metrics: MetricsDep, phase: PhaseDep) -> InferenceEngine:
     """The engine if it can take work now: 503 while loading or full, checked before the
     body is read so overload costs no bandwidth or decoding."""
     if engine is None:
@@ -123,7 +126,7 @@ def ready_engine(engine: MaybeEngineDep, metrics: MetricsDep, phase: PhaseDep) -
 EngineDep = Annotated[InferenceEngine, Depends(ready_engine)]
 
 
-def require_rules(rules: AnyRulesDep) -> Rules:
+async def require_rules(rules: AnyRulesDep) -> Rules:
     if not rules.enabled:
         raise disabled()
     return rules
@@ -142,7 +145,7 @@ def is_public(request: Request, options: ApiOptions) -> bool:
 SuppliedKey = Annotated[str | None, Security(api_key_header)]
 
 
-def caller(request: Request, gate: GateDep, supplied: SuppliedKey = None) -> Principal:
+async def caller(request: Request, gate: GateDep, supplied: SuppliedKey = None) -> Principal:
     """Any valid key (anonymous admin when no keys are configured); 401 / 403 / 429 otherwise."""
     return gate.check(request, supplied, None)
 
@@ -163,12 +166,12 @@ def require(permission: Permission) -> Any:
 Read, Review, Detect, Admin = (require(p) for p in ("read", "review", "detect", "admin"))
 
 
-def current_principal(request: Request) -> Principal:
+async def current_principal(request: Request) -> Principal:
     """The caller the route's permission check let in (its name goes into reviews and the audit trail)."""
     return principal_of(request)
 
 
-def recorder(request: Request, audit: AuditDep) -> Recorder:
+async def recorder(request: Request, audit: AuditDep) -> Recorder:
     """``record(action, target, before=..., after=...)``: one audit record with the caller and address."""
     return Recorder(request, audit)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Annotated
 
@@ -47,21 +48,25 @@ BATCH_BODY = {
 }
 
 
+@dataclass(frozen=True, slots=True)
 class Frame:
     """Which camera sent the frame(s) and when they were captured (feeds the campus rules)."""
 
-    def __init__(
-        self,
-        camera_id: Annotated[str | None, Query(pattern=CAMERA_RE, description=(
-            "Camera sending the frame: 1-64 characters, a letter or digit first, then letters, digits, "
-            "`_ . : -` (the site file's rule)"))] = None,
-        timestamp: Annotated[IsoDatetime | None, Query(description=(
-            "Capture time, ISO 8601 (naive = UTC); server time if absent"))] = None,
-    ) -> None:
-        self.camera_id, self.timestamp = camera_id, timestamp
+    camera_id: str | None = None
+    timestamp: datetime | None = None
 
 
-FrameDep = Annotated[Frame, Depends()]
+async def frame_of(
+    camera_id: Annotated[str | None, Query(pattern=CAMERA_RE, description=(
+        "Camera sending the frame: 1-64 characters, a letter or digit first, then letters, digits, "
+        "`_ . : -` (the site file's rule)"))] = None,
+    timestamp: Annotated[IsoDatetime | None, Query(description=(
+        "Capture time, ISO 8601 (naive = UTC); server time if absent"))] = None,
+) -> Frame:
+    return Frame(camera_id, timestamp)
+
+
+FrameDep = Annotated[Frame, Depends(frame_of)]
 
 
 def resolve_classes(spec: str | None, names: dict[int, str]) -> frozenset[int] | None:
@@ -91,7 +96,7 @@ def resolve_classes(spec: str | None, names: dict[int, str]) -> frozenset[int] |
     return frozenset(ids)
 
 
-def detect_params(
+async def detect_params(
     options: OptionsDep,
     engine: EngineDep,
     conf: Annotated[float | None, Query(ge=0, le=1, description="Confidence threshold")] = None,
