@@ -124,7 +124,8 @@ class Settings(BaseSettings):
 
     # --- engine --------------------------------------------------------------------------
     max_batch_size: int = Field(8, ge=1, le=256)
-    max_queue_delay_ms: float = Field(5.0, ge=0.0, le=10_000)
+    max_queue_delay_ms: float = Field(5.0, ge=0.0, le=10_000, description=(
+        "Longest a batch waits to fill up; with more than one request in flight a free lane takes what is queued"))
     queue_size: int = Field(64, ge=1)
     request_timeout_s: float = Field(10.0, gt=0, description="Deadline from arrival to start of inference")
     inference_timeout_s: float = Field(60.0, gt=0, description="Watchdog: longest one batch may run")

@@ -1,7 +1,7 @@
-"""InferenceEngine: a bounded queue, dynamic micro-batching and one worker per device.
+"""InferenceEngine: a bounded queue, dynamic micro-batching and a worker per lane (app/inference/lanes.py).
 
 Lifecycle of a request (LitServe's named steps): decode + letterbox in a thread pool ->
-``submit`` to a bounded queue -> the worker thread collects a batch (up to
+``submit`` to a bounded queue -> a free lane's worker collects a batch (up to
 ``max_batch_size`` images or ``max_queue_delay_ms``, as Triton's dynamic batcher) ->
 one forward call -> results handed back per item -> NMS in the thread pool.
 
@@ -27,12 +27,13 @@ import queue
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
 from app.inference.admission import ServiceRate
 from app.inference.batching import ShapeBatcher
+from app.inference.lanes import EngineState, Lane
 from app.inference.vision.candidates import Candidates
 from app.core.errors import (DeadlineExceeded, InferenceFailed, InferenceTimeout, NotReady, OutOfMemory, QueueFull,
                         ServiceError, ShuttingDown)
@@ -89,16 +90,6 @@ class _Item:
             pass
 
 
-@dataclass
-class EngineState:
-    ready: bool = False
-    worker_alive: bool = False
-    draining: bool = False
-    tripped: bool = False
-    busy_since: float | None = None
-    in_hand: list[_Item] = field(default_factory=list)
-
-
 @dataclass(frozen=True, slots=True)
 class EngineLimits:
     """The engine's knobs (app/wiring.py fills them from the settings; the engine needs only these)."""
@@ -120,14 +111,16 @@ class InferenceEngine:
         self.metrics = metrics
         self.rate = ServiceRate()
         self.queue: queue.Queue[_Item] = queue.Queue(maxsize=limits.queue_size)
-        self.batcher: ShapeBatcher[_Item] = ShapeBatcher(self.queue, limits.max_batch_size,
-                                                         limits.max_queue_delay_ms / 1e3)
+        # Several lanes run every frame as its own request: waiting for a batch to fill would only
+        # leave a stream idle, so a lane takes what is queued now (app/inference/lanes.py).
+        delay_s = 0.0 if pipeline.lanes > 1 else limits.max_queue_delay_ms / 1e3
+        self.batcher: ShapeBatcher[_Item] = ShapeBatcher(self.queue, limits.max_batch_size, delay_s)
         self.executor = ThreadPoolExecutor(max_workers=limits.preprocess_workers or (os.cpu_count() or 2),
                                            thread_name_prefix="campusguard-prep")
-        self.state = EngineState()
+        self.state = EngineState(lanes=[Lane(i) for i in range(pipeline.lanes)])
         self._stop = threading.Event()
         self._lock = threading.Lock()
-        self._worker: threading.Thread | None = None
+        self._collect_lock = threading.Lock()  # one lane at a time fills its batch from the queue
         self._admitted = 0  # images admitted and not yet taken by the worker (decoding or queued)
         self._monitor: threading.Thread | None = None
         metrics.queue_capacity.set(limits.queue_size)
@@ -140,8 +133,9 @@ class InferenceEngine:
 
     # --- lifecycle ---------------------------------------------------------------------
     def start(self) -> None:
-        """Start the worker and the supervisor (watchdog + restart of a dead worker)."""
-        self._spawn_worker()
+        """Start a worker per lane and the supervisor (watchdog + restart of a dead worker)."""
+        for lane in self.state.lanes:
+            self._spawn_worker(lane)
         self._monitor = threading.Thread(target=self._supervise, name="campusguard-watchdog", daemon=True)
         self._monitor.start()
 
@@ -178,8 +172,9 @@ class InferenceEngine:
 
     def stop(self) -> None:
         self._stop.set()
-        if self._worker is not None:
-            self._worker.join(timeout=5)
+        for lane in self.state.lanes:
+            if lane.thread is not None:
+                lane.thread.join(timeout=5)
         self.executor.shutdown(wait=False, cancel_futures=True)
         self._fail_queued(ShuttingDown())
 
@@ -294,28 +289,30 @@ class InferenceEngine:
             self.metrics.stage_latency.labels(key.removesuffix("_ms")).observe(value / 1e3)
 
     # --- worker thread -----------------------------------------------------------------
-    def _spawn_worker(self) -> None:
-        self._worker = threading.Thread(target=self._run_worker, name="campusguard-infer", daemon=True)
-        self.state.worker_alive = True
-        self._worker.start()
+    def _spawn_worker(self, lane: Lane) -> None:
+        lane.thread = threading.Thread(target=self._run_worker, args=(lane,), name=f"campusguard-infer-{lane.index}",
+                                       daemon=True)
+        lane.alive = True
+        lane.thread.start()
 
-    def _run_worker(self) -> None:
+    def _run_worker(self, lane: Lane) -> None:
         try:
             while not self._stop.is_set():
                 batch = self._collect()
                 if batch:
-                    self._process(batch)
+                    self._process(lane, batch)
         except BaseException as exc:  # noqa: BLE001 - the supervisor restarts us
-            log.error("inference worker crashed: %r", exc)
+            log.error("inference worker %d crashed: %r", lane.index, exc)
         finally:
-            self.state.worker_alive = False
-            self.state.busy_since = None
+            lane.alive = False
+            lane.busy_since = None
 
     def _collect(self) -> list[_Item]:
         """Block for one item, then gather more of its shape until the batch is full or the
         delay passes (``ShapeBatcher``: items of other shapes wait for the next batch)."""
-        batch = self.batcher.next_batch(timeout=0.1)
-        self._release(self.batcher.pulled)
+        with self._collect_lock:
+            batch = self.batcher.next_batch(timeout=0.1)
+            self._release(self.batcher.pulled)
         return self._drop_stale(batch)
 
     def _drop_stale(self, batch: list[_Item]) -> list[_Item]:
@@ -333,10 +330,10 @@ class InferenceEngine:
             live.append(item)
         return live
 
-    def _process(self, batch: list[_Item]) -> None:
-        self.state.in_hand = batch
+    def _process(self, lane: Lane, batch: list[_Item]) -> None:
+        lane.in_hand = batch
         try:
-            outputs = self._infer_with_retry(batch)
+            outputs = self._infer_with_retry(lane, batch)
         except ServiceError as exc:
             self.metrics.inference_errors.labels(exc.code).inc()
             for item in batch:
@@ -355,29 +352,29 @@ class InferenceEngine:
             for item, out in zip(batch, outputs):
                 item.resolve(out)
         finally:
-            self.state.in_hand = []
+            lane.in_hand = []
 
-    def _infer_with_retry(self, batch: list[_Item]) -> list[Candidates]:
+    def _infer_with_retry(self, lane: Lane, batch: list[_Item]) -> list[Candidates]:
         try:
-            return self._infer(batch)
+            return self._infer(lane, batch)
         except OutOfMemory:
             self.metrics.oom_retries.inc()
             log.warning("device OOM at batch %d: releasing the cache and retrying in halves", len(batch))
             self.pipeline.release_cache()
             if len(batch) == 1:
-                return self._infer(batch)
+                return self._infer(lane, batch)
             half = (len(batch) + 1) // 2
-            return self._infer(batch[:half]) + self._infer(batch[half:])
+            return self._infer(lane, batch[:half]) + self._infer(lane, batch[half:])
 
-    def _infer(self, batch: list[_Item]) -> list[Candidates]:
+    def _infer(self, lane: Lane, batch: list[_Item]) -> list[Candidates]:
         start = time.perf_counter()
         for item in batch:
             item.started = start
-        self.state.busy_since = time.monotonic()
+        lane.busy_since = time.monotonic()
         try:
             out = self.pipeline.infer([item.prepared.letterboxed for item in batch], [item.floor for item in batch])
         finally:
-            self.state.busy_since = None
+            lane.busy_since = None
         if self.state.tripped:  # the watchdog already answered these requests
             raise InferenceTimeout("inference finished after the watchdog tripped")
         elapsed = time.perf_counter() - start
@@ -391,15 +388,19 @@ class InferenceEngine:
     def _supervise(self) -> None:
         interval = min(0.25, self.limits.inference_timeout_s / 4)
         while not self._stop.wait(interval):
-            busy = self.state.busy_since
-            if busy is not None and not self.state.tripped and time.monotonic() - busy > self.limits.inference_timeout_s:
+            if self.state.tripped:
+                continue
+            if self.state.overdue(time.monotonic(), self.limits.inference_timeout_s):
                 self._trip()
-            elif not self.state.worker_alive and not self.state.tripped and not self._stop.is_set():
+                continue
+            dead = [lane for lane in self.state.lanes if not lane.alive]
+            if dead and not self._stop.is_set():
                 self.metrics.ready.set(0)
-                self.metrics.worker_restarts.inc()
-                log.warning("restarting the inference worker")
+                self.metrics.worker_restarts.inc(len(dead))
+                log.warning("restarting inference worker(s) %s", ", ".join(str(lane.index) for lane in dead))
                 time.sleep(0.5)  # readiness stays false while the worker is down
-                self._spawn_worker()
+                for lane in dead:
+                    self._spawn_worker(lane)
                 if self.state.ready:
                     self.metrics.ready.set(1)
 

@@ -11,6 +11,7 @@ frames, and releasing the cache every N inferences bounds it.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Sequence
@@ -21,7 +22,7 @@ import numpy as np
 
 from app.core.imgsz import input_hw
 from app.core.types import Counters, Detection
-from app.inference.backends.base import Detector
+from app.inference.backends.base import Detector, lanes_of
 from app.inference.vision.candidates import Candidates, compact
 from app.inference.vision.decode import decode_pixels, probe, reduction_for
 from app.inference.vision.postprocess import Detections, postprocess
@@ -85,9 +86,12 @@ class Pipeline:
         self.decode = decode
         self.shapes = detector_shapes(detector)
         self.counters = Counters()
+        self.lanes = lanes_of(detector)
         self._lock = threading.Lock()
-        self._infer_lock = threading.Lock()
-        self._buffers: dict[tuple[str, int, int], np.ndarray] = {}
+        # A detector of one lane is called by one thread at a time (torch); one of several
+        # lanes takes concurrent calls (app/inference/lanes.py). Batch buffers are per thread.
+        self._serial = threading.Lock() if self.lanes == 1 else contextlib.nullcontext()
+        self._local = threading.local()
 
     # --- stages -------------------------------------------------------------------------
     def prepare(self, data: bytes | np.ndarray, keep: Keep | bool = "none", shape: Shape | None = None) -> Prepared:
@@ -118,7 +122,7 @@ class Pipeline:
         """One forward call on letterboxed images of one shape; per image the anchors whose
         best score exceeds ``floor`` (the lowest ``conf`` the caller will ask for). Counts the
         call and releases the cache every N calls (``count`` False: warm-up, not counted)."""
-        with self._infer_lock:  # reusable batch buffers: calls are serialised (one worker anyway)
+        with self._serial:
             n = len(images)
             h, w = images[0].shape[:2]
             on_device = getattr(self.detector, "candidates", None)
@@ -133,11 +137,13 @@ class Pipeline:
         return out
 
     def _buffer(self, kind: str, n: int, h: int, w: int, dtype: type) -> np.ndarray:
+        """This thread's reusable batch buffer (the caller's lane owns it until its call returns)."""
+        buffers: dict[tuple[str, int, int], np.ndarray] = self._local.__dict__.setdefault("buffers", {})
         key = (kind, h, w)
-        buf = self._buffers.get(key)
+        buf = buffers.get(key)
         if buf is None or buf.shape[0] < n:
             shape = (max(n, 8), h, w, 3) if kind == "u8" else (max(n, 8), 3, h, w)
-            buf = self._buffers[key] = np.empty(shape, dtype)
+            buf = buffers[key] = np.empty(shape, dtype)
         return buf[:n]
 
     def after_inference(self, images: int) -> None:

@@ -90,6 +90,18 @@ def test_runs_overlap_and_match_one_at_a_time(detectors, batch):
     assert together.shape == alone.shape == (4, 84, 2100)
     np.testing.assert_allclose(together, alone, atol=1e-3)
     np.testing.assert_allclose(two.infer(batch[:1]), alone[:1], atol=1e-3)  # a single frame: the main session
+    # the engine's two lanes call it at once: a lone frame beside another call runs on the
+    # one-thread session, and every answer is still the one-at-a-time answer
+    assert two.lanes == 2 and one.lanes == 1
+    answers: dict[int, np.ndarray] = {}
+    threads = [threading.Thread(target=lambda k=k: answers.__setitem__(k, np.concatenate(
+        [two.infer(batch[i:i + 1]) for i in range(4)]))) for k in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    for k in range(2):
+        np.testing.assert_allclose(answers[k], alone, atol=1e-3)
 
 
 def test_a_failing_run_fails_its_batch_after_every_run_ended():

@@ -12,6 +12,7 @@ import json
 import socket
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -120,11 +121,24 @@ def test_fp32_runs_real_f32_in_flight(weights, openvino_cache, fp32):
         alone = np.concatenate([detector.infer(batch[i:i + 1]) for i in range(3)])
         assert together.shape == (3, 84, 2100)
         np.testing.assert_allclose(together, alone, atol=1e-4)
+        # the engine's lanes call it from several threads at once (a lone frame beside another
+        # call runs on a THROUGHPUT stream, not the LATENCY model): the same answers
+        assert detector.lanes == detector.inflight >= 2
+        side_by_side: dict[int, np.ndarray] = {}
+        threads = [threading.Thread(target=lambda k=k: side_by_side.__setitem__(k, np.concatenate(
+            [detector.infer(batch[i:i + 1]) for i in range(3)] + [detector.infer(batch)]))) for k in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        for k in range(3):
+            np.testing.assert_allclose(side_by_side[k], np.concatenate([alone, together]), atol=1e-4)
     finally:
         detector.close()
     one = wiring.load_detector(settings(weights, openvino_cache, requests_in_flight=1))
-    assert one.inflight == 1 and str(one.sessions[(IMGSZ, IMGSZ)].compiled.get_property("PERFORMANCE_HINT")) \
-        in ("PerformanceMode.LATENCY", "LATENCY")
+    assert one.inflight == one.lanes == 1
+    assert str(one.sessions[(IMGSZ, IMGSZ)].compiled.get_property("PERFORMANCE_HINT")) in ("PerformanceMode.LATENCY",
+                                                                                           "LATENCY")
     one.close()
 
 

@@ -22,16 +22,27 @@ class FakeDetector:
         return ((self.imgsz, self.imgsz),)
     names = {0: "person", 1: "car"}
 
-    def __init__(self, delay: float = 0.0, fail: set[int] | None = None, oom_above: int | None = None) -> None:
-        self.delay, self.fail, self.oom_above = delay, fail or set(), oom_above
+    def __init__(self, delay: float = 0.0, fail: set[int] | None = None, oom_above: int | None = None,
+                 lanes: int = 1) -> None:
+        self.delay, self.fail, self.oom_above, self.lanes = delay, fail or set(), oom_above, lanes
         self.calls: list[int] = []
         self.releases = 0
         self.lock = threading.Lock()
+        self.running = self.most_running = 0  # calls in flight now, and the most at once
 
     def infer(self, batch: np.ndarray) -> np.ndarray:
         with self.lock:
             call = len(self.calls)
             self.calls.append(len(batch))
+            self.running += 1
+            self.most_running = max(self.most_running, self.running)
+        try:
+            return self._answer(call, batch)
+        finally:
+            with self.lock:
+                self.running -= 1
+
+    def _answer(self, call: int, batch: np.ndarray) -> np.ndarray:
         time.sleep(self.delay)
         if call in self.fail:
             raise RuntimeError("boom")

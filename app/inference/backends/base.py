@@ -68,6 +68,8 @@ class Detector(Protocol):
         engine can release the cache and retry at a smaller batch.
         """
 
+    # Optional: ``lanes`` (int), how many ``infer`` calls it runs side by side and takes from
+    # concurrent threads (app/inference/lanes.py); without it calls are serialised (one lane).
     # Optional: ``candidates(images, floor) -> list[Candidates]`` takes the letterboxed batch as
     # uint8 (N, H, W, 3) RGB, normalises it and runs the model on the device, and copies back
     # only the anchors whose best class score exceeds ``floor`` (app/inference/vision/candidates.py).
@@ -81,3 +83,8 @@ class Detector(Protocol):
         """Give cached allocator memory back (called every N inferences)."""
 
     def close(self) -> None: ...
+
+
+def lanes_of(detector: object) -> int:
+    """How many calls ``detector`` takes at once (its ``lanes``; 1 when it declares none)."""
+    return max(1, int(getattr(detector, "lanes", 1)))

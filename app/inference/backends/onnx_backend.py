@@ -31,6 +31,7 @@ from app.inference.devices import gpu_memory_without_torch, process_memory, torc
 from app.core.types import DeviceInfo, GpuInventory, MemoryStats
 from app.core.errors import ConfigError, OutOfMemory
 from app.inference.backends.base import BackendOptions
+from app.inference.backends.inflight import CallCount
 from app.inference.backends.onnx_inflight import FanOut, auto_inflight
 from app.inference.export import META_IMGSZ, cached_export_path, export_onnx, file_digest
 from app.core.memory import trim_heap
@@ -185,6 +186,8 @@ class OnnxDetector:
         self._shrink_next = False
         self._fan_out = self._in_flight(model_path, opts, chosen, inflight, threads)
         self.inflight = self._fan_out.count if self._fan_out is not None else 1
+        self.lanes = self.inflight  # the engine's workers (app/inference/lanes.py): session.run is thread-safe
+        self._calls = CallCount()
 
     def _in_flight(self, model_path: Path, opts: ort.SessionOptions, providers: list[str], inflight: int,
                    threads: int) -> FanOut | None:
@@ -228,9 +231,15 @@ class OnnxDetector:
                    options.onnx_cpu_fallback, options.model_name, options.inflight)
 
     def infer(self, batch: np.ndarray) -> np.ndarray:
+        """A lone frame with nothing else in flight runs on the session with every intra-op
+        thread; beside another call, or as a micro-batch, each frame runs on the one-thread
+        session, side by side (``FanOut``, when requests are in flight)."""
         batch = batch.astype(self.input_dtype, copy=False)
-        if self._fan_out is not None and len(batch) > 1:
-            return self._fan_out(batch)
+        if self._fan_out is not None:
+            with self._calls.enter() as alone:
+                if len(batch) > 1 or not alone:
+                    return self._fan_out(batch)
+                return self._run(batch)
         if self.fixed_batch is None or len(batch) == self.fixed_batch:
             return self._run(batch)
         outs = []

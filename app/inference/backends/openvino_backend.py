@@ -6,12 +6,13 @@ an fp32 model in bf16 without saying so (issue #32 measured it), so fp32 and int
 ``INFERENCE_PRECISION_HINT=f32`` (int8: the parts NNCF left in float, the box decoding above
 all, stay f32) and bf16 with ``bf16``.
 
-Requests in flight: a single frame runs on a model compiled with the LATENCY hint (every core
-on one request). With ``inflight`` 0 (auto) or > 1 each shape is compiled a second time with
-the THROUGHPUT hint (OpenVINO splits the cores into streams), and a micro-batch of N frames
-becomes N batch-1 requests on its ``AsyncInferQueue``, run side by side. A stream has only
-its share of the cores, so one frame on it alone would take about twice as long on two cores
-(measured), hence the two compiled models. ``inflight`` 1 compiles the LATENCY one only.
+Requests in flight: with ``inflight`` 0 (auto) or > 1 each shape is compiled a second time
+with the THROUGHPUT hint (OpenVINO splits the cores into streams), its requests are shared by
+the engine's lanes (one per request, ``lanes``), and a micro-batch of N frames becomes N
+batch-1 requests run side by side (``RequestPool``). A frame alone in flight runs on the
+model compiled with the LATENCY hint (every core on one request): on one stream's share of
+the cores it would take about twice as long on two cores (measured), hence the two compiled
+models (``CallCount``). ``inflight`` 1 compiles the LATENCY one only: one lane.
 """
 
 from __future__ import annotations
@@ -24,11 +25,12 @@ from pathlib import Path
 
 import numpy as np
 
-from app.core.errors import ConfigError, InferenceFailed
+from app.core.errors import ConfigError
 from app.core.imgsz import ImgSize
 from app.core.memory import trim_heap
 from app.core.types import DeviceInfo, GpuInventory, MemoryStats
 from app.inference.backends.base import BackendOptions, Detector
+from app.inference.backends.inflight import CallCount, RequestPool
 from app.inference.backends.openvino_ir import ensure_ir, import_openvino, read_meta
 from app.inference.devices import process_memory, validate_device
 
@@ -57,7 +59,7 @@ class _Session:
     compiled: object  # the LATENCY model
     fan_out: object  # the THROUGHPUT model (the LATENCY one when ``inflight`` is 1)
     single: object  # ov.InferRequest of the LATENCY model
-    queue: object  # ov.AsyncInferQueue of ``fan_out``
+    pool: RequestPool  # the requests of ``fan_out``
     lock: threading.Lock
 
 
@@ -79,7 +81,7 @@ class OpenVinoDetector:
             fan_out = latency if inflight == 1 else self._compile(folder, compile_config(precision, threads, inflight))
             requests = int(fan_out.get_property("OPTIMAL_NUMBER_OF_INFER_REQUESTS"))
             self.sessions[shape] = _Session(latency, fan_out, latency.create_infer_request(),
-                                            ov.AsyncInferQueue(fan_out, max(1, requests)), threading.Lock())
+                                            RequestPool(fan_out, requests), threading.Lock())
         first = next(iter(folders.values()))
         meta = read_meta(first)
         self.names: dict[int, str] = {int(k): str(v) for k, v in meta["names"].items()}
@@ -89,7 +91,9 @@ class OpenVinoDetector:
         self.model_name = model_name or Path(meta["weights"]).stem
         compiled = self.sessions[self.shapes[0]].compiled
         self.streams = int(self.sessions[self.shapes[0]].fan_out.get_property("NUM_STREAMS"))
-        self.inflight = len(self.sessions[self.shapes[0]].queue)
+        self.inflight = self.sessions[self.shapes[0]].pool.size
+        self.lanes = 1 if inflight == 1 else self.inflight  # the engine's workers (app/inference/lanes.py)
+        self._calls = CallCount()
         self.provider = f"openvino-cpu-{HINTS[precision]}"
         actual = str(compiled.get_property("INFERENCE_PRECISION_HINT"))
         log.info("OpenVINO %s on CPU: inference precision %s, %s streams, %s requests in flight, shapes %s",
@@ -125,29 +129,16 @@ class OpenVinoDetector:
                              f"{', '.join(f'{h}x{w}' for h, w in self.shapes)}") from None
 
     def infer(self, batch: np.ndarray) -> np.ndarray:
-        """(N, 3, H, W) float32 -> (N, 4 + nc, anchors): one request per image, all in flight."""
+        """(N, 3, H, W) float32 -> (N, 4 + nc, anchors). Thread-safe: the engine's lanes call it
+        side by side. A lone frame with nothing else in flight takes the LATENCY model."""
         batch = np.ascontiguousarray(batch, dtype=np.float32)
         session = self._session(batch)
-        with session.lock:
-            if len(batch) == 1:
-                session.single.infer({0: batch}, share_inputs=True)
-                return session.single.get_output_tensor(0).data.copy()
-            return self._fan_out(session, batch)
-
-    @staticmethod
-    def _fan_out(session: _Session, batch: np.ndarray) -> np.ndarray:
-        results: list[np.ndarray | None] = [None] * len(batch)
-
-        def done(request, index: int) -> None:
-            results[index] = request.get_output_tensor(0).data[0].copy()
-
-        session.queue.set_callback(done)
-        for index in range(len(batch)):
-            session.queue.start_async({0: batch[index:index + 1]}, index, share_inputs=True)
-        session.queue.wait_all()
-        if any(r is None for r in results):
-            raise InferenceFailed("an OpenVINO request returned no output")
-        return np.stack(results)  # type: ignore[arg-type]
+        with self._calls.enter() as alone:
+            if len(batch) == 1 and (alone or self.lanes == 1):
+                with session.lock:
+                    session.single.infer({0: batch}, share_inputs=True)
+                    return session.single.get_output_tensor(0).data.copy()
+            return session.pool.run(batch)
 
     def raw_call(self, batch: np.ndarray) -> Callable[[], object]:
         """The compiled model alone on a letterboxed batch (requests in flight included)."""

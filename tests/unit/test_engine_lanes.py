@@ -1,0 +1,178 @@
+"""Requests kept in flight: the engine's lanes, the shared OpenVINO request pool and the call count.
+
+Mechanics with fakes; the real runtimes run side by side in tests/integration/test_openvino.py
+and test_onnx_inflight.py, and the speed is `campusguard bench` (docs/benchmarks.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from app.core.errors import InferenceFailed, InferenceTimeout
+from app.inference.backends.inflight import CallCount, RequestPool
+from app.inference.pipeline import DetectParams
+from tests.support.fakes import FakeDetector, make_engine
+
+IMAGE = np.full((24, 40, 3), 100, np.uint8)
+
+
+async def detect_many(engine, n: int) -> list:
+    return await asyncio.gather(*(engine.detect(IMAGE, DetectParams()) for _ in range(n)), return_exceptions=True)
+
+
+@pytest.mark.parametrize("lanes", [1, 2, 3])
+def test_each_lane_keeps_one_call_in_flight(lanes):
+    det = FakeDetector(delay=0.15, lanes=lanes)
+    engine = make_engine(det, max_batch_size=1)
+    results = asyncio.run(detect_many(engine, 6))
+    engine.stop()
+    assert all(len(r.detections) == 1 for r in results)
+    assert det.most_running == lanes  # one lane: calls serialised; more: side by side, never more than lanes
+    assert len(engine.state.lanes) == lanes
+
+
+def test_several_lanes_take_what_is_queued_without_waiting_for_a_batch():
+    # every frame is its own request on a multi-lane runtime: the queue delay would only idle a stream
+    det = FakeDetector(lanes=2)
+    engine = make_engine(det, max_queue_delay_ms=5000)
+    result = asyncio.run(engine.detect(IMAGE, DetectParams()))
+    engine.stop()
+    assert det.calls == [1] and result.timings_ms["queue_wait_ms"] < 2500
+
+
+class HangsOnce(FakeDetector):
+    def __init__(self) -> None:
+        super().__init__(lanes=2)
+        self.release = threading.Event()
+
+    def _answer(self, call: int, batch: np.ndarray) -> np.ndarray:
+        if call == 0:
+            self.release.wait(10)
+        return super()._answer(call, batch)
+
+
+def test_a_hung_lane_trips_the_watchdog_while_the_other_lane_serves():
+    det = HangsOnce()
+    engine = make_engine(det, max_batch_size=1, inference_timeout_s=0.6, watchdog_exit=False)
+
+    async def scenario():
+        hung = asyncio.ensure_future(engine.detect(IMAGE, DetectParams()))
+        await asyncio.sleep(0.1)
+        served = await engine.detect(IMAGE, DetectParams())  # the other lane answers meanwhile
+        return served, await asyncio.gather(hung, return_exceptions=True)
+
+    served, (hung,) = asyncio.run(scenario())
+    det.release.set()
+    engine.stop()
+    assert len(served.detections) == 1
+    assert isinstance(hung, InferenceTimeout) and engine.state.tripped and not engine.ready
+
+
+class CrashesOnce(FakeDetector):
+    def _answer(self, call: int, batch: np.ndarray) -> np.ndarray:
+        if call == 0:
+            raise SystemExit("a lane's thread dies")  # not an Exception: the worker itself goes down
+        return super()._answer(call, batch)
+
+
+def test_a_dead_lane_is_restarted_and_the_engine_serves_again():
+    det = CrashesOnce(lanes=2)
+    engine = make_engine(det, max_batch_size=1)
+    first = asyncio.run(detect_many(engine, 1))[0]
+    deadline = time.monotonic() + 5
+    while not (engine.ready and all(lane.alive for lane in engine.state.lanes)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    after = asyncio.run(detect_many(engine, 4))
+    restarts = engine.metrics.worker_restarts._value.get()
+    engine.stop()
+    assert isinstance(first, InferenceFailed)
+    assert restarts == 1 and all(len(r.detections) == 1 for r in after)
+
+
+def test_call_count_says_who_is_alone():
+    calls = CallCount()
+    with calls.enter() as first:
+        with calls.enter() as second:
+            assert first and not second
+    with calls.enter() as again:
+        assert again
+
+
+class FakeRequest:
+    """An OpenVINO infer request: start_async runs in a thread, wait joins it."""
+
+    def __init__(self, pool_state: dict) -> None:
+        self.state, self.thread, self.output = pool_state, None, None
+
+    def start_async(self, inputs: dict, share_inputs: bool = True) -> None:
+        frame = inputs[0]
+        if float(frame.max()) < 0:
+            raise RuntimeError("refused at start")
+
+        def work() -> None:
+            with self.state["lock"]:
+                self.state["running"] += 1
+                self.state["most"] = max(self.state["most"], self.state["running"])
+            time.sleep(0.02)
+            self.output = None if float(frame.max()) > 1 else np.full((1, 5, 3), float(frame.mean()), np.float32)
+            with self.state["lock"]:
+                self.state["running"] -= 1
+
+        self.thread = threading.Thread(target=work)
+        self.thread.start()
+
+    def wait(self) -> None:
+        if self.thread is not None:
+            self.thread.join()
+        if self.output is None:
+            raise RuntimeError("the request failed")
+
+    def get_output_tensor(self, index: int):
+        return type("Tensor", (), {"data": self.output})()
+
+
+class FakeCompiled:
+    def __init__(self) -> None:
+        self.state = {"lock": threading.Lock(), "running": 0, "most": 0}
+
+    def create_infer_request(self) -> FakeRequest:
+        return FakeRequest(self.state)
+
+
+def frames(values) -> np.ndarray:
+    return np.stack([np.full((3, 2, 2), v, np.float32) for v in values])
+
+
+def test_the_request_pool_serves_concurrent_calls_in_order_and_never_deadlocks():
+    compiled = FakeCompiled()
+    pool = RequestPool(compiled, 2)
+    outputs: dict[int, np.ndarray] = {}
+
+    def call(k: int) -> None:  # three callers, batches larger than the pool
+        values = [(k * 10 + i) / 100 for i in range(5)]
+        outputs[k] = pool.run(frames(values))[:, 0, 0]
+
+    threads = [threading.Thread(target=call, args=(k,)) for k in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(20)
+    assert not any(t.is_alive() for t in threads)
+    for k in range(3):
+        assert np.allclose(outputs[k], [(k * 10 + i) / 100 for i in range(5)])  # each call its own, in order
+    assert compiled.state["most"] == 2  # side by side, never more than the pool
+
+
+def test_a_failed_request_fails_its_call_and_every_request_goes_back():
+    pool = RequestPool(FakeCompiled(), 2)
+    with pytest.raises(InferenceFailed):
+        pool.run(frames([0.1, 2.0, 0.3]))  # the second request fails
+    with pytest.raises(RuntimeError):
+        pool.run(frames([0.1, -1.0]))  # refused at start
+    assert pool.run(frames([0.1, 0.2, 0.3]))[:, 0, 0].tolist() == pytest.approx([0.1, 0.2, 0.3])
+    assert pool._idle.qsize() == 2
