@@ -94,8 +94,8 @@ class Settings(BaseSettings):
     gate_conf: float = Field(0.4, gt=0, lt=1, description="Confidence the unlabelled gate compares detections at")
     threads: int = Field(0, ge=0, description="CPU threads for the backend; 0 = all cores")
     requests_in_flight: int = Field(0, ge=0, le=64, description=(
-        "openvino, onnx on CPU: a micro-batch's frames run side by side, one request each; 0 = auto (OpenVINO's "
-        "choice; ORT: 1, opt-in), 1 = one at a time"))
+        "openvino, onnx on CPU: requests run side by side, one engine lane each; 0 = auto (OpenVINO's "
+        "choice; ORT: one per thread of THREADS), 1 = one at a time"))
     onnx_providers: Annotated[list[str], NoDecode] = Field(
         default_factory=lambda: ["migraphx", "rocm", "cuda", "cpu"],
         description="Ordered execution-provider preference; the first available is used",

@@ -105,7 +105,7 @@ def test_bench_sweeps_requests_in_flight(env, weights, dataset, openvino_cache, 
         assert set(row["img_s"]) == {str(c) for c in range(1, cores + 1)} | {"auto"}
         assert all(rate > 0 for rate in row["img_s"].values()) and row["vs_one"]["1"] == 1.0
         assert row["batch"] == 3 and isinstance(row["auto_not_slower"], bool)
-    assert data["sweep"][0]["auto_count"] == 1 and data["sweep"][1]["auto_count"] >= 1  # ORT: opt-in
+    assert data["sweep"][0]["auto_count"] == cores and data["sweep"][1]["auto_count"] >= 1  # ORT: per thread
     assert data["meta"]["load_average_start"] and "auto picks" in capsys.readouterr().out
 
 

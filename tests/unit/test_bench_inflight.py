@@ -5,7 +5,7 @@ from app.tooling.bench.inflight import counts, server_counts
 
 
 def test_an_opt_in_count_that_won_the_sweep_is_measured_through_a_server_too():
-    ort = {"variant": "onnx:fp32", "auto_count": auto_inflight(2), "vs_one": {"1": 1.0, "2": 1.25, "auto": 1.0}}
+    ort = {"variant": "onnx:fp32", "auto_count": auto_inflight(1), "vs_one": {"1": 1.0, "2": 1.25, "auto": 1.0}}
     assert server_counts(ort) == [("auto", 0), ("1", 1), ("2", 2)]
 
 
