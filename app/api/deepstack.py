@@ -59,7 +59,7 @@ def deepstack_error(status: int, message: str) -> tuple[int, dict]:
 
 
 async def header_key(request: Request, gate: GateDep,
-               supplied: Annotated[str | None, Security(api_key_header)] = None) -> str | None:
+                     supplied: Annotated[str | None, Security(api_key_header)] = None) -> str | None:
     """A key in the X-API-Key header is judged at once, before capacity and the body (and a
     blocked address is refused before anything else)."""
     if supplied or not gate.keyring.required:

@@ -33,11 +33,18 @@ class Admission:
 
 
 class ServiceRate:
-    """Running estimate of how fast the worker clears the queue."""
+    """Running estimate of how fast the workers clear the queue.
 
-    def __init__(self, window: int = 9) -> None:
+    With ``parallel`` lanes (app/inference/lanes.py) each call is one lane's: a call of n images
+    runs min(n, parallel) requests side by side and so holds that many of the engine's
+    ``parallel`` requests for its ``seconds``. The engine's time per image is therefore
+    ``seconds * min(n, parallel) / (n * parallel)``: a lone frame on one of two busy lanes
+    counts half its time, a batch that used every request counts its own time per image."""
+
+    def __init__(self, window: int = 9, parallel: int = 1) -> None:
         if window < 1:
             raise ValueError("window must be at least 1")
+        self.parallel = max(1, parallel)
         self._samples: deque[tuple[float, float]] = deque(maxlen=window)  # (seconds per image, per batch)
         self._per_image: float | None = None
         self._per_batch: float | None = None
@@ -48,7 +55,7 @@ class ServiceRate:
         if images <= 0 or seconds < 0 or not math.isfinite(seconds):
             return
         with self._lock:
-            self._samples.append((seconds / images, seconds))
+            self._samples.append((seconds * min(images, self.parallel) / (images * self.parallel), seconds))
             self._per_image = statistics.median(s[0] for s in self._samples)
             self._per_batch = statistics.median(s[1] for s in self._samples)
 

@@ -109,7 +109,7 @@ class InferenceEngine:
         self.pipeline = pipeline
         self.limits = limits
         self.metrics = metrics
-        self.rate = ServiceRate()
+        self.rate = ServiceRate(parallel=pipeline.lanes)
         self.queue: queue.Queue[_Item] = queue.Queue(maxsize=limits.queue_size)
         # Several lanes run every frame as its own request: waiting for a batch to fill would only
         # leave a stream idle, so a lane takes what is queued now (app/inference/lanes.py).
@@ -426,7 +426,9 @@ class InferenceEngine:
             threading.Thread(target=_exit, name="campusguard-watchdog-exit", daemon=True).start()
 
     def _fail_queued(self, error: ServiceError) -> None:
-        for item in self.batcher.drain():  # taken from the queue (and released) already
+        with self._collect_lock:  # not while a healthy lane is filling its batch from the held items
+            held = self.batcher.drain()
+        for item in held:  # taken from the queue (and released) already
             item.resolve(error=error)
         while True:
             try:

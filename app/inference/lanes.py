@@ -50,4 +50,4 @@ class EngineState:
 
     def overdue(self, now: float, limit_s: float) -> bool:
         """Whether a lane's call has run longer than ``limit_s`` (a hung device)."""
-        return any(lane.busy_since is not None and now - lane.busy_since > limit_s for lane in self.lanes)
+        return any((since := lane.busy_since) is not None and now - since > limit_s for lane in self.lanes)

@@ -142,7 +142,8 @@ class Pipeline:
         key = (kind, h, w)
         buf = buffers.get(key)
         if buf is None or buf.shape[0] < n:
-            shape = (max(n, 8), h, w, 3) if kind == "u8" else (max(n, 8), 3, h, w)
+            rows = max(n, 8) if self.lanes == 1 else n  # one buffer per lane: no spare rows each
+            shape = (rows, h, w, 3) if kind == "u8" else (rows, 3, h, w)
             buf = buffers[key] = np.empty(shape, dtype)
         return buf[:n]
 

@@ -95,7 +95,7 @@ def test_runs_overlap_and_match_one_at_a_time(detectors, batch):
     assert two.lanes == 2 and one.lanes == 1
     answers: dict[int, np.ndarray] = {}
     threads = [threading.Thread(target=lambda k=k: answers.__setitem__(k, np.concatenate(
-        [two.infer(batch[i:i + 1]) for i in range(4)]))) for k in range(2)]
+        [two.infer(batch[i:i + 1]) for i in range(4)])), daemon=True) for k in range(2)]
     for t in threads:
         t.start()
     for t in threads:

@@ -35,6 +35,32 @@ def test_expected_wait_is_backlog_over_rate_plus_one_batch():
     assert rate.admit(ahead=5, deadline_s=0.5).admitted
 
 
+def test_lanes_side_by_side_clear_the_backlog_that_many_times_faster():
+    # each of 2 lanes observes its own calls: 50 ms per image on each, 40 images/s together
+    rate = ServiceRate(parallel=2)
+    rate.observe(1, 0.05)
+    assert rate.images_per_s == pytest.approx(40.0)
+    assert rate.expected_wait(10) == pytest.approx(10 * 0.05 / 2 + 0.05)
+    assert rate.admit(ahead=10, deadline_s=0.35).admitted  # one lane's estimate (0.55 s) would refuse it
+    # a lane's batch that already ran on both requests is not counted twice: 8 images in 0.2 s
+    full = ServiceRate(parallel=2)
+    full.observe(8, 0.2)
+    assert full.images_per_s == pytest.approx(40.0)
+    assert full.expected_wait(10) == pytest.approx(10 * 0.025 + 0.2)
+
+
+def test_the_engine_counts_its_lanes_in_the_service_rate():
+    from app.core.metrics import Metrics
+    from app.inference.engine import EngineLimits, InferenceEngine
+    from app.inference.pipeline import Pipeline
+    from tests.support.fakes import FakeDetector
+
+    for lanes in (1, 3):
+        engine = InferenceEngine(Pipeline(FakeDetector(lanes=lanes)), EngineLimits(), Metrics())
+        assert engine.rate.parallel == lanes
+        engine.stop()
+
+
 def test_nothing_ahead_is_always_admitted():
     """A pessimistic estimate must never lock the door: the next measurement corrects it."""
     rate = ServiceRate()

@@ -45,6 +45,35 @@ def test_several_lanes_take_what_is_queued_without_waiting_for_a_batch():
     assert det.calls == [1] and result.timings_ms["queue_wait_ms"] < 2500
 
 
+class EchoesItsInput(FakeDetector):
+    """Scores each image by its own pixels: a batch buffer shared by two lanes would mix them up."""
+
+    def _answer(self, call: int, batch: np.ndarray) -> np.ndarray:
+        out = super()._answer(call, batch)
+        time.sleep(0.05)  # the other lane writes its batch meanwhile
+        out[:, 4, 0] = batch.reshape(len(batch), -1).mean(axis=1)
+        return out
+
+
+def test_each_lane_writes_its_own_batch_buffer():
+    det = EchoesItsInput(lanes=2)
+    engine = make_engine(det, max_batch_size=2)
+    levels = [0.3, 0.5, 0.7, 0.9] * 2
+
+    images = [np.full((24, 40, 3), round(v * 255), np.uint8) for v in levels]
+    # what each image's own letterboxed input averages (its padding included)
+    expected = [engine.pipeline.prepare(img).letterboxed.mean() / 255 for img in images]
+
+    async def scenario():
+        return await asyncio.gather(*(engine.detect(img, DetectParams(conf=0.1)) for img in images))
+
+    results = asyncio.run(scenario())
+    engine.stop()
+    assert det.most_running == 2 and len(set(np.round(expected, 3))) == 4
+    for want, result in zip(expected, results):
+        assert result.detections[0].confidence == pytest.approx(want, abs=0.005)
+
+
 class HangsOnce(FakeDetector):
     def __init__(self) -> None:
         super().__init__(lanes=2)
@@ -84,8 +113,10 @@ def test_a_dead_lane_is_restarted_and_the_engine_serves_again():
     det = CrashesOnce(lanes=2)
     engine = make_engine(det, max_batch_size=1)
     first = asyncio.run(detect_many(engine, 1))[0]
-    deadline = time.monotonic() + 5
-    while not (engine.ready and all(lane.alive for lane in engine.state.lanes)) and time.monotonic() < deadline:
+    deadline = time.monotonic() + 10
+    while engine.metrics.worker_restarts._value.get() < 1 and time.monotonic() < deadline:
+        time.sleep(0.05)  # the answer can come before the dying lane is marked dead
+    while not engine.ready and time.monotonic() < deadline:
         time.sleep(0.05)
     after = asyncio.run(detect_many(engine, 4))
     restarts = engine.metrics.worker_restarts._value.get()
@@ -123,7 +154,7 @@ class FakeRequest:
             with self.state["lock"]:
                 self.state["running"] -= 1
 
-        self.thread = threading.Thread(target=work)
+        self.thread = threading.Thread(target=work, daemon=True)
         self.thread.start()
 
     def wait(self) -> None:
@@ -157,7 +188,7 @@ def test_the_request_pool_serves_concurrent_calls_in_order_and_never_deadlocks()
         values = [(k * 10 + i) / 100 for i in range(5)]
         outputs[k] = pool.run(frames(values))[:, 0, 0]
 
-    threads = [threading.Thread(target=call, args=(k,)) for k in range(3)]
+    threads = [threading.Thread(target=call, args=(k,), daemon=True) for k in range(3)]
     for t in threads:
         t.start()
     for t in threads:

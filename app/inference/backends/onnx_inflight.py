@@ -22,14 +22,18 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 
+AUTO_MAX = 4  # requests in flight auto picks at most (each holds its own activations)
+
+
 def auto_inflight(threads: int) -> int:
     """``CAMPUSGUARD_REQUESTS_IN_FLIGHT=0`` on ORT CPU: one request per core of the thread
     budget (``threads``), each on one intra-op thread. Measured through the server on the
     2-core host with 4 clients (docs/benchmarks.md, "Requests in flight"): once the engine kept
     each request in flight on its own lane, 2 in flight ran at 1.09x one (6 interleaved rounds,
     640x640), and within the noise of one at 384x640. Before the lanes, one worker waiting for
-    each micro-batch made 2 in flight 0.86-0.91x, and auto was 1."""
-    return max(1, threads)
+    each micro-batch made 2 in flight 0.86-0.91x, and auto was 1. At most ``AUTO_MAX``: each
+    run in flight holds its own activations, and more than 2 has not been measured."""
+    return max(1, min(threads, AUTO_MAX))
 
 
 class FanOut:
