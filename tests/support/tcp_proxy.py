@@ -21,7 +21,6 @@ class TcpProxy:
         self._open: list[socket.socket] = []
         self._holding = False
         self.held_bytes = 0
-        self._closed = False
         threading.Thread(target=self._accept, daemon=True).start()
 
     def hold(self) -> None:
@@ -40,7 +39,6 @@ class TcpProxy:
             s.close()
 
     def close(self) -> None:
-        self._closed = True
         try:
             self._server.shutdown(socket.SHUT_RDWR)  # wakes the accept thread (close alone does not)
         except OSError:
@@ -49,7 +47,7 @@ class TcpProxy:
         self.cut()
 
     def _accept(self) -> None:
-        while not self._closed:
+        while True:  # accept() on the shut-down socket raises: the thread ends
             try:
                 client, _ = self._server.accept()
             except OSError:

@@ -211,8 +211,7 @@ class MqttPublisher:
         if not self.client.is_connected():
             raise PublishFailed("not connected to the broker")
         with self._lock:
-            infos = [self._retained(topic, payload) if retain else self.client.publish(topic, payload, qos=self.qos)
-                     for topic, payload, retain in messages]
+            infos = self._publish(messages)
             self._last.update((t, p) for t, p, r in messages if r)  # the newest decided value, from now on
         for info in infos:
             try:
@@ -231,17 +230,19 @@ class MqttPublisher:
             if self.client.is_connected():
                 self._retained(topic, payload)
 
-    def _retained(self, topic: str, payload: bytes) -> mqtt.MQTTMessageInfo:
-        """Under ``_lock``: publish a retained state topic, stamped and in the ledger."""
-        info = self.client.publish(topic, payload, qos=self.qos, retain=True)
-        self._stamped(topic)
-        self.ledger.sent(info, topic, payload)
-        return info
+    def _publish(self, messages: list[Message]) -> list[mqtt.MQTTMessageInfo]:
+        """Under ``_lock``: publish in order, the retained state topics through ``_retained``."""
+        return [self._retained(topic, payload) if retain else self.client.publish(topic, payload, qos=self.qos)
+                for topic, payload, retain in messages]
 
-    def _stamped(self, topic: str) -> None:
-        """Under ``_lock``: ``topic`` was just published (newer than any snapshot begun before)."""
+    def _retained(self, topic: str, payload: bytes) -> mqtt.MQTTMessageInfo:
+        """Under ``_lock``: publish a retained state topic, in the ledger and stamped (newer than
+        any snapshot begun before)."""
+        info = self.client.publish(topic, payload, qos=self.qos, retain=True)
         self._seq += 1
         self._stamp[topic] = self._seq
+        self.ledger.sent(info, topic, payload)
+        return info
 
     def _on_connect(self, client, userdata, flags, reason_code, properties) -> None:
         if reason_code.is_failure:
@@ -262,10 +263,7 @@ class MqttPublisher:
             newer = {t for t, stamp in self._stamp.items() if stamp > begun}
             state = [(t, p, r) for t, p, r in state if not (r and t in newer)]
             self._last = {t: p for t, p, r in state if r} | {t: p for t, p in self._last.items() if t in newer}
-            for topic, payload, retain in state:  # in the ledger, not stamped: no newer than what it began after
-                info = client.publish(topic, payload, qos=self.qos, retain=retain)
-                if retain:
-                    self.ledger.sent(info, topic, payload)
+            self._publish(state)  # stamped too: a later snapshot reads only stamps newer than its own start
         self.on_connected()
 
     def _on_disconnect(self, client, userdata, flags, reason_code, properties) -> None:

@@ -16,11 +16,13 @@ a thread of this ledger does the rest under the publisher's lock.
 from __future__ import annotations
 
 import logging
-import queue
 import threading
+from collections import deque
 from collections.abc import Callable
 
 import paho.mqtt.client as mqtt
+
+from app.core.background import BackgroundLoop
 
 log = logging.getLogger("campusguard.rules.mqtt")
 
@@ -31,8 +33,8 @@ class RetainedLedger:
         self._lock, self._wanted, self._publish, self._connected = lock, wanted, publish, connected
         self._sent: dict[int, tuple[str, bytes]] = {}  # message id -> (topic, payload), until acknowledged
         self._in_flight: dict[str, set[int]] = {}
-        self._acks: queue.SimpleQueue[int | None] = queue.SimpleQueue()
-        self._thread: threading.Thread | None = None
+        self._acks: deque[int] = deque()  # acknowledged message ids, handed over by paho's thread
+        self._loop = BackgroundLoop("mqtt-retained", self._run)
 
     def sent(self, info: mqtt.MQTTMessageInfo, topic: str, payload: bytes) -> None:
         """Under the publisher's lock, right after ``publish()`` of a retained state topic. Only a
@@ -48,24 +50,32 @@ class RetainedLedger:
         self._in_flight.setdefault(topic, set()).add(mid)
 
     def on_publish(self, client, userdata, mid: int, reason_code, properties) -> None:
-        self._acks.put(mid)  # paho's lock is held here: hand over, never wait
+        self._acks.append(mid)  # paho's lock is held here: hand over, never wait
+        self._loop.wake()
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="mqtt-retained", daemon=True)
-        self._thread.start()
+        self._loop.start()
 
     def stop(self) -> None:
-        self._acks.put(None)
-        if self._thread is not None:
-            self._thread.join(timeout=5)
+        self._loop.stop(timeout=5)
 
-    def _run(self) -> None:
-        while (mid := self._acks.get()) is not None:
-            try:
-                with self._lock:
+    def _run(self, loop: BackgroundLoop) -> None:
+        while not loop.stopping:
+            loop.wait(1.0)
+            self._drain()
+        self._drain()  # the acks that came before stop()
+
+    def _drain(self) -> None:
+        """Every ack handed over so far, in order, under the publisher's lock taken once."""
+        if not self._acks:
+            return
+        with self._lock:
+            while self._acks:
+                mid = self._acks.popleft()
+                try:
                     self._acked(mid)
-            except Exception:  # never end the thread: the queue would grow and corrections stop
-                log.exception("retained MQTT state: could not handle the ack of message %s", mid)
+                except Exception:  # never end the thread: acks would pile up and corrections stop
+                    log.exception("retained MQTT state: could not handle the ack of message %s", mid)
 
     def _acked(self, mid: int) -> None:
         entry = self._sent.pop(mid, None)

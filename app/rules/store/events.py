@@ -103,9 +103,9 @@ class EventsRepo:
         """Outbox rows for the deliveries, skipping any (url, idempotency key) already queued."""
         o = outbox_table.c
         seen: set[tuple[str, str]] = set()
-        keys: dict[str, dict[str, None]] = {}
+        keys: dict[str, set[str]] = {}
         for _, url, key, _ in deliveries:
-            keys.setdefault(url, {})[key] = None
+            keys.setdefault(url, set()).add(key)
         for url, of_url in keys.items():  # by url, then key: the unique index's order, never a scan
             for part in _chunks(list(of_url)):
                 seen.update(conn.execute(select(o.url, o.idempotency_key)

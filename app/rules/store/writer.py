@@ -103,7 +103,7 @@ class EventWriter:
         check the database first. No ping per batch: at site scale that was a round trip per
         event written."""
         if self.up:
-            return bool(len(self.buffer))
+            return True  # the sink flushes only when it holds writes
         try:
             self._migrate()
         except MigrationError as exc:
@@ -122,7 +122,8 @@ class EventWriter:
     def _drained(self, written: int) -> None:
         if not self.up:
             log.info("wrote %d buffered event write(s) to the event store", written)
-        self.buffer.empty_then(self._set_up)
+        if not self.up:  # up already: nothing to mark, no buffer lock per batch
+            self.buffer.empty_then(self._set_up)
         if self.on_stored is not None:
             self.on_stored()
 
