@@ -164,7 +164,7 @@ class InferenceEngine:
     def idle(self) -> bool:
         """Nothing admitted, queued, held for a batch or in hand: background work (the shadow
         reference) may use the machine now without delaying a request already here."""
-        return not (self._admitted or self.state.in_hand or self.batcher.held or self.queue.qsize())
+        return not (self._admitted or self.state.in_hand_count() or self.batcher.held or self.queue.qsize())
 
     def begin_drain(self) -> None:
         self.state.draining = True
@@ -238,7 +238,7 @@ class InferenceEngine:
         and by the expected wait, so overload is refused before any decoding work or
         memory is spent on it."""
         with self._lock:
-            ahead = self._admitted + len(self.state.in_hand) + len(self.batcher.held)
+            ahead = self._admitted + self.state.in_hand_count() + len(self.batcher.held)
             verdict = self.rate.admit(ahead, self.limits.request_timeout_s)
             full = self._admitted >= self.limits.queue_size
             if not full and verdict.admitted:
@@ -250,7 +250,7 @@ class InferenceEngine:
         self.metrics.queue_depth.set(self._admitted)
 
     def _check_wait(self, ahead: int) -> None:
-        verdict = self.rate.admit(ahead + len(self.state.in_hand), self.limits.request_timeout_s)
+        verdict = self.rate.admit(ahead + self.state.in_hand_count(), self.limits.request_timeout_s)
         if not verdict.admitted:
             self._reject_wait(verdict.expected_wait_s, verdict.retry_after_s)
 
@@ -413,7 +413,7 @@ class InferenceEngine:
         log.critical("inference exceeded %.1fs (hung device?): failing waiting requests",
                      self.limits.inference_timeout_s)
         error = InferenceTimeout(f"inference did not finish within {self.limits.inference_timeout_s}s")
-        for item in list(self.state.in_hand):
+        for item in self.state.in_hand:
             item.resolve(error=error)
         self._fail_queued(error)
         if self.limits.watchdog_exit:

@@ -48,6 +48,10 @@ class EngineState:
         """Every item some lane is inferring now."""
         return [item for lane in self.lanes for item in lane.in_hand]
 
+    def in_hand_count(self) -> int:
+        """How many items the lanes are inferring now (per request: no list built)."""
+        return sum(len(lane.in_hand) for lane in self.lanes)
+
     def overdue(self, now: float, limit_s: float) -> bool:
         """Whether a lane's call has run longer than ``limit_s`` (a hung device)."""
         return any((since := lane.busy_since) is not None and now - since > limit_s for lane in self.lanes)

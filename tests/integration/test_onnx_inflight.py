@@ -93,15 +93,10 @@ def test_runs_overlap_and_match_one_at_a_time(detectors, batch):
     # the engine's two lanes call it at once: a lone frame beside another call runs on the
     # one-thread session, and every answer is still the one-at-a-time answer
     assert two.lanes == 2 and one.lanes == 1
-    answers: dict[int, np.ndarray] = {}
-    threads = [threading.Thread(target=lambda k=k: answers.__setitem__(k, np.concatenate(
-        [two.infer(batch[i:i + 1]) for i in range(4)])), daemon=True) for k in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
-    for k in range(2):
-        np.testing.assert_allclose(answers[k], alone, atol=1e-3)
+    with ThreadPoolExecutor(2) as pool:
+        answers = list(pool.map(lambda _: np.concatenate([two.infer(batch[i:i + 1]) for i in range(4)]), range(2)))
+    for answer in answers:
+        np.testing.assert_allclose(answer, alone, atol=1e-3)
 
 
 def test_a_failing_run_fails_its_batch_after_every_run_ended():

@@ -13,7 +13,7 @@ import os
 import socket
 import subprocess
 import sys
-import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -125,16 +125,11 @@ def test_fp32_runs_real_f32_in_flight(weights, openvino_cache, fp32):
         # the engine's lanes call it from several threads at once (a lone frame beside another
         # call runs on a THROUGHPUT stream, not the LATENCY model): the same answers
         assert detector.lanes == detector.inflight >= min(2, os.cpu_count() or 1)
-        side_by_side: dict[int, np.ndarray] = {}
-        threads = [threading.Thread(target=lambda k=k: side_by_side.__setitem__(k, np.concatenate(
-            [detector.infer(batch[i:i + 1]) for i in range(3)] + [detector.infer(batch)])), daemon=True)
-            for k in range(3)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(60)
-        for k in range(3):
-            np.testing.assert_allclose(side_by_side[k], np.concatenate([alone, together]), atol=1e-4)
+        with ThreadPoolExecutor(3) as pool:
+            side_by_side = list(pool.map(lambda _: np.concatenate(
+                [detector.infer(batch[i:i + 1]) for i in range(3)] + [detector.infer(batch)]), range(3)))
+        for answer in side_by_side:
+            np.testing.assert_allclose(answer, np.concatenate([alone, together]), atol=1e-4)
     finally:
         detector.close()
     one = wiring.load_detector(settings(weights, openvino_cache, requests_in_flight=1))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 
@@ -11,7 +12,7 @@ from app.core.errors import OutOfMemory
 from app.core.metrics import Metrics
 from app.core.types import DeviceInfo, MemoryStats
 from app.inference.engine import EngineLimits, InferenceEngine
-from app.inference.pipeline import Pipeline
+from app.inference.pipeline import DetectParams, Pipeline
 
 
 class FakeDetector:
@@ -72,3 +73,11 @@ def make_engine(detector: FakeDetector, **overrides) -> InferenceEngine:
     engine.start()
     engine.mark_ready()
     return engine
+
+
+IMAGE = np.full((24, 40, 3), 100, np.uint8)  # a small frame for the engine's mechanics
+
+
+async def detect_many(engine: InferenceEngine, n: int) -> list:
+    """``n`` concurrent detections of ``IMAGE``; errors returned, not raised."""
+    return await asyncio.gather(*(engine.detect(IMAGE, DetectParams()) for _ in range(n)), return_exceptions=True)

@@ -10,22 +10,14 @@ import asyncio
 import threading
 import time
 
-import numpy as np
 import pytest
 
 from app.core.types import DeviceInfo, MemoryStats
 from app.inference.engine import EngineLimits, InferenceEngine
 from app.core.errors import DeadlineExceeded, InferenceFailed, NotReady, OutOfMemory, QueueFull
 from app.core.metrics import Metrics
-from tests.support.fakes import FakeDetector, make_engine
+from tests.support.fakes import IMAGE, FakeDetector, detect_many, make_engine
 from app.inference.pipeline import DetectParams, Pipeline
-
-
-IMAGE = np.full((24, 40, 3), 100, np.uint8)
-
-
-async def detect_many(engine: InferenceEngine, n: int) -> list:
-    return await asyncio.gather(*(engine.detect(IMAGE, DetectParams()) for _ in range(n)), return_exceptions=True)
 
 
 def test_concurrent_requests_form_batches_up_to_the_limit():

@@ -16,13 +16,8 @@ import pytest
 from app.core.errors import InferenceFailed, InferenceTimeout
 from app.inference.backends.inflight import CallCount, RequestPool
 from app.inference.pipeline import DetectParams
-from tests.support.fakes import FakeDetector, make_engine
-
-IMAGE = np.full((24, 40, 3), 100, np.uint8)
-
-
-async def detect_many(engine, n: int) -> list:
-    return await asyncio.gather(*(engine.detect(IMAGE, DetectParams()) for _ in range(n)), return_exceptions=True)
+from tests.support.fakes import IMAGE, FakeDetector, detect_many, make_engine
+from tests.support.faults import WorkerCrash
 
 
 @pytest.mark.parametrize("lanes", [1, 2, 3])
@@ -105,7 +100,7 @@ def test_a_hung_lane_trips_the_watchdog_while_the_other_lane_serves():
 class CrashesOnce(FakeDetector):
     def _answer(self, call: int, batch: np.ndarray) -> np.ndarray:
         if call == 0:
-            raise SystemExit("a lane's thread dies")  # not an Exception: the worker itself goes down
+            raise WorkerCrash("a lane's thread dies")  # not an Exception: the worker itself goes down
         return super()._answer(call, batch)
 
 

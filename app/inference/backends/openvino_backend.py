@@ -134,7 +134,7 @@ class OpenVinoDetector:
         batch = np.ascontiguousarray(batch, dtype=np.float32)
         session = self._session(batch)
         with self._calls.enter() as alone:
-            if len(batch) == 1 and (alone or self.lanes == 1):
+            if len(batch) == 1 and alone:  # one lane: always alone (the pipeline serialises its calls)
                 with session.lock:
                     session.single.infer({0: batch}, share_inputs=True)
                     return session.single.get_output_tensor(0).data.copy()
