@@ -184,6 +184,20 @@ def test_jpeg_gray():
     assert abs(int(img.mean()) - 128) <= 2
 
 
+def test_jpeg_cmyk_decodes_to_its_rgb_colours():
+    """A CMYK JPEG (print workflows, some NVRs' exports) comes out in its colours, not its
+    four ink channels read as BGRA."""
+    import io
+
+    from PIL import Image
+
+    out = io.BytesIO()
+    Image.new("RGB", (16, 16), (200, 30, 30)).convert("CMYK").save(out, "JPEG", quality=95)
+    img = decode_image(out.getvalue(), LIMIT)
+    assert img.shape == (16, 16, 3) and img.dtype == np.uint8
+    assert np.abs(img.reshape(-1, 3).mean(axis=0) - (200, 30, 30)).max() < 12
+
+
 def test_bmp():
     bgr = np.zeros((9, 10, 3), np.uint8)
     bgr[:, :5] = (255, 0, 0)  # blue left half

@@ -13,12 +13,14 @@ import contextlib
 import queue
 import threading
 from collections import deque
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
 import numpy as np
 
 from app.core.errors import InferenceFailed
+
+T = TypeVar("T")
 
 
 class CallCount:
@@ -56,14 +58,16 @@ class RequestPool:
         for _ in range(self.size):
             self._idle.put(compiled.create_infer_request())
 
-    def run(self, batch: np.ndarray) -> np.ndarray:
-        """(N, 3, H, W) -> (N, 4 + nc, anchors): each image its own request, side by side."""
-        results: list[np.ndarray | None] = [None] * len(batch)
+    def run(self, batch: np.ndarray, keep: Callable[[int, np.ndarray], T]) -> list[T]:
+        """Each image of ``batch`` its own request, side by side; per image ``keep(index,
+        output)`` of its finished request's output (1, ...). ``keep`` reads the request's own
+        buffer, which the request's next use overwrites: it must copy what it returns."""
+        results: list[Any] = [None] * len(batch)
         mine: deque[tuple[int, Any]] = deque()
         errors: list[BaseException] = []
         try:
             for index in range(len(batch)):
-                request = self._take(mine, results, errors)
+                request = self._take(mine, results, errors, keep)
                 try:
                     request.start_async({0: batch[index:index + 1]}, share_inputs=True)
                 except BaseException:
@@ -72,27 +76,27 @@ class RequestPool:
                 mine.append((index, request))
         finally:
             while mine:  # every request goes back to the pool, whatever happened
-                self._collect(mine, results, errors)
+                self._collect(mine, results, errors, keep)
         if errors:
             raise InferenceFailed(f"an OpenVINO request failed: {errors[0]}") from errors[0]
-        return np.stack(results)  # type: ignore[arg-type]
+        return results
 
-    def _take(self, mine: deque[tuple[int, Any]], results: list[np.ndarray | None],
-              errors: list[BaseException]) -> Any:
+    def _take(self, mine: deque[tuple[int, Any]], results: list[Any], errors: list[BaseException],
+              keep: Callable[[int, np.ndarray], Any]) -> Any:
         while True:
             try:
                 return self._idle.get_nowait()
             except queue.Empty:
                 if not mine:
                     return self._idle.get()
-                self._collect(mine, results, errors)
+                self._collect(mine, results, errors, keep)
 
-    def _collect(self, mine: deque[tuple[int, Any]], results: list[np.ndarray | None],
-                 errors: list[BaseException]) -> None:
+    def _collect(self, mine: deque[tuple[int, Any]], results: list[Any], errors: list[BaseException],
+                 keep: Callable[[int, np.ndarray], Any]) -> None:
         index, request = mine.popleft()
         try:
             request.wait()
-            results[index] = request.get_output_tensor(0).data[0].copy()
+            results[index] = keep(index, request.get_output_tensor(0).data)
         except Exception as exc:  # noqa: BLE001 - raised by run() once every request is back
             errors.append(exc)
         finally:

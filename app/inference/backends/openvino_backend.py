@@ -13,15 +13,24 @@ batch-1 requests run side by side (``RequestPool``). A frame alone in flight run
 model compiled with the LATENCY hint (every core on one request): on one stream's share of
 the cores it would take about twice as long on two cores (measured), hence the two compiled
 models (``CallCount``). ``inflight`` 1 compiles the LATENCY one only: one lane.
+
+The compiled model takes the letterboxed frames as they are, uint8 (N, H, W, 3) RGB: the
+conversion to float NCHW in 0..1 is a pre-processing step compiled into the graph
+(OpenVINO's ``PrePostProcessor``), where the plugin fuses it into the first layer, instead of
+a pass over every frame in numpy (``to_batch``) and a four times larger input. And each
+request's head output is compacted where it lies (``candidates``): no copy of the whole head
+per frame. Together, through the server on 2 cores (openvino int8, 4 clients, 3 rounds side by
+side with the float input): 57-60 -> 64-67 img/s, the lanes' CPU 3.1 -> 0.9 ms per frame.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 
@@ -33,9 +42,11 @@ from app.inference.backends.base import BackendOptions, Detector
 from app.inference.backends.inflight import CallCount, RequestPool
 from app.inference.backends.openvino_ir import ensure_ir, import_openvino, read_meta
 from app.inference.devices import process_memory, validate_device
+from app.inference.vision.candidates import Candidates, floors_of
 
 log = logging.getLogger("campusguard.openvino")
 Shape = tuple[int, int]
+T = TypeVar("T")
 HINTS = {"fp32": "f32", "int8": "f32", "bf16": "bf16"}
 
 
@@ -101,7 +112,7 @@ class OpenVinoDetector:
 
     def _compile(self, folder: Path, config: dict[str, object]):
         try:
-            return self.core.compile_model(str(folder / "model.xml"), "CPU", config)
+            return self.core.compile_model(uint8_input(self.core.read_model(str(folder / "model.xml"))), "CPU", config)
         except Exception as exc:
             raise ConfigError(f"OpenVINO could not compile {folder / 'model.xml'}: {exc}") from exc
 
@@ -120,30 +131,43 @@ class OpenVinoDetector:
                                        progress, label)
         return cls(folders, options.precision, options.threads, options.inflight, options.model_name, options.imgsz)
 
-    def _session(self, batch: np.ndarray) -> _Session:
-        shape = (batch.shape[2], batch.shape[3])
+    def _session(self, images: np.ndarray) -> _Session:
+        shape = (images.shape[1], images.shape[2])
         try:
             return self.sessions[shape]
         except KeyError:
             raise ValueError(f"no OpenVINO model for input shape {shape[0]}x{shape[1]}; built for "
                              f"{', '.join(f'{h}x{w}' for h, w in self.shapes)}") from None
 
-    def infer(self, batch: np.ndarray) -> np.ndarray:
-        """(N, 3, H, W) float32 -> (N, 4 + nc, anchors). Thread-safe: the engine's lanes call it
-        side by side. A lone frame with nothing else in flight takes the LATENCY model."""
-        batch = np.ascontiguousarray(batch, dtype=np.float32)
-        session = self._session(batch)
+    def _run(self, images: np.ndarray, keep: Callable[[int, np.ndarray], T]) -> list[T]:
+        """uint8 (N, H, W, 3) -> per image ``keep(index, its output (1, 4 + nc, anchors))``.
+        Thread-safe: the engine's lanes call it side by side. A lone frame with nothing else
+        in flight takes the LATENCY model."""
+        images = np.ascontiguousarray(images, dtype=np.uint8)
+        session = self._session(images)
         with self._calls.enter() as alone:
-            if len(batch) == 1 and alone:  # one lane: always alone (the pipeline serialises its calls)
+            if len(images) == 1 and alone:  # one lane: always alone (the pipeline serialises its calls)
                 with session.lock:
-                    session.single.infer({0: batch}, share_inputs=True)
-                    return session.single.get_output_tensor(0).data.copy()
-            return session.pool.run(batch)
+                    session.single.infer({0: images}, share_inputs=True)
+                    return [keep(0, session.single.get_output_tensor(0).data)]
+            return session.pool.run(images, keep)
+
+    def candidates(self, images: np.ndarray, floor: float | Sequence[float]) -> list[Candidates]:
+        """uint8 (N, H, W, 3) letterboxed RGB -> per image the anchors above ``floor``, read
+        from the request's output where it lies."""
+        floors = floors_of(floor, len(images))
+        return self._run(images, lambda i, out: Candidates.of_head(out[0], float(floors[i])))
+
+    def infer(self, batch: np.ndarray) -> np.ndarray:
+        """(N, 3, H, W) float32 in 0..1 (``to_batch``'s output: uint8 / 255) -> (N, 4 + nc,
+        anchors). The model takes the uint8 frames back (exact: every value is k / 255)."""
+        return np.stack(self._run(to_uint8(batch), lambda _, out: out[0].copy()))
 
     def raw_call(self, batch: np.ndarray) -> Callable[[], object]:
-        """The compiled model alone on a letterboxed batch (requests in flight included)."""
-        batch = np.ascontiguousarray(batch, dtype=np.float32)
-        return lambda: self.infer(batch)
+        """The compiled model alone on a letterboxed batch (requests in flight included),
+        given in the model's own input dtype (uint8 NHWC) before it is timed."""
+        images = to_uint8(batch)
+        return lambda: self._run(images, lambda _, out: out[0].copy())
 
     def device_info(self) -> DeviceInfo:
         return self._device_info
@@ -156,6 +180,25 @@ class OpenVinoDetector:
 
     def close(self) -> None:
         self.sessions = {}
+
+
+def uint8_input(model):
+    """``model`` taking uint8 (N, H, W, 3) in 0..255: the conversion to float (N, 3, H, W) in
+    0..1 becomes the graph's first step."""
+    from openvino import Layout, Type
+    from openvino.preprocess import PrePostProcessor
+
+    ppp = PrePostProcessor(model)
+    ppp.input().tensor().set_element_type(Type.u8).set_layout(Layout("NHWC"))
+    ppp.input().model().set_layout(Layout("NCHW"))
+    ppp.input().preprocess().convert_element_type(Type.f32).scale(255.0)
+    return ppp.build()
+
+
+def to_uint8(batch: np.ndarray) -> np.ndarray:
+    """float (N, 3, H, W) in 0..1 -> uint8 (N, H, W, 3), the frames ``to_batch`` was given."""
+    return np.ascontiguousarray(np.rint(np.asarray(batch, np.float32) * 255).clip(0, 255).astype(np.uint8)
+                                .transpose(0, 2, 3, 1))
 
 
 def load_openvino(options: BackendOptions, calibration: tuple[Path, ...] = (),
