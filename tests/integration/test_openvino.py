@@ -21,7 +21,9 @@ import pytest
 
 from app import wiring
 from app.config import Settings
-from app.inference.pipeline import DetectParams
+from app.inference.pipeline import DetectParams, Pipeline
+from app.inference.vision.candidates import compact
+from app.inference.vision.preprocess import to_batch
 from app.inference.precision.agreement import as_boxes, f1_agreement
 from tests.conftest import REPO, ultralytics_asset
 from tests.integration.test_core_accuracy import match_same_class
@@ -108,7 +110,7 @@ def test_fp32_matches_torch(fp32, torch_dets):
     assert matched / n_torch >= 0.98 and matched / n_ov >= 0.98, (n_torch, n_ov, matched)
 
 
-def test_fp32_runs_real_f32_in_flight(weights, openvino_cache, fp32):
+def test_fp32_runs_real_f32_in_flight(weights, openvino_cache, fp32, images):
     """The explicit f32 hint (OpenVINO would pick bf16 on this CPU), THROUGHPUT streams with
     several requests, and a micro-batch answered image by image in order."""
     detector = wiring.load_detector(settings(weights, openvino_cache))
@@ -130,6 +132,19 @@ def test_fp32_runs_real_f32_in_flight(weights, openvino_cache, fp32):
                 [detector.infer(batch[i:i + 1]) for i in range(3)] + [detector.infer(batch)]), range(3)))
         for answer in side_by_side:
             np.testing.assert_allclose(answer, np.concatenate([alone, together]), atol=1e-4)
+        # the model takes the letterboxed uint8 frames (the float step is in its graph), and
+        # its candidates, compacted where each request's output lies, are the host's compaction
+        assert str(session.compiled.inputs[0].element_type) in ("<Type: 'uint8_t'>", "u8")
+        assert list(session.compiled.inputs[0].shape) == [1, IMGSZ, IMGSZ, 3]
+        pipeline = Pipeline(detector)
+        frames = np.stack([pipeline.prepare(img).letterboxed for img in images[:3]])
+        for chosen in (frames, frames[:1]):
+            on_model = detector.candidates(chosen, [0.05, 0.3, 0.2][:len(chosen)])
+            on_host = compact(detector.infer(to_batch(list(chosen))), [0.05, 0.3, 0.2][:len(chosen)])
+            assert [len(c) for c in on_model] == [len(c) for c in on_host] and len(on_model[0]) > 0
+            for m, h in zip(on_model, on_host):
+                np.testing.assert_array_equal(m.anchors, h.anchors)
+                np.testing.assert_allclose(m.rows, h.rows, atol=1e-4)
     finally:
         detector.close()
     one = wiring.load_detector(settings(weights, openvino_cache, requests_in_flight=1))
