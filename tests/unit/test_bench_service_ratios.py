@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import http.server
+import threading
 import time
 
 import pytest
 
-from app.tooling.bench.service_ratios import measure
+from app.tooling.bench.service_ratios import measure, server_step
 
 
 def constant(rate: float):
@@ -44,3 +46,40 @@ def test_without_the_anchor_no_anchor_ratio():
     ratios = measure({"server onnx fp32 t1 1080p": constant(100), "ultralytics predict 1080p": constant(50)},
                      seconds=0.2, rounds_n=1, threads=1)["ratios"]
     assert list(ratios) == ["onnx fp32 server / Ultralytics torch predict loop (onnx int8: >= 3), server 1 thread(s) vs 1"]
+
+
+class _Detect(http.server.BaseHTTPRequestHandler):
+    """POST /detect: 200 with a tiny JSON body while ``status`` says so; keeps the bodies."""
+
+    protocol_version = "HTTP/1.1"  # keep-alive, as uvicorn
+    status = 200
+    bodies: list[bytes] = []
+
+    def do_POST(self) -> None:  # noqa: N802 - the stdlib's name
+        type(self).bodies.append(self.rfile.read(int(self.headers["Content-Length"])))
+        reply = b'{"detections": []}'
+        self.send_response(type(self).status)
+        self.send_header("Content-Length", str(len(reply)))
+        self.end_headers()
+        self.wfile.write(reply)
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+def test_the_server_step_posts_the_frame_on_keep_alive_connections_and_counts_answers():
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Detect)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        _Detect.bodies = []
+        answered = server_step(url, b"\xff\xd8frame", 2)(0.3)
+        assert answered == len(_Detect.bodies) > 2 and set(_Detect.bodies) == {b"\xff\xd8frame"}
+        _Detect.status, _Detect.bodies = 500, []
+        with pytest.raises(RuntimeError, match="2 of 2 clients failed: .* answered 500"):
+            server_step(url, b"\xff\xd8frame", 2)(0.3)  # no rate from failed requests
+        assert len(_Detect.bodies) == 2  # each client stopped at its error
+    finally:
+        _Detect.status = 200
+        server.shutdown()
+        server.server_close()

@@ -33,25 +33,45 @@ Step = Callable[[], int]
 
 
 def server_step(url: str, data: bytes, clients: int) -> Callable[[float], int]:
-    """``clients`` threads posting ``data`` for ``seconds``; returns the answers counted."""
-    import httpx
+    """``clients`` threads posting ``data`` for ``seconds``, each on its own keep-alive
+    connection; returns the answers counted. The clients run on the cores the server they
+    measure runs on, so they are the standard library's ``http.client``: 0.3 ms of CPU per
+    request against httpx's 0.9 (measured here), 2-3 % of what an int8 server spends on an
+    image. An answer other than 200 ends that client, and the step raises it once every
+    client has stopped: a rate measured with failed requests is not a rate."""
+    import http.client
+    from urllib.parse import urlsplit
+
+    address = urlsplit(url)
 
     def run(seconds: float) -> int:
         done = [0] * clients
+        errors: list[str] = []
         stop = time.perf_counter() + seconds
 
         def client(k: int) -> None:
-            with httpx.Client(base_url=url, timeout=60) as http:
+            connection = http.client.HTTPConnection(address.hostname, address.port, timeout=60)
+            try:
                 while time.perf_counter() < stop:
-                    r = http.post("/detect", content=data, headers={"Content-Type": "image/jpeg"})
-                    r.raise_for_status()
+                    connection.request("POST", "/detect", body=data, headers={"Content-Type": "image/jpeg"})
+                    response = connection.getresponse()
+                    response.read()
+                    if response.status != 200:
+                        errors.append(f"POST {url}/detect answered {response.status}")
+                        return
                     done[k] += 1
+            except OSError as exc:
+                errors.append(f"POST {url}/detect failed: {exc}")
+            finally:
+                connection.close()
 
         threads = [threading.Thread(target=client, args=(k,)) for k in range(clients)]
         for t in threads:
             t.start()
         for t in threads:
             t.join()
+        if errors:
+            raise RuntimeError(f"{len(errors)} of {clients} clients failed: {errors[0]}")
         return sum(done)
 
     return run
