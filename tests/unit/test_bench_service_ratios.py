@@ -49,19 +49,27 @@ def test_without_the_anchor_no_anchor_ratio():
 
 
 class _Detect(http.server.BaseHTTPRequestHandler):
-    """POST /detect: 200 with a tiny JSON body while ``status`` says so; keeps the bodies."""
+    """POST <prefix>/detect: 200 with a tiny JSON body while ``status`` says so (a body cut short
+    while ``truncate``); keeps the bodies, the paths and the clients' connections."""
 
     protocol_version = "HTTP/1.1"  # keep-alive, as uvicorn
     status = 200
+    truncate = False
     bodies: list[bytes] = []
+    paths: list[str] = []
+    peers: list[tuple[str, int]] = []
 
     def do_POST(self) -> None:  # noqa: N802 - the stdlib's name
-        type(self).bodies.append(self.rfile.read(int(self.headers["Content-Length"])))
+        cls = type(self)
+        cls.bodies.append(self.rfile.read(int(self.headers["Content-Length"])))
+        cls.paths.append(self.path)
+        cls.peers.append(self.client_address)
         reply = b'{"detections": []}'
-        self.send_response(type(self).status)
-        self.send_header("Content-Length", str(len(reply)))
+        self.send_response(cls.status)
+        self.send_header("Content-Length", str(len(reply) + (100 if cls.truncate else 0)))
         self.end_headers()
         self.wfile.write(reply)
+        self.close_connection = cls.truncate  # the promised rest never comes
 
     def log_message(self, *args) -> None:
         pass
@@ -72,14 +80,23 @@ def test_the_server_step_posts_the_frame_on_keep_alive_connections_and_counts_an
     threading.Thread(target=server.serve_forever, daemon=True).start()
     url = f"http://127.0.0.1:{server.server_address[1]}"
     try:
-        _Detect.bodies = []
+        _Detect.bodies, _Detect.paths, _Detect.peers = [], [], []
         answered = server_step(url, b"\xff\xd8frame", 2)(0.3)
         assert answered == len(_Detect.bodies) > 2 and set(_Detect.bodies) == {b"\xff\xd8frame"}
+        assert len(set(_Detect.peers)) == 2  # one connection per client, kept alive across its requests
+        _Detect.paths = []
+        server_step(url + "/edge/", b"\xff\xd8frame", 1)(0.1)
+        assert set(_Detect.paths) == {"/edge/detect"}  # the URL's path prefix is kept
         _Detect.status, _Detect.bodies = 500, []
         with pytest.raises(RuntimeError, match="2 of 2 clients failed: .* answered 500"):
             server_step(url, b"\xff\xd8frame", 2)(0.3)  # no rate from failed requests
         assert len(_Detect.bodies) == 2  # each client stopped at its error
+        _Detect.status, _Detect.truncate = 200, True
+        with pytest.raises(RuntimeError, match="2 of 2 clients failed: .*IncompleteRead"):
+            server_step(url, b"\xff\xd8frame", 2)(0.3)  # a broken answer is a failure, not a count
+        with pytest.raises(ValueError, match="http or https"):
+            server_step("ftp://127.0.0.1:1", b"x", 1)
     finally:
-        _Detect.status = 200
+        _Detect.status, _Detect.truncate = 200, False
         server.shutdown()
         server.server_close()

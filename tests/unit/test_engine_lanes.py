@@ -130,10 +130,12 @@ def test_call_count_says_who_is_alone():
 
 
 class FakeRequest:
-    """An OpenVINO infer request: start_async runs in a thread, wait joins it."""
+    """An OpenVINO infer request: start_async runs in a thread, wait joins it, and every run
+    writes into the request's one output buffer, as OpenVINO's does."""
 
     def __init__(self, pool_state: dict) -> None:
         self.state, self.thread, self.output = pool_state, None, None
+        self.buffer = np.zeros((1, 5, 3), np.float32)
 
     def start_async(self, inputs: dict, share_inputs: bool = True) -> None:
         frame = inputs[0]
@@ -145,7 +147,11 @@ class FakeRequest:
                 self.state["running"] += 1
                 self.state["most"] = max(self.state["most"], self.state["running"])
             time.sleep(0.02)
-            self.output = None if float(frame.max()) > 1 else np.full((1, 5, 3), float(frame.mean()), np.float32)
+            if float(frame.max()) > 1:
+                self.output = None
+            else:
+                self.buffer[...] = float(frame.mean())
+                self.output = self.buffer
             with self.state["lock"]:
                 self.state["running"] -= 1
 
@@ -207,3 +213,22 @@ def test_a_failed_request_fails_its_call_and_every_request_goes_back():
         run(pool, frames([0.1, -1.0]))  # refused at start
     assert run(pool, frames([0.1, 0.2, 0.3]))[:, 0, 0].tolist() == pytest.approx([0.1, 0.2, 0.3])
     assert pool._idle.qsize() == 2
+
+    def refuse(index: int, output: np.ndarray) -> None:
+        raise ValueError("keep failed")
+
+    with pytest.raises(InferenceFailed, match="keep failed"):
+        pool.run(frames([0.1, 0.2]), refuse)
+    assert pool._idle.qsize() == 2  # a failing keep still returns every request
+
+
+def test_keep_reads_the_request_before_it_goes_back_to_the_pool():
+    pool = RequestPool(FakeCompiled(), 2)
+    idle_at_keep = []
+
+    def keep(index: int, output: np.ndarray) -> float:
+        idle_at_keep.append(pool._idle.qsize())  # the request being read is not idle yet
+        return float(output[0, 0, 0])
+
+    assert pool.run(frames([0.25]), keep) == [pytest.approx(0.25)]
+    assert idle_at_keep == [1] and pool._idle.qsize() == 2
