@@ -59,6 +59,21 @@ def test_auto_is_one_request_per_core_of_the_budget(weights, onnx_cache, detecto
         auto.close()
 
 
+def test_one_session_per_shape_keeps_the_lanes(weights, onnx_cache):
+    """SHAPES gives one exported session per shape behind a ShapeSet; the engine's lanes are the
+    members' (a set that declared none ran one lane: the model idled while frames queued)."""
+    from app.inference.backends.shapeset import ShapeSet
+    from app.inference.pipeline import Pipeline
+
+    detector = wiring.load_detector(settings(weights, onnx_cache, shapes="192x320", requests_in_flight=2))
+    try:
+        assert isinstance(detector, ShapeSet) and set(detector.shapes) == {(320, 320), (192, 320)}
+        assert all(member.lanes == 2 for member in detector.members.values())
+        assert detector.lanes == detector.inflight == 2 and Pipeline(detector).lanes == 2
+    finally:
+        detector.close()
+
+
 def test_runs_overlap_and_match_one_at_a_time(detectors, batch):
     """Each image's run waits at a two-party barrier: the batch only completes if two runs are
     in ``session.run``'s neighbourhood at once (one at a time would break the barrier)."""
