@@ -91,6 +91,19 @@ def server_counts(row: dict[str, Any]) -> list[tuple[str, int]]:
     return [("auto", 0), ("1", 1), *extra]
 
 
+def server_env(args, backend: str, precision: str, count: int) -> dict[str, str]:
+    """The environment of the server of one variant at ``count`` requests in flight, in the
+    settings' own spelling (``IMGSZ`` as N or HxW: a rectangle is a tuple in ``args``)."""
+    from app.core.imgsz import format_imgsz
+
+    settings = settings_for(args, backend, precision, count)
+    return {"CAMPUSGUARD_BACKEND": backend, "CAMPUSGUARD_PRECISION": precision,
+            "CAMPUSGUARD_WEIGHTS": str(settings.weights), "CAMPUSGUARD_IMGSZ": format_imgsz(args.imgsz),
+            "CAMPUSGUARD_THREADS": str(args.threads), "CAMPUSGUARD_ONNX_CACHE_DIR": str(settings.onnx_cache_dir),
+            "CAMPUSGUARD_CALIBRATION_IMAGES": str(args.calibration_images),
+            "CAMPUSGUARD_REQUESTS_IN_FLIGHT": str(count), "CAMPUSGUARD_WARMUP_ITERS": "2"}
+
+
 def servers(args, rows: list[dict[str, Any]], frame: bytes, progress: Callable[[str], None]) -> dict[str, Any]:
     """A server per variant and count (``server_counts``), ``--clients`` clients each."""
     from app.tooling.bench.service_ratios import interleaved_rates, server_step, start_server, wait_ready
@@ -102,12 +115,7 @@ def servers(args, rows: list[dict[str, Any]], frame: bytes, progress: Callable[[
             variant = row["variant"]
             backend, precision = variant.split(":")
             for label, count in server_counts(row):
-                settings = settings_for(args, backend, precision, count)
-                env = {"CAMPUSGUARD_BACKEND": backend, "CAMPUSGUARD_PRECISION": precision,
-                       "CAMPUSGUARD_WEIGHTS": str(settings.weights), "CAMPUSGUARD_IMGSZ": str(args.imgsz),
-                       "CAMPUSGUARD_THREADS": str(args.threads), "CAMPUSGUARD_ONNX_CACHE_DIR": str(settings.onnx_cache_dir),
-                       "CAMPUSGUARD_CALIBRATION_IMAGES": str(args.calibration_images),
-                       "CAMPUSGUARD_REQUESTS_IN_FLIGHT": str(count), "CAMPUSGUARD_WARMUP_ITERS": "2"}
+                env = server_env(args, backend, precision, count)
                 name = f"{variant} {label}"
                 procs[name] = (f"http://127.0.0.1:{port}", start_server(env, port, tmp / f"server-{port}.log"))
                 port += 1
@@ -155,13 +163,14 @@ def report_inflight(args, images: list[Path], started: list[float]) -> int:
     from rich.console import Console
     from rich.table import Table
 
+    from app.core.imgsz import format_imgsz
     from app.tooling.bench import report
 
     result = run_inflight(args, images)
     end = [round(x, 2) for x in os.getloadavg()]
     meta = report.environment() | {"stage": "inflight", "load_average_start": started, "load_average_end": end,
                                    "seconds": args.stage_seconds, "rounds": args.rounds, "clients": args.clients,
-                                   "imgsz": args.imgsz, "threads": args.threads or os.cpu_count()}
+                                   "imgsz": format_imgsz(args.imgsz), "threads": args.threads or os.cpu_count()}
     args.out.mkdir(parents=True, exist_ok=True)
     report.write_json(args.out / "stage-inflight.json", {"meta": meta} | result)
     table = Table(title=f"requests in flight: the model call on {args.clients} frames (median of {args.rounds} "
