@@ -25,6 +25,8 @@ from typing import Any, Callable
 
 import numpy as np
 
+from app.core.imgsz import format_imgsz
+
 DEFAULT_VARIANTS = ("onnx:fp32", "openvino:int8")
 
 
@@ -94,8 +96,6 @@ def server_counts(row: dict[str, Any]) -> list[tuple[str, int]]:
 def server_env(args, backend: str, precision: str, count: int) -> dict[str, str]:
     """The environment of the server of one variant at ``count`` requests in flight, in the
     settings' own spelling (``IMGSZ`` as N or HxW: a rectangle is a tuple in ``args``)."""
-    from app.core.imgsz import format_imgsz
-
     settings = settings_for(args, backend, precision, count)
     return {"CAMPUSGUARD_BACKEND": backend, "CAMPUSGUARD_PRECISION": precision,
             "CAMPUSGUARD_WEIGHTS": str(settings.weights), "CAMPUSGUARD_IMGSZ": format_imgsz(args.imgsz),
@@ -163,7 +163,6 @@ def report_inflight(args, images: list[Path], started: list[float]) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from app.core.imgsz import format_imgsz
     from app.tooling.bench import report
 
     result = run_inflight(args, images)
