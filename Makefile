@@ -65,6 +65,11 @@ tools: .tools/checkov/.installed
 .tools/checkov/.installed: requirements/tools/checkov.txt scripts/tool-env.sh
 	scripts/tool-env.sh checkov
 
+# ruff (pyflakes, pycodestyle, isort, pyupgrade, bugbear) and mypy, configured in pyproject.toml; CI runs it first.
+lint: setup
+	$(VENV)/bin/ruff check app tests
+	$(VENV)/bin/mypy
+
 test: setup system-deps tools
 	$(PY) -m pytest -n 4 --dist loadfile --no-loadscope-reorder --durations=30
 

@@ -19,16 +19,15 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 
-from app import __version__
-from app.api import auth, deepstack, detect, edge, health, status
+from app import __version__, wiring
 from app.api import audit as audit_route
+from app.api import auth, deepstack, detect, edge, health, status
 from app.api import metrics as metrics_route
 from app.api import shadow as shadow_route
 from app.api.access import Gate
 from app.api.docs import install_docs
 from app.api.errors import install_error_handlers
 from app.api.middleware import RequestGuard
-from app import wiring
 from app.config import Settings
 from app.core.audit import AuditEntry, summarize
 from app.core.errors import ConfigError
@@ -36,11 +35,11 @@ from app.core.imgsz import format_imgsz
 from app.core.keys import KeyChange
 from app.core.metrics import Metrics
 from app.core.progress import StartupProgress
-from app.inference.vision.shapes import describe as describe_shapes
 from app.core.types import GpuInventory
 from app.inference.backends.models import require_weights
 from app.inference.devices import parse_device, torch_inventory, validate_device
 from app.inference.shadow.lane import NoShadow
+from app.inference.vision.shapes import describe as describe_shapes
 from app.rules.port import NoRules
 
 log = logging.getLogger("campusguard")
@@ -223,7 +222,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(shadow_route.router)
     app.include_router(metrics_route.router)
     if settings.site_config is not None:
-        from app.api import camera_summary, events, frames, site, sources as sources_route
+        from app.api import camera_summary, events, frames, site
+        from app.api import sources as sources_route
 
         app.include_router(camera_summary.router)
         app.include_router(events.router)

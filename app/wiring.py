@@ -183,14 +183,14 @@ def reference_options(settings: Settings) -> BackendOptions:
         onnx_cache_dir=settings.onnx_cache_dir, onnx_cpu_fallback=False, max_batch_size=1, inflight=1)
 
 
-def shadow_options(settings: Settings) -> "ShadowOptions":
+def shadow_options(settings: Settings) -> ShadowOptions:
     from app.inference.shadow.lane import ShadowOptions
 
     return ShadowOptions(sample=settings.shadow_sample, min_interval_s=settings.shadow_min_interval_s,
                          max_age_s=max(120.0, settings.request_timeout_s))
 
 
-def build_shadow(settings: Settings, engine: InferenceEngine, metrics: Metrics) -> "ShadowLane | NoShadow":
+def build_shadow(settings: Settings, engine: InferenceEngine, metrics: Metrics) -> ShadowLane | NoShadow:
     """The reference loaded and run once, or ``NoShadow`` when CAMPUSGUARD_SHADOW_BACKEND is empty. A
     reference that cannot load or run is a ConfigError naming the settings: never a silent no-op."""
     from app.inference.shadow.book import AgreementBook, alert_floor
@@ -223,7 +223,7 @@ def build_shadow(settings: Settings, engine: InferenceEngine, metrics: Metrics) 
                                 "precision": detector.precision, "weights": options.weights.name})
 
 
-def register_shadow_metrics(metrics: Metrics, lane: "Callable[[], ShadowLane | NoShadow]") -> None:
+def register_shadow_metrics(metrics: Metrics, lane: Callable[[], ShadowLane | NoShadow]) -> None:
     from app.inference.shadow.collector import ShadowCollector
 
     metrics.registry.register(ShadowCollector(lambda: lane().book))
@@ -366,7 +366,7 @@ def build_audit(rules: Rules, metrics: Metrics) -> AuditTrail:
     return StoreAudit(rules.store.audit, store_up=lambda: writer.up, metrics=metrics)
 
 
-def mqtt_options(settings: Settings) -> "MqttOptions":
+def mqtt_options(settings: Settings) -> MqttOptions:
     from app.rules.delivery.mqtt import MqttOptions
 
     assert settings.mqtt_url, "MQTT is off"
@@ -386,7 +386,7 @@ def build_sources(metrics: Metrics) -> SourceBook:
     return book
 
 
-def ingest_options(settings: Settings) -> "IngestOptions":
+def ingest_options(settings: Settings) -> IngestOptions:
     from app.ingest.embedded import IngestOptions
 
     return IngestOptions(mode=settings.ingest, secrets_dir=settings.secrets_dir, detect=detect_defaults(settings))
@@ -409,7 +409,7 @@ def check_site(settings: Settings) -> None:
 
 def build_ingest(settings: Settings, rules: Rules, metrics: Metrics, book: SourceBook,
                  engine: Callable[[], InferenceEngine | None],
-                 shadow: "Callable[[], ShadowLane | NoShadow] | None" = None) -> "EmbeddedIngest | NoIngest":
+                 shadow: Callable[[], ShadowLane | NoShadow] | None = None) -> EmbeddedIngest | NoIngest:
     """The embedded ingest following the rules' site file, feeding ``engine()`` and the rules;
     ``NoIngest`` with ``CAMPUSGUARD_INGEST=off`` or without a site file. The book follows reloads
     and tells MQTT (Home Assistant) each stream's availability, whichever hosting pulls it."""

@@ -53,7 +53,7 @@ class Gate:
     audit: AuditTrail = field(default_factory=NoAudit)  # the lifespan puts the event store's trail here
 
     @classmethod
-    def of(cls, keyring: Keyring, metrics: Metrics | None = None, mode: str | None = None) -> "Gate":
+    def of(cls, keyring: Keyring, metrics: Metrics | None = None, mode: str | None = None) -> Gate:
         """A gate over fixed keys (tests; servers without a keys file)."""
         return cls(KeySource.fixed(keyring), metrics or Metrics(), mode=mode or ("on" if keyring.required else "loopback"))
 

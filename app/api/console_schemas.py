@@ -5,14 +5,12 @@ Kept apart from app/api/schemas.py (detection and events) so each file stays one
 
 from __future__ import annotations
 
-
 import datetime as dt
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
 from app.api.schemas import Health
-
 
 
 class AuthInfo(BaseModel):

@@ -14,15 +14,23 @@ from fastapi.responses import Response
 from app.api.deps import AnyRulesDep, Detect, EngineDep, MetricsDep, OptionsDep, ShadowDep
 from app.api.images import parse_upload
 from app.api.options import ApiOptions
-from app.api.schemas import (BatchItem, BatchResponse, Box, DetectionOut, DetectResponse, ErrorBody,
-                             Timings, error_responses)
-from app.inference.engine import DetectResult, InferenceEngine
+from app.api.schemas import (
+    BatchItem,
+    BatchResponse,
+    Box,
+    DetectionOut,
+    DetectResponse,
+    ErrorBody,
+    Timings,
+    error_responses,
+)
+from app.core.errors import InvalidParameter, ServiceError, shorten
 from app.core.timeutil import IsoDatetime
 from app.core.types import in_frame_pixels
-from app.core.errors import InvalidParameter, ServiceError, shorten
+from app.inference.engine import DetectResult, InferenceEngine
 from app.inference.pipeline import DetectParams
-from app.rules.site.schema import IDENT as CAMERA_RE
 from app.rules.port import Rules
+from app.rules.site.schema import IDENT as CAMERA_RE
 
 log = logging.getLogger("campusguard.api")
 router = APIRouter(tags=["detection"], dependencies=[Detect])

@@ -17,14 +17,27 @@ from fastapi.responses import FileResponse, Response
 
 from app.api.camera_docs import camera_out, stream_of
 from app.api.deps import Admin, PrincipalDep, Read, RecorderDep, Review, RulesDep, SourcesDep
-from app.api.dryrun import OPENAPI_BODY, dry_run as dry_run_reload
-from app.api.schemas import (CameraOut, CleanText, CountsOut, DryRunResult, ErrorBody, EventOut, EventPage, EventReview,
-                             ReloadResult, ResetResult, ViewAccepted, error_responses)
+from app.api.dryrun import OPENAPI_BODY
+from app.api.dryrun import dry_run as dry_run_reload
+from app.api.schemas import (
+    CameraOut,
+    CleanText,
+    CountsOut,
+    DryRunResult,
+    ErrorBody,
+    EventOut,
+    EventPage,
+    EventReview,
+    ReloadResult,
+    ResetResult,
+    ViewAccepted,
+    error_responses,
+)
 from app.core.audit import summarize
-from app.core.roles import ANONYMOUS
-from app.core.timeutil import IsoDatetime, as_utc, iso
 from app.core.errors import InvalidParameter, NotFound, shorten
+from app.core.roles import ANONYMOUS
 from app.core.text import is_event_id
+from app.core.timeutil import IsoDatetime, as_utc, iso
 
 router = APIRouter(tags=["events"], dependencies=[Read], responses=error_responses(401, 403, 404, 429))
 MAX_OFFSET = 10_000  # offset paging reads every row it skips: beyond the first pages, use the cursor

@@ -12,11 +12,20 @@ import time
 from fastapi import APIRouter
 
 from app import __version__
-from app.api.deps import GateDep, Read, MaybeDetectorDep, MaybeEngineDep, AnyRulesDep, PhaseDep, StartedAtDep, StartupDep
+from app.api.deps import (
+    AnyRulesDep,
+    GateDep,
+    MaybeDetectorDep,
+    MaybeEngineDep,
+    PhaseDep,
+    Read,
+    StartedAtDep,
+    StartupDep,
+)
 from app.api.schemas import Health, Status, error_responses
+from app.core.errors import NotReady
 from app.inference.backends.base import Detector
 from app.inference.engine import InferenceEngine
-from app.core.errors import NotReady
 from app.rules.port import Rules
 
 router = APIRouter(tags=["health"], dependencies=[Read], responses=error_responses(401, 403, 429))

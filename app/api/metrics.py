@@ -9,7 +9,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 from fastapi.responses import Response
 
-from app.api.deps import Read, MaybeDetectorDep, MetricsDep
+from app.api.deps import MaybeDetectorDep, MetricsDep, Read
 from app.api.schemas import error_responses
 
 router = APIRouter(tags=["metrics"], dependencies=[Read], responses=error_responses(401, 403, 429))

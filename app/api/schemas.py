@@ -207,7 +207,7 @@ class EventReview(BaseModel):
                                  description="Who is reviewing (recorded in reviewed_by with the API key's id)")
 
     @model_validator(mode="after")
-    def _something(self) -> "EventReview":
+    def _something(self) -> EventReview:
         if self.acknowledged is None and self.false_positive is None and self.note is None:
             raise ValueError("give at least one of acknowledged, false_positive, note")
         return self
@@ -259,7 +259,7 @@ class CameraOut(BaseModel):
     last_seen_at: dt.datetime | None = Field(None, description="When the last frame arrived (server clock)")
     seconds_since_last_frame: float | None = Field(None, description="Since the last frame arrived (server clock)")
     offline_after_s: float
-    open_events: list["EventOut"] = Field(default_factory=list)
+    open_events: list[EventOut] = Field(default_factory=list)
     view: ViewOut | None = Field(None, description="Its view checks (docs/rules.md, Camera view checks)")
     source: SourceOut | None = Field(None, description="The camera's stream when this replica or a gateway pulls it "
                                      "(docs/cameras.md); null: frames are POSTed")

@@ -7,8 +7,19 @@ import asyncio
 from fastapi import APIRouter
 
 from app.api.console_schemas import StatusDocument
-from app.api.deps import (GateDep, ShadowDep, MaybeDetectorDep, MaybeEngineDep, AnyRulesDep, MetricsDep, OptionsDep,
-                          PhaseDep, Read, StartedAtDep, StartupDep)
+from app.api.deps import (
+    AnyRulesDep,
+    GateDep,
+    MaybeDetectorDep,
+    MaybeEngineDep,
+    MetricsDep,
+    OptionsDep,
+    PhaseDep,
+    Read,
+    ShadowDep,
+    StartedAtDep,
+    StartupDep,
+)
 from app.api.health import health_document
 from app.api.schemas import error_responses
 

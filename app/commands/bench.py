@@ -30,12 +30,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from app.commands.common import imgsz_arg
 from app.tooling.bench import report
 from app.tooling.bench.args import DEFAULT_WEIGHTS, csv_list, size_override, weights_override
 from app.tooling.bench.plan import make_plan, runs, runs_ultralytics, total_steps
 from app.tooling.bench.runner import Bench, load_images
 from app.tooling.bench.table import add_ratios, merge, write_outputs
-from app.commands.common import imgsz_arg
 
 DEFAULT_IMAGES = Path("../shared/datasets/coco-val128/images")
 SERVICE_VARIANTS = ("onnx:fp32", "onnx:int8", "openvino:fp32", "openvino:bf16", "openvino:int8", "torch:fp32")

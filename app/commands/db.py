@@ -18,8 +18,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from app.rules.store.migrate import current_revision, head_revision
     from app.rules.store.db import EventStore
+    from app.rules.store.migrate import current_revision, head_revision
 
     store = EventStore(args.url or Settings().events_db_url, migrate=False)
     try:

@@ -20,11 +20,11 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from app.commands.common import imgsz_arg
+from app.core.errors import ConfigError
 from app.tooling.bench import report
 from app.tooling.bench.args import csv_list
 from app.tooling.bench.parity import as_boxes, compare
-from app.commands.common import imgsz_arg
-from app.core.errors import ConfigError
 
 if TYPE_CHECKING:
     from app.config import Settings
@@ -87,7 +87,7 @@ def detect_all(args: argparse.Namespace, precision: str) -> dict[str, list[list[
     return found
 
 
-def served_detector(settings: "Settings") -> "Detector":
+def served_detector(settings: Settings) -> Detector:
     """The detector the service would serve at ``settings.precision``: a reduced precision that
     fails its gate is an error, not a silent fp32 (parity would compare fp32 with fp32)."""
     from app import wiring

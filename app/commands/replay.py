@@ -50,10 +50,10 @@ def run(args: argparse.Namespace) -> int:
     from sqlalchemy.exc import DBAPIError
 
     from app.config import load_settings
-    from app.rules.site.loader import load_site_config
-    from app.rules.store.errors import StoreUnavailable, describe
     from app.rules.service.replay import compare
+    from app.rules.site.loader import load_site_config
     from app.rules.store.db import EventStore
+    from app.rules.store.errors import StoreUnavailable, describe
 
     site = load_site_config(args.site)  # SiteConfigError lists every problem (exit 2)
     store = EventStore(args.db or load_settings().events_db_url, migrate=False)

@@ -7,15 +7,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import random
 import os
+import random
 import sys
 from pathlib import Path
 
+from app.commands.loadtest import add_client_options
 from app.core.redact import redact_url
 from app.tooling.bench import report
 from app.tooling.bench.http import load_jpegs
-from app.commands.loadtest import add_client_options
 from app.tooling.bench.soak import frame_sizes, make_frames, soak, summarize_soak, targets, write_outputs
 
 

@@ -11,11 +11,19 @@ import os
 import re
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import AnyUrl, Field, PrivateAttr, SecretStr, TypeAdapter, UrlConstraints, field_validator, model_validator
+from pydantic import (
+    AnyUrl,
+    Field,
+    PrivateAttr,
+    SecretStr,
+    TypeAdapter,
+    UrlConstraints,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
-from typing_extensions import Annotated
 
 from app.core.errors import ConfigError
 from app.core.imgsz import ImgSize, format_imgsz, input_hw, parse_imgsz
@@ -335,7 +343,7 @@ class Settings(BaseSettings):
 
     _choice: Any = PrivateAttr(None)  # how BACKEND / PRECISION were resolved (auto), for the log and /health
     @model_validator(mode="after")
-    def _consistent(self) -> "Settings":
+    def _consistent(self) -> Settings:
         from app.inference.backends.auto import resolve
         from app.inference.precision.spec import check_precision
 
@@ -381,7 +389,7 @@ class Settings(BaseSettings):
 
     backend_choice = property(lambda self: self._choice, doc="auto.Choice (app/inference/backends/auto.py): as set, served, why")
 
-    def served_by(self, choice: Any) -> "Settings":
+    def served_by(self, choice: Any) -> Settings:
         """These settings with the runtime ``auto`` fell back to (``Choice.after_failure``), not re-resolved."""
         served = self.model_copy(update={"backend": choice.backend, "precision": choice.precision})
         served._choice = choice

@@ -11,7 +11,7 @@ class BackgroundLoop:
     """Runs ``body(loop)`` in a daemon thread; ``body`` loops until ``loop.stopping`` and
     sleeps with ``loop.wait(s)``, which ``wake()`` (new work) or ``stop()`` cut short."""
 
-    def __init__(self, name: str, body: Callable[["BackgroundLoop"], None]) -> None:
+    def __init__(self, name: str, body: Callable[[BackgroundLoop], None]) -> None:
         self.name = name
         self._body = body
         self._wake = threading.Event()

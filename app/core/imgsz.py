@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 ImgSize = int | tuple[int, int]
 
 

@@ -175,7 +175,7 @@ class KeySource:
                                 on_error=lambda exc: log.exception("keys file check failed", exc_info=exc))
 
     @classmethod
-    def fixed(cls, keyring: Keyring) -> "KeySource":
+    def fixed(cls, keyring: Keyring) -> KeySource:
         """A source without a file (tests, and servers with CAMPUSGUARD_API_KEYS only)."""
         return cls(keyring)
 

@@ -164,7 +164,7 @@ class Metrics:
         for stage in STAGES:  # so every stage series exists from the first scrape
             self.stage_latency.labels(stage)
 
-    def track_pipeline(self, counters: "Counters") -> None:
+    def track_pipeline(self, counters: Counters) -> None:
         """Export the pipeline's own counts (inferences, images, cache releases): they are
         counted once, where they happen, and read here at scrape time."""
         self._pipeline.counters = counters

@@ -98,7 +98,7 @@ class Keyring:
     required: bool = False
 
     @classmethod
-    def parse(cls, entries: Iterable[str]) -> "Keyring":
+    def parse(cls, entries: Iterable[str]) -> Keyring:
         """From ``CAMPUSGUARD_API_KEYS`` entries (each ``[role:]key``)."""
         parsed = tuple(KeyEntry(key_id(key), role, digest(key)) for role, key in map(parse_key, entries))
         return cls(parsed, required=bool(parsed))

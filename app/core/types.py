@@ -21,7 +21,7 @@ class Detection:
     y2: float
 
 
-def in_frame_pixels(detections: "list[Detection] | tuple[Detection, ...]", frame_size: tuple[int, int],
+def in_frame_pixels(detections: list[Detection] | tuple[Detection, ...], frame_size: tuple[int, int],
                     frame_shape: tuple[int, ...]) -> list[Detection]:
     """Boxes in original pixels (``frame_size`` = width, height) -> pixels of a kept frame of
     ``frame_shape`` (H, W, ...), which a reduced JPEG decode makes smaller than the original.

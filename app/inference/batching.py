@@ -27,7 +27,7 @@ class ShapeBatcher(Generic[T]):
     """Collects same-shape batches from ``source``; ``pulled`` counts the items taken from the
     queue by the last call (held-back ones included), for the engine's admission count."""
 
-    def __init__(self, source: "queue.Queue[T]", max_batch: int, max_delay_s: float) -> None:
+    def __init__(self, source: queue.Queue[T], max_batch: int, max_delay_s: float) -> None:
         self.source, self.max_batch, self.max_delay_s = source, max_batch, max_delay_s
         self.held: deque[T] = deque()
         self.pulled = 0

@@ -12,7 +12,6 @@ from __future__ import annotations
 import functools
 import glob
 import os
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil

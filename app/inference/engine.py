@@ -31,15 +31,23 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from app.core.errors import (
+    DeadlineExceeded,
+    InferenceFailed,
+    InferenceTimeout,
+    NotReady,
+    OutOfMemory,
+    QueueFull,
+    ServiceError,
+    ShuttingDown,
+)
+from app.core.metrics import Metrics
+from app.core.types import Detection
 from app.inference.admission import ServiceRate
 from app.inference.batching import ShapeBatcher
 from app.inference.lanes import EngineState, Lane
-from app.inference.vision.candidates import Candidates
-from app.core.errors import (DeadlineExceeded, InferenceFailed, InferenceTimeout, NotReady, OutOfMemory, QueueFull,
-                        ServiceError, ShuttingDown)
-from app.core.metrics import Metrics
 from app.inference.pipeline import DetectParams, Keep, Pipeline, Prepared
-from app.core.types import Detection
+from app.inference.vision.candidates import Candidates
 
 log = logging.getLogger("campusguard.engine")
 WATCHDOG_EXIT_CODE = 70

@@ -14,10 +14,9 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from app.inference.backends.models import check_stride
-from app.core.imgsz import ImgSize, format_imgsz, input_hw, parse_imgsz
-from app.inference.backends.models import ARCH_SUFFIXES, require_weights
 from app.core.errors import ConfigError
+from app.core.imgsz import ImgSize, format_imgsz, input_hw, parse_imgsz
+from app.inference.backends.models import ARCH_SUFFIXES, check_stride, require_weights
 
 META_IMGSZ = "campusguard_imgsz"
 META_DYNAMIC_BATCH = "campusguard_dynamic_batch"
@@ -27,7 +26,7 @@ META_PRECISION = "campusguard_precision"  # "int8" for `export --int8`; absent m
 def export_onnx(
     weights: Path,
     out: Path,
-    imgsz: "ImgSize" = 640,
+    imgsz: ImgSize = 640,
     half: bool = False,
     batch: int = 1,
     dynamic_batch: bool = False,
@@ -111,7 +110,7 @@ def file_digest(path: Path) -> str:
         return hashlib.file_digest(fh, "sha256").hexdigest()[:12]
 
 
-def cached_export_path(weights: Path, imgsz: "ImgSize", half: bool, cache_dir: Path) -> Path:
+def cached_export_path(weights: Path, imgsz: ImgSize, half: bool, cache_dir: Path) -> Path:
     """Where the service keeps its automatic export of ``weights`` (keyed by content)."""
     import hashlib
 

@@ -38,15 +38,15 @@ class SinkResult:
     retry_after_s: float = 0.0
 
     @classmethod
-    def sent(cls) -> "SinkResult":
+    def sent(cls) -> SinkResult:
         return cls("sent")
 
     @classmethod
-    def dropped(cls, reason: str) -> "SinkResult":
+    def dropped(cls, reason: str) -> SinkResult:
         return cls("dropped", reason)
 
     @classmethod
-    def busy(cls, retry_after_s: float, reason: str = "busy") -> "SinkResult":
+    def busy(cls, retry_after_s: float, reason: str = "busy") -> SinkResult:
         return cls("busy", reason, max(0.0, retry_after_s))
 
 

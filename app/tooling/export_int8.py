@@ -16,11 +16,19 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from app.config import Settings
-from app.core.imgsz import ImgSize, format_imgsz, input_hw
 from app.core.errors import ConfigError
+from app.core.imgsz import ImgSize, format_imgsz, input_hw
 from app.inference.accuracy import Dataset, evaluate, load_dataset
-from app.inference.precision.quantize import (META_PRECISION, FrameReader, Recipe, YoloOnnx, calibration_images, inspect_yolo_onnx,
-                          letterboxed_frames, quantize)
+from app.inference.precision.quantize import (
+    META_PRECISION,
+    FrameReader,
+    Recipe,
+    YoloOnnx,
+    calibration_images,
+    inspect_yolo_onnx,
+    letterboxed_frames,
+    quantize,
+)
 
 DEFAULT_CALIBRATION = Path("../shared/datasets/coco-val128")
 

@@ -43,7 +43,7 @@ class PostgresCluster:
             cmd = ["runuser", "-u", "postgres", "--", *cmd]
         subprocess.run(cmd, check=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=120)
 
-    def start(self) -> "PostgresCluster":
+    def start(self) -> PostgresCluster:
         self.sock.mkdir(parents=True)
         if self._as_postgres:
             shutil.chown(self.root, "postgres")

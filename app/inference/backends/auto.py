@@ -58,7 +58,7 @@ class Choice:
     reason: str
     fallbacks: tuple[tuple[str, str], ...] = ()  # (backend, precision) to load, in order, if this one fails
 
-    def after_failure(self, error: BaseException) -> "Choice | None":
+    def after_failure(self, error: BaseException) -> Choice | None:
         """The next runtime to load once this one failed to load; ``None`` when none is left."""
         if not self.fallbacks:
             return None

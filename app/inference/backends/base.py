@@ -7,15 +7,15 @@ runtime bringing its own NMS).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 
 from app.core.imgsz import ImgSize, input_hw
 from app.core.types import DeviceInfo, MemoryStats
-
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from app.core.imgsz import ImgSize, format_imgsz, input_hw
 from app.core.errors import ConfigError
-
+from app.core.imgsz import ImgSize, format_imgsz, input_hw
 
 WEIGHT_SUFFIXES = frozenset({".pt", ".onnx"})
 ARCH_SUFFIXES = frozenset({".yaml", ".yml"})

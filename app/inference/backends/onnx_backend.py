@@ -19,22 +19,28 @@ import contextlib
 import io
 import logging
 import os
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable, Sequence
 
 import numpy as np
 import onnxruntime as ort
 from packaging.version import Version
 
-from app.core.imgsz import ImgSize, format_imgsz, input_hw, parse_imgsz
-from app.inference.devices import gpu_memory_without_torch, process_memory, torch_inventory, validate_device, parse_device
-from app.core.types import DeviceInfo, GpuInventory, MemoryStats
 from app.core.errors import ConfigError, OutOfMemory
+from app.core.imgsz import ImgSize, format_imgsz, input_hw, parse_imgsz
+from app.core.memory import trim_heap
+from app.core.types import DeviceInfo, GpuInventory, MemoryStats
 from app.inference.backends.base import BackendOptions
 from app.inference.backends.inflight import CallCount
 from app.inference.backends.onnx_inflight import FanOut, auto_inflight
+from app.inference.devices import (
+    gpu_memory_without_torch,
+    parse_device,
+    process_memory,
+    torch_inventory,
+    validate_device,
+)
 from app.inference.export import META_IMGSZ, cached_export_path, export_onnx, file_digest
-from app.core.memory import trim_heap
 
 log = logging.getLogger("campusguard.onnx")
 GPU_PROVIDERS = ("MIGraphXExecutionProvider", "ROCMExecutionProvider", "CUDAExecutionProvider", "TensorrtExecutionProvider")
@@ -202,7 +208,7 @@ class OnnxDetector:
         return FanOut(lambda one: session.run(None, {name: one})[0].astype(np.float32, copy=False), count)
 
     @classmethod
-    def from_options(cls, options: BackendOptions) -> "OnnxDetector":
+    def from_options(cls, options: BackendOptions) -> OnnxDetector:
         weights = options.weights
         require_gpu_provider(options.device, list(options.onnx_providers), options.onnx_cpu_fallback)
         if weights.suffix.lower() == ".onnx":
@@ -225,7 +231,7 @@ class OnnxDetector:
         return cls._build(target, options)
 
     @classmethod
-    def _build(cls, model_path: Path, options: BackendOptions) -> "OnnxDetector":
+    def _build(cls, model_path: Path, options: BackendOptions) -> OnnxDetector:
         return cls(model_path, options.device, options.imgsz, list(options.onnx_providers), options.threads,
                    options.onnx_cache_dir, options.half, options.max_batch_size, options.half,
                    options.onnx_cpu_fallback, options.model_name, options.inflight)

@@ -15,12 +15,10 @@ by shape. Auto (``auto_inflight``) is one request per core of the budget.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
-
 
 AUTO_MAX = 4  # requests in flight auto picks at most (each holds its own activations)
 

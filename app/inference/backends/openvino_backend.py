@@ -118,7 +118,7 @@ class OpenVinoDetector:
 
     @classmethod
     def from_options(cls, options: BackendOptions, calibration: tuple[Path, ...] = (),
-                     progress: Callable[[str], None] = lambda _: None) -> "OpenVinoDetector":
+                     progress: Callable[[str], None] = lambda _: None) -> OpenVinoDetector:
         """Build (or find cached) the IR of every shape, then compile each."""
         if options.weights.suffix.lower() == ".onnx":
             raise ConfigError("backend openvino builds its model from the .pt weights (CAMPUSGUARD_WEIGHTS); "

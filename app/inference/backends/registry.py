@@ -5,8 +5,8 @@ It is also the one seam where the tests' fault injector enters (tests/support/se
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
-from typing import Callable
 
 from app.core.errors import ConfigError
 from app.inference.backends.base import BackendOptions, Detector

@@ -15,7 +15,7 @@ of the time while frames waited in the queue.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 

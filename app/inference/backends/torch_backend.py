@@ -5,21 +5,20 @@ On ROCm builds of torch ``cuda:N`` is the AMD GPU, so one class serves CPU, NVID
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import torch
 
-from app.core.imgsz import ImgSize, input_hw
-from app.inference.vision.candidates import Candidates, floors_of, split_rows
-from app.inference.devices import process_memory, torch_inventory, torch_memory, validate_device
-from app.core.types import DeviceInfo, GpuInventory, MemoryStats
 from app.core.errors import OutOfMemory
+from app.core.imgsz import ImgSize, input_hw
+from app.core.memory import trim_heap
+from app.core.types import DeviceInfo, GpuInventory, MemoryStats
 from app.inference.backends.base import BackendOptions
 from app.inference.backends.models import check_stride, load_detection_model
-from app.core.memory import trim_heap
+from app.inference.devices import process_memory, torch_inventory, torch_memory, validate_device
+from app.inference.vision.candidates import Candidates, floors_of, split_rows
 
 UNIT = float(np.float32(1 / 255))  # the host's to_batch multiplies by this float32 constant
 
@@ -53,7 +52,7 @@ class TorchDetector:
         torch.set_num_threads(threads)  # model loading may touch it (ultralytics select_device)
 
     @classmethod
-    def from_options(cls, options: BackendOptions) -> "TorchDetector":
+    def from_options(cls, options: BackendOptions) -> TorchDetector:
         return cls(options.weights, options.device, options.imgsz, options.half, options.threads, options.model_name,
                    options.all_shapes)
 

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
-from app.core.imgsz import ImgSize, input_hw, parse_imgsz
 from app.core.errors import ConfigError, ServiceError
+from app.core.imgsz import ImgSize, input_hw, parse_imgsz
 from app.inference.export import META_PRECISION, set_metadata
 from app.inference.vision.decode import IMAGE_SUFFIXES, image_files
 

@@ -30,7 +30,7 @@ class Candidates:
         return len(self.anchors)
 
     @classmethod
-    def of_head(cls, head: np.ndarray, floor: float | None = None) -> "Candidates":
+    def of_head(cls, head: np.ndarray, floor: float | None = None) -> Candidates:
         """One image's full head output (4 + nc, anchors) -> its candidates above ``floor``
         (every anchor when ``floor`` is None)."""
         head = np.asarray(head, dtype=np.float32)

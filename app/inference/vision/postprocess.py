@@ -32,7 +32,7 @@ class Detections:
         return len(self.scores)
 
     @classmethod
-    def empty(cls) -> "Detections":
+    def empty(cls) -> Detections:
         return cls(np.zeros((0, 4), np.float32), np.zeros(0, np.float32), np.zeros(0, np.int64))
 
 

@@ -106,7 +106,7 @@ def legacy_object_id(*names: str) -> str:
     return "_".join("".join(c if c.isalnum() or c in "_-" else "_" for c in n) for n in names)
 
 
-def entities(config: "SiteConfig") -> list[tuple[tuple[str, ...], object]]:
+def entities(config: SiteConfig) -> list[tuple[tuple[str, ...], object]]:
     """(names, (camera, zone, rule)) of every entity: a camera's status, its view (with view
     checks on; zone ``"view"`` marks it, rule None), each camera/zone/rule."""
     out: list[tuple[tuple[str, ...], object]] = []
@@ -119,7 +119,7 @@ def entities(config: "SiteConfig") -> list[tuple[tuple[str, ...], object]]:
     return out
 
 
-def discovery_messages(topics: Topics, config: "SiteConfig") -> list[Message]:
+def discovery_messages(topics: Topics, config: SiteConfig) -> list[Message]:
     """Retained Home Assistant discovery configs: a binary sensor per camera/zone/rule
     (ON while an event is open), a connectivity sensor per camera (its status topic) and,
     with view checks on, a ``problem`` sensor per camera (ON while a view problem is open)."""
@@ -150,7 +150,7 @@ def discovery_messages(topics: Topics, config: "SiteConfig") -> list[Message]:
     return out + stream_messages(topics, config)
 
 
-def stream_messages(topics: Topics, config: "SiteConfig") -> list[Message]:
+def stream_messages(topics: Topics, config: SiteConfig) -> list[Message]:
     """Per camera with a ``source:``, a connectivity sensor of its stream (ON while streaming;
     its source topic carries the state: connecting, streaming, stalled, auth_failed, ...).
     A new entity (no id of older releases to clear); ``<camera>_stream`` has two names, so it
@@ -171,7 +171,7 @@ def stream_messages(topics: Topics, config: "SiteConfig") -> list[Message]:
     return out
 
 
-def legacy_clears(topics: Topics, config: "SiteConfig") -> list[Message]:
+def legacy_clears(topics: Topics, config: SiteConfig) -> list[Message]:
     """Empty retained configs for the old ids of these entities that differ from their new ids
     (and are not the new id of another entity)."""
     if not topics.discovery_prefix:

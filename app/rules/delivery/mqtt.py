@@ -46,11 +46,11 @@ from paho.mqtt.enums import CallbackAPIVersion
 
 from app.core import redact
 from app.core.errors import ConfigError
-from app.rules.store.db import EventStore
-from app.rules.store.outbox import OutboxItem
 from app.rules.delivery.discovery import discovery_messages, legacy_clears
 from app.rules.delivery.outbox import OutboxWorker
 from app.rules.delivery.retained import RetainedLedger
+from app.rules.store.db import EventStore
+from app.rules.store.outbox import OutboxItem
 
 if TYPE_CHECKING:
     from app.rules.site.schema import SiteConfig
@@ -81,7 +81,7 @@ class BrokerTarget:
         return f"{'mqtts' if self.tls else 'mqtt'}://{self.host}:{self.port}"
 
     @classmethod
-    def parse(cls, url: str, username: str | None = None, password: str | None = None) -> "BrokerTarget":
+    def parse(cls, url: str, username: str | None = None, password: str | None = None) -> BrokerTarget:
         """``mqtt://[user[:pass]@]host[:1883]`` or ``mqtts://...[:8883]``; separate user/password win."""
         parts = urlsplit(url.strip())
         if parts.scheme not in ("mqtt", "mqtts") or not parts.hostname:
@@ -329,7 +329,7 @@ class MqttBridge:
         self._sources: dict[str, str] = {}  # camera id -> its stream's state, as last published
 
     @classmethod
-    def build(cls, options: "MqttOptions", store: EventStore, metrics=None) -> "MqttBridge":
+    def build(cls, options: MqttOptions, store: EventStore, metrics=None) -> MqttBridge:
         if not options.topic_prefix:
             raise ConfigError("mqtt_topic_prefix may not be empty")
         target = BrokerTarget.parse(options.url, options.username, options.password or None)
@@ -383,13 +383,13 @@ class MqttBridge:
         """The camera's view-problem sensor: ON while any view problem is open."""
         self.publisher.set_state(self.topics.view_problem(camera_id), b"ON" if on else b"OFF")
 
-    def announce(self, config: "SiteConfig") -> None:
+    def announce(self, config: SiteConfig) -> None:
         """Re-publish discovery after a reload (new cameras, zones or rules appear in HA; the
         old-style ids of new ones are cleared, app/rules/delivery/discovery.py)."""
         for topic, payload, _ in legacy_clears(self.topics, config) + discovery_messages(self.topics, config):
             self.publisher.set_state(topic, payload)
 
-    def snapshot(self, config: "SiteConfig", status: Callable[[str], str], counts: dict[str, dict[str, int]],
+    def snapshot(self, config: SiteConfig, status: Callable[[str], str], counts: dict[str, dict[str, int]],
                  open_rules: set[tuple[str, str, str]], view_problems: set[str] = frozenset()) -> list[Message]:
         """Everything retained, as of now: discovery, then per seen camera its status,
         occupancy, the ON/OFF of each rule and of its view (``view_problems``: cameras with an
@@ -444,5 +444,5 @@ class NoMqtt:
     def view_problem(self, camera_id: str, on: bool) -> None:
         pass
 
-    def announce(self, config: "SiteConfig") -> None:
+    def announce(self, config: SiteConfig) -> None:
         pass

@@ -25,20 +25,19 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import cv2
 import numpy as np
 
-from app.core.types import Detection
 from app.core.background import BackgroundLoop
 from app.core.files import temp_path
-from app.rules.evidence.files import CLIP, EvidenceFiles, clip_url
-from app.rules.evidence.framering import BufferedFrame, FrameRing
 from app.core.timeutil import as_utc
+from app.core.types import Detection
 from app.inference.vision.annotate import ZoneOverlay, alerts_of_pairs, draw
 from app.inference.vision.mp4 import write_mp4
+from app.rules.evidence.files import CLIP, EvidenceFiles, clip_url
+from app.rules.evidence.framering import BufferedFrame, FrameRing
 
 if TYPE_CHECKING:
     from app.rules.logic.evaluator import Event
@@ -61,7 +60,7 @@ class ClipOptions:
 
 @dataclass(slots=True)
 class ClipJob:
-    event: "Event"  # the live event: its ``clip`` is cleared if the file cannot be written
+    event: Event  # the live event: its ``clip`` is cleared if the file cannot be written
     camera_id: str
     start: dt.datetime
     end: dt.datetime
@@ -85,7 +84,7 @@ class ClipRecorder:
         self._loop = BackgroundLoop("clip-writer", self._run)
 
     @classmethod
-    def build(cls, files: EvidenceFiles, options: ClipOptions) -> "ClipRecorder":
+    def build(cls, files: EvidenceFiles, options: ClipOptions) -> ClipRecorder:
         ring = FrameRing(horizon_s=options.pre_s + options.post_s + HORIZON_SLACK_S, max_fps=options.max_fps,
                          max_bytes=options.buffer_bytes, max_width=options.max_width)
         return cls(files, ring, pre_s=options.pre_s, post_s=options.post_s)
@@ -121,7 +120,7 @@ class ClipRecorder:
         """Drop the kept frames of cameras no longer configured."""
         self.ring.forget(keep)
 
-    def schedule(self, event: "Event", zones: Sequence[ZoneOverlay]) -> str | None:
+    def schedule(self, event: Event, zones: Sequence[ZoneOverlay]) -> str | None:
         """A clip for an event that just started; its URL path (the file follows within ``post_s``)."""
         start = as_utc(event.started_at)
         job = ClipJob(event, event.camera_id, start, start + self.post,
@@ -207,7 +206,7 @@ class NoClips:
                alerts: Sequence[tuple[str, str]]) -> None:
         pass
 
-    def schedule(self, event: "Event", zones: Sequence[ZoneOverlay]) -> str | None:
+    def schedule(self, event: Event, zones: Sequence[ZoneOverlay]) -> str | None:
         return None
 
     def finish(self, event_id: str, ended_at: dt.datetime) -> None:

@@ -27,13 +27,21 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal, NotRequired, TypedDict
 
+from app.core.timeutil import UTC, clamp_utc, iso
 from app.core.types import Detection
-from app.rules.site.schema import (Camera, CrowdRule, FireLaneRule, IntrusionRule, LineCrossingRule, LoiteringRule,
-                              RuleBase, SiteConfig)
 from app.rules.logic.geometry import Polygon, Polyline, box_area_fraction, box_ratio, foot_point
 from app.rules.logic.schedule import Schedule
 from app.rules.logic.tracking import CameraTracker
-from app.core.timeutil import UTC, clamp_utc, iso
+from app.rules.site.schema import (
+    Camera,
+    CrowdRule,
+    FireLaneRule,
+    IntrusionRule,
+    LineCrossingRule,
+    LoiteringRule,
+    RuleBase,
+    SiteConfig,
+)
 
 
 class ObjectRecord(TypedDict):
@@ -115,7 +123,7 @@ class Event:
 class Transition:
     kind: Literal["started", "ended"]
     event: Event
-    rule: "CompiledRule | None" = None
+    rule: CompiledRule | None = None
     ends_at: dt.datetime | None = None  # an instant event (line crossing): ``apply`` sets its end
 
     def apply(self) -> Event:
@@ -401,7 +409,7 @@ class CameraRules:
                     state.active.objects = [o.to_dict() for o in matching]
         return out
 
-    def _crossings(self, zone: "CompiledZone", rule: CompiledRule, when: dt.datetime,
+    def _crossings(self, zone: CompiledZone, rule: CompiledRule, when: dt.datetime,
                    crossings: list[Crossing]) -> list[Transition]:
         """A crossing is an instant: its event starts and ends on the same frame, so the
         store, webhooks and clients see it like any other event (``objects[0].direction``)."""

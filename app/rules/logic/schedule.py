@@ -6,8 +6,8 @@ import datetime as dt
 from collections.abc import Sequence
 from zoneinfo import ZoneInfo
 
-from app.rules.site.schema import WEEKDAYS, ActiveWindow
 from app.core.timeutil import clamp_utc
+from app.rules.site.schema import WEEKDAYS, ActiveWindow
 
 
 def window_active(window: ActiveWindow, local: dt.datetime) -> bool:

@@ -16,8 +16,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from app.core.types import Detection
 from app.core.errors import ConfigError
+from app.core.types import Detection
 from app.rules.logic.bytetrack import ByteTrack
 from app.rules.site.schema import TrackerConfig
 

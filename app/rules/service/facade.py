@@ -88,7 +88,7 @@ class RulesParts:
     clips: ClipRecorder | NoClips
     frame_log: FrameLog | NoFrameLog
     retention: RetentionSweeper
-    metrics: "Metrics"
+    metrics: Metrics
     watch_s: float = 0.0
     dry_runs: DryRunner | None = None  # None: defaults over ``store``
     fleet: FleetOptions = FleetOptions()  # the shared camera state (service/fleet.py)
@@ -330,7 +330,7 @@ class RulesService:
     def delivery_state(self) -> dict[str, Any]:
         return self.sink.delivery_state()
 
-    def replay(self, site: SiteConfig, since: dt.datetime, until: dt.datetime) -> "Comparison":
+    def replay(self, site: SiteConfig, since: dt.datetime, until: dt.datetime) -> Comparison:
         """What ``site`` would have raised over the logged frames of [since, until), next to the
         recorded events (app/rules/service/replay.py). Nothing is applied, stored, sent or counted."""
         from app.rules.service.replay import compare
@@ -346,7 +346,7 @@ class RulesService:
     def get_event(self, event_id: str) -> dict[str, Any] | None:
         return self._store_call(self.store.events.get, event_id)
 
-    def query_events(self, **filters) -> "EventPage":
+    def query_events(self, **filters) -> EventPage:
         return self._store_call(self.store.events.query, **filters)
 
     def review_event(self, event_id: str, changes: dict[str, Any], by: str) -> dict[str, Any] | None:

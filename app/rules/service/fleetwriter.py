@@ -24,8 +24,8 @@ from app.core.background import Periodic
 from app.core.timeutil import utcnow
 from app.rules.evidence.latest import LatestFrames
 from app.rules.logic.counts import CrossingCounts
-from app.rules.store.errors import describe, is_outage
 from app.rules.service.orphans import OrphanSweeper
+from app.rules.store.errors import describe, is_outage
 from app.rules.store.fleet import Crossing, FleetRepo, SharedFrame
 
 log = logging.getLogger("campusguard.rules.fleet")
@@ -78,7 +78,7 @@ class FleetWriter:
         self._frames: dict[str, tuple[dt.datetime, dt.datetime]] = {}  # camera id -> (frame time, written at)
         self._failing = False
         self.lock = threading.Lock()  # held while a batch commits (fleet.py counts under it)
-        self.sweeper: "OrphanSweeper | None" = None  # set by the service: a gone replica's open events
+        self.sweeper: OrphanSweeper | None = None  # set by the service: a gone replica's open events
         self._job = Periodic("fleet-writer", self.tick, options.interval_s, on_error=self._error)
 
     def start(self) -> None:

@@ -37,11 +37,11 @@ from multiprocessing import get_context
 
 from app.core.errors import InvalidParameter, NotFound
 from app.core.sharding import shard_of
-from app.rules.site.schema import Camera, SiteConfig
-from app.rules.logic.evaluator import CameraRules, Event
-from app.rules.store.framelog import LoggedFrame, decode
-from app.rules.store.db import EventStore
 from app.core.timeutil import as_utc, iso, shift_clamped
+from app.rules.logic.evaluator import CameraRules, Event
+from app.rules.site.schema import Camera, SiteConfig
+from app.rules.store.db import EventStore
+from app.rules.store.framelog import LoggedFrame, decode
 
 MAX_MARGIN = dt.timedelta(hours=1)
 Progress = Callable[[int], None]  # called with the number of frames just evaluated

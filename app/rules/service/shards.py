@@ -219,7 +219,7 @@ class ShardPool:
     def shard_of(self, camera_id: str) -> Shard:
         return self.shards[shard_of(camera_id, len(self.shards))]
 
-    def camera(self, camera: Camera, site: SiteConfig) -> "ShardedCamera":
+    def camera(self, camera: Camera, site: SiteConfig) -> ShardedCamera:
         """The camera-table factory: a camera's state, kept in its shard."""
         return ShardedCamera(camera, site, self.shard_of(camera.id))
 

@@ -10,13 +10,13 @@ definition is valid for any resolution the camera sends.
 from __future__ import annotations
 
 import datetime as dt
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from app.rules.site.viewchecks import ViewCheckOptions
 from app.rules.site.source import SourceSpec
+from app.rules.site.viewchecks import ViewCheckOptions
 
 IDENT = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$"
 WEEKDAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
@@ -63,7 +63,7 @@ class ActiveWindow(_Strict):
         return value
 
     @model_validator(mode="after")
-    def _not_empty(self) -> "ActiveWindow":
+    def _not_empty(self) -> ActiveWindow:
         if self.start == self.end:
             raise ValueError("start and end are equal; omit active_hours for a rule that is always active")
         return self
@@ -130,7 +130,7 @@ class RuleBase(_Strict):
         return value
 
     @model_validator(mode="after")
-    def _ranges(self) -> "RuleBase":
+    def _ranges(self) -> RuleBase:
         if self.min_ratio is not None and self.max_ratio is not None and self.min_ratio > self.max_ratio:
             raise ValueError(f"min_ratio {self.min_ratio} is above max_ratio {self.max_ratio}: no box could match")
         if self.min_area > self.max_area:
@@ -218,7 +218,7 @@ class LineCrossingRule(RuleBase):
 
 
 RULE_TYPES = ("intrusion", "crowd", "fire_lane", "loitering", "line_crossing")
-Rule = Annotated[Union[IntrusionRule, CrowdRule, FireLaneRule, LoiteringRule, LineCrossingRule],
+Rule = Annotated[IntrusionRule | CrowdRule | FireLaneRule | LoiteringRule | LineCrossingRule,
                  Field(discriminator="type")]
 
 
@@ -255,7 +255,7 @@ class Camera(_Strict):
     def _view_defaults(cls, value: Any) -> Any:
         return {} if value is None else value  # `view_checks:` with nothing under it: the defaults
 
-    def rules_part(self) -> "Camera":
+    def rules_part(self) -> Camera:
         """The camera without its view checks, its stream and its area: what its rule state depends
         on (a reload that only changes ``view_checks``, ``source`` or ``area`` keeps the camera's
         tracks and open events)."""

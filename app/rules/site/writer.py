@@ -30,10 +30,16 @@ from ruamel.yaml.comments import CommentedMap, CommentedSeq
 
 from app.core.errors import NotFound, SiteChanged, SiteReadOnly, shorten
 from app.rules.site.comments import put_tail_comment, replace_head_comment, take_tail_comment
-from app.rules.site.emit import MAX_DEPTH, coerced, round_trip_yaml, same_data, too_deep, to_node
+from app.rules.site.emit import MAX_DEPTH, coerced, round_trip_yaml, same_data, to_node, too_deep
+from app.rules.site.loader import (
+    Issue,
+    SiteConfigError,
+    parse_site_bytes,
+    parse_site_file,
+    read_site_bytes,
+    value_issues,
+)
 from app.rules.site.schema import SiteConfig
-from app.rules.site.loader import (Issue, SiteConfigError, parse_site_bytes, parse_site_file, read_site_bytes,
-                                   value_issues)
 
 READ_ONLY_ERRNOS = (errno.EACCES, errno.EPERM, errno.EROFS)
 

@@ -15,7 +15,6 @@ from sqlalchemy.engine import Engine
 from app.core.timeutil import iso, utcnow
 from app.rules.store.schema import events_table, outbox_table, parse_time
 
-
 COUNT_CAP = 10_000  # GET /events counts exactly up to here, then says "at least"
 IN_CHUNK = 500  # ids per IN (...) lookup: well under every driver's bound-parameter limit
 

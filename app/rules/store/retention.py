@@ -33,8 +33,8 @@ from pathlib import Path
 from typing import Protocol
 
 from app.core.background import Periodic
-from app.rules.store.db import EventStore
 from app.core.timeutil import utcnow
+from app.rules.store.db import EventStore
 from app.rules.store.errors import is_outage
 
 log = logging.getLogger("campusguard.rules.retention")

@@ -11,8 +11,23 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from sqlalchemy import (JSON, BigInteger, Boolean, Column, DateTime, Index, Integer, LargeBinary, MetaData, String,
-                        Table, Text, TypeDecorator, UniqueConstraint, false)
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    Column,
+    DateTime,
+    Index,
+    Integer,
+    LargeBinary,
+    MetaData,
+    String,
+    Table,
+    Text,
+    TypeDecorator,
+    UniqueConstraint,
+    false,
+)
 
 from app.core.timeutil import as_utc
 

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 DEFAULT_WEIGHTS = {"n": "../shared/models/yolov8n.pt", "m": "yolov8m.yaml", "l": "yolov8l.yaml"}
 

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
 
 import httpx
 
-from app.tooling.bench.prom import Scrape, parse_metrics
 from app.inference.vision.decode import image_files
+from app.tooling.bench.prom import Scrape, parse_metrics
 
 JPEG_SUFFIXES = frozenset({".jpg", ".jpeg"})  # the load generator posts image/jpeg
 

@@ -15,11 +15,11 @@ import argparse
 import asyncio
 import json
 import math
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from app.tooling.bench import report
-
 from app.tooling.bench.http import drive, make_client, post_image, scrape, wait_ready
 from app.tooling.bench.stats import error_rate, ratio, summarize, throughput
 
@@ -131,10 +131,10 @@ async def sweep(args: argparse.Namespace, payloads: list[bytes], bar) -> tuple[l
 def library_check(args: argparse.Namespace, info: dict[str, str]) -> Callable[[], float]:
     """A callable timing ``--library-check`` library-path calls; returns images/s."""
     from app import wiring
-    from app.tooling.bench.runner import library_step, load_images
-    from app.tooling.bench.timing import timed
     from app.config import Settings
     from app.inference.pipeline import DetectParams
+    from app.tooling.bench.runner import library_step, load_images
+    from app.tooling.bench.timing import timed
 
     extra = {"onnx_cache_dir": args.onnx_cache_dir} if args.onnx_cache_dir else {}
     settings = Settings(backend=info.get("backend", "onnx"), weights=args.library_weights,

@@ -25,7 +25,7 @@ class Histogram:
     sum: float = 0.0
     count: float = 0.0
 
-    def minus(self, earlier: "Histogram") -> "Histogram":
+    def minus(self, earlier: Histogram) -> Histogram:
         return Histogram({le: n - earlier.buckets.get(le, 0.0) for le, n in self.buckets.items()},
                          self.sum - earlier.sum, self.count - earlier.count)
 

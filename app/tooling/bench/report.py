@@ -13,9 +13,10 @@ import os
 import platform
 import socket
 import sys
+from collections.abc import Sequence
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 
 def environment() -> dict[str, Any]:

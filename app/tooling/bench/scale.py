@@ -25,7 +25,7 @@ from sqlalchemy import func, select
 from app.rules.store.db import EventStore
 from app.rules.store.framelog import decode
 from app.rules.store.schema import events_table
-from app.tooling.bench.scale_data import ZONES, RULES, camera_ids
+from app.tooling.bench.scale_data import RULES, ZONES, camera_ids
 
 Timer = Callable[[], float]
 

@@ -20,6 +20,7 @@ from app.rules.site.loader import parse_site_config
 from app.rules.site.schema import SiteConfig
 from app.tooling.bench.scale_data import H, W, camera_ids, people
 
+
 def site(cameras: int, line: bool = True) -> SiteConfig:
     """The issue's site (``line``: with the line-crossing rule, which needs tracking); without
     it, the counting rules only, with ``tracker.skip_when_unneeded`` (the cheap frame)."""

@@ -24,8 +24,9 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -121,6 +122,7 @@ def variant_name(backend: str, precision: str) -> str:
 
 def run_service(args) -> dict[str, Any]:
     import cv2
+    import ultralytics
 
     from app import wiring
     from app.config import Settings
@@ -129,7 +131,6 @@ def run_service(args) -> dict[str, Any]:
     from app.inference.vision.preprocess import letterbox, to_batch
     from app.inference.vision.shapes import aspect_shape
     from app.tooling.bench.camera_frames import camera_jpegs
-    import ultralytics
 
     weights = Path(dict(args.weights).get("n", "../shared/models/yolov8n.pt")).resolve()
     cache = (args.onnx_cache_dir or Path(".cache/campusguard")).resolve()

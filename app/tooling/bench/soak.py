@@ -18,7 +18,6 @@ import numpy as np
 
 from app.tooling.bench import report
 from app.tooling.bench.http import drive, make_client, post_image, scrape, wait_ready
-
 from app.tooling.bench.stats import error_rate, growth, summarize, throughput
 
 MB = 2**20

@@ -8,8 +8,8 @@ reference is missing or zero is ``None`` rather than a division error or infinit
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Sequence
 
 import numpy as np
 

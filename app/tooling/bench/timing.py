@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
 
 class PeakMemory:
@@ -28,7 +28,7 @@ class PeakMemory:
         except Exception:  # a reader failing must not kill the benchmark
             pass
 
-    def __enter__(self) -> "PeakMemory":
+    def __enter__(self) -> PeakMemory:
         self._sample()
         self._thread.start()
         return self

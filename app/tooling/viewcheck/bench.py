@@ -22,10 +22,10 @@ import numpy as np
 
 from app.rules.logic.view.checks import blinded, box_weight, covered
 from app.rules.logic.view.features import analyse
-from app.tooling.viewcheck.effects import Noise
-from app.tooling.viewcheck.scenes import View, coco_images, read_image
 from app.rules.logic.view.monitor import ViewMonitor
 from app.rules.site.viewchecks import ViewCheckOptions
+from app.tooling.viewcheck.effects import Noise
+from app.tooling.viewcheck.scenes import View, coco_images, read_image
 
 SIZES = ((320, 240), (640, 480), (1280, 720), (1920, 1080))
 T0 = dt.datetime(2026, 3, 2, 12, 0, tzinfo=dt.timezone.utc)

@@ -16,9 +16,9 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 
-from app.tooling.viewcheck.sequences import Sequence
 from app.rules.logic.view.monitor import ViewMonitor
 from app.rules.site.viewchecks import KINDS, ViewCheckOptions
+from app.tooling.viewcheck.sequences import Sequence
 
 T0 = dt.datetime(2026, 3, 2, 17, 0, tzinfo=dt.timezone.utc)
 SLACK_S = 5.0  # the allowance on top of persist_s / frozen_after_s

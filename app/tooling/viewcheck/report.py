@@ -24,13 +24,13 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
+from app.rules.site.viewchecks import ViewCheckConfigError, parse_options
 from app.tooling.viewcheck.bench import bench, one_core
 from app.tooling.viewcheck.evaluate import LABELS, run_sequence
 from app.tooling.viewcheck.markdown import report_markdown
 from app.tooling.viewcheck.scenarios import SCENARIOS
 from app.tooling.viewcheck.sequences import build
 from app.tooling.viewcheck.summary import PARTS, part_summary, sequence_record
-from app.rules.site.viewchecks import ViewCheckConfigError, parse_options
 
 DEFAULT_DATASET = Path(os.environ.get("CAMPUSGUARD_TEST_DATASET", "../shared/datasets/coco-val128"))
 

@@ -9,8 +9,8 @@ import statistics
 from collections import Counter
 from typing import Any
 
-from app.tooling.viewcheck.evaluate import LABELS, SequenceResult, deadline
 from app.rules.site.viewchecks import KINDS, ViewCheckOptions
+from app.tooling.viewcheck.evaluate import LABELS, SequenceResult, deadline
 
 PARTS = ("tuned", "set_aside", "fresh")
 

@@ -8,9 +8,9 @@ reference. ``ViewCheckOptions`` / ``parse_options`` validate a camera's ``view_c
 """
 
 from app.rules.logic.view.monitor import ViewCheckError, ViewMonitor
-from app.rules.site.viewchecks import KINDS, Kind, ViewCheckConfigError, ViewCheckOptions, parse_options
 from app.rules.logic.view.render import render_transition, side_by_side
 from app.rules.logic.view.state import KindState, ViewState, ViewTransition
+from app.rules.site.viewchecks import KINDS, Kind, ViewCheckConfigError, ViewCheckOptions, parse_options
 
 __all__ = ["KINDS", "Kind", "KindState", "ViewCheckConfigError", "ViewCheckError", "ViewCheckOptions",
            "ViewMonitor", "ViewState", "ViewTransition", "parse_options", "render_transition", "side_by_side"]

@@ -17,8 +17,8 @@ import numpy as np
 
 from app.rules.logic.view.features import FrameFeatures
 from app.rules.logic.view.motion import Motion
-from app.rules.site.viewchecks import Thresholds
 from app.rules.logic.view.reference import Reference, texture
+from app.rules.site.viewchecks import Thresholds
 
 Box = Sequence[float]  # (x1, y1, x2, y2, confidence), normalised to 0..1
 VETOED = ("covered", "moved", "defocused")

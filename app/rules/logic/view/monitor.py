@@ -23,10 +23,10 @@ import numpy as np
 from app.rules.logic.view.checks import Box, Verdict, judge, largest_box
 from app.rules.logic.view.features import FrameFeatures, analyse
 from app.rules.logic.view.frozen import FrozenTracker
-from app.rules.site.viewchecks import KINDS, Kind, ViewCheckOptions
 from app.rules.logic.view.persistence import Persistence
 from app.rules.logic.view.reference import Learner, Reference, thumbnail
 from app.rules.logic.view.state import KindState, Mode, Status, ViewState, ViewTransition
+from app.rules.site.viewchecks import KINDS, Kind, ViewCheckOptions
 
 UTC = dt.timezone.utc
 NIGHT_BELOW, DAY_ABOVE = 0.03, 0.06  # colour saturation hysteresis of the light mode
