@@ -3,6 +3,7 @@ and error code: keep both true."""
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 
@@ -71,3 +72,20 @@ def test_every_error_code_is_in_the_api_docs_table():
     codes -= {"config_error", "device_error", "keys_file_error", "secret_error"}  # startup only, never a reply
     missing = sorted(code for code in codes if f"`{code}`" not in table)
     assert not missing, f"docs/api.md's error table misses {missing}"
+
+
+def test_the_readme_is_a_short_front_door_whose_links_resolve():
+    """At most 200 lines (issue 39): the reference lives in docs/, and every relative link resolves."""
+    assert len(README.splitlines()) <= 200, "README.md is the front door: move reference material to docs/"
+    for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", README):
+        if not target.startswith(("http://", "https://")):
+            assert (ROOT / target).exists(), f"README links to a missing {target}"
+    for doc in ("settings", "cli", "api", "backends", "testing"):
+        assert f"docs/{doc}.md" in README, f"the README's index misses docs/{doc}.md"
+
+
+def test_every_package_says_what_it_is():
+    """A package docstring that only repeats the package's name tells a newcomer nothing (issue 39)."""
+    for init in (ROOT / "app").rglob("__init__.py"):
+        doc = ast.get_docstring(ast.parse(init.read_text())) or ""
+        assert len(doc.split()) >= 5, f"{init.relative_to(ROOT)}: say what the package is for"

@@ -1,1 +1,2 @@
-"""store"""
+"""Persistence of events, outbox, detection log, audit trail and fleet state (SQLite or PostgreSQL), with
+Alembic migrations and retention."""

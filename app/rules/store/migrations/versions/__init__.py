@@ -1,0 +1,1 @@
+"""Alembic revisions of the event store, oldest first."""
