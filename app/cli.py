@@ -1,4 +1,4 @@
-"""`campusguard serve | export | eval | detect | db | bench | loadtest | soak | parity | replay | keys | gateway | demo | viewcheck-report`.
+"""`campusguard COMMAND`: the command table (every command and its options: docs/cli.md).
 
 Each command lives in its own module exposing ``configure(parser)`` and ``run(args) ->
 int``; this file only wires them together, so adding a command is one line in COMMANDS.
@@ -21,6 +21,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "db": ("app.commands.db", "event-store schema: apply pending migrations, show the current revision"),
     "bench": ("app.commands.bench", "benchmark backends x sizes x batches (the migration table)"),
     "loadtest": ("app.commands.loadtest", "HTTP concurrency sweep against a running server"),
+    "campus-load": ("app.commands.campus_load", "a campus's cameras against a running server: N cameras at F fps, "
+                                                "newest frame wins, CPU per frame of server and generator"),
     "soak": ("app.commands.soak", "long mixed-size run against a running server, tracking memory"),
     "parity": ("app.commands.parity", "detections on a device/precision against a stored CPU reference"),
     "bench-shadow": ("app.commands.bench_shadow", "detection p50/p95 and admission with the shadow reference on vs off"),
