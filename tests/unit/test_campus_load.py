@@ -11,7 +11,7 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 
 from app.rules.site.loader import parse_site_bytes
-from app.tooling.bench.campus import CampusPlan, camera_ids, run_campus, run_camera, server_cpu_seconds, site_yaml
+from app.tooling.bench.campus import CampusPlan, camera_ids, run_camera, run_campus, server_cpu_seconds, site_yaml
 
 
 class FakeClock:

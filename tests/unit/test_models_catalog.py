@@ -9,8 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from app.inference.catalog import (ModelsConfigError, class_names, load_models, onnx_class_names, parse_models,
-                                   parse_names)
+from app.inference.catalog import (
+    ModelsConfigError,
+    class_names,
+    load_models,
+    onnx_class_names,
+    parse_models,
+    parse_names,
+)
 
 COCO3 = {0: "person", 1: "bicycle", 2: "car"}
 
