@@ -43,8 +43,10 @@ def build_parser() -> argparse.ArgumentParser:
         try:
             module = importlib.import_module(module_name)
         except ModuleNotFoundError as exc:
-            if exc.name and module_name.startswith(exc.name):
-                continue  # command not built yet in this checkout
+            if exc.name and module_name.startswith(exc.name):  # the command's own module, not a dependency of it
+                raise ModuleNotFoundError(f"campusguard: the command {name!r} is listed in app/cli.py's COMMANDS but "
+                                          f"its module {module_name} is missing: add the module or remove the entry",
+                                          name=module_name) from exc
             raise
         cmd = sub.add_parser(name, help=help_text, description=(module.__doc__ or help_text).strip().splitlines()[0])
         module.configure(cmd)

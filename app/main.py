@@ -28,19 +28,16 @@ from app.api.access import Gate
 from app.api.docs import install_docs
 from app.api.errors import install_error_handlers
 from app.api.middleware import RequestGuard
+from app.api.state import AppState, install
 from app.config import Settings
-from app.core.audit import AuditEntry, summarize
 from app.core.errors import ConfigError
 from app.core.imgsz import format_imgsz
-from app.core.keys import KeyChange
 from app.core.metrics import Metrics
-from app.core.progress import StartupProgress
 from app.core.types import GpuInventory
+from app.inference.backends.auto import Choice
 from app.inference.backends.models import require_weights
 from app.inference.devices import parse_device, torch_inventory, validate_device
-from app.inference.shadow.lane import NoShadow
 from app.inference.vision.shapes import describe as describe_shapes
-from app.rules.port import NoRules
 
 log = logging.getLogger("campusguard")
 LOAD_FAILURE_EXIT_CODE = 3
@@ -56,19 +53,19 @@ def preflight(settings: Settings) -> None:
     wiring.check_shadow(settings)
 
 
-def load_engine(app: FastAPI, settings: Settings, metrics: Metrics) -> None:
+def load_engine(state: AppState, settings: Settings, choice: Choice, metrics: Metrics) -> None:
     """Load (build and gate a reduced precision), start the worker, warm up every shape, then
     flip readiness (background thread). Each step is reported in /health as it happens."""
-    progress: StartupProgress = app.state.progress
+    progress = state.progress
     try:
-        progress.set("loading", f"{settings.backend} {settings.precision} model from {settings.weights}")
-        settings, provisioned = wiring.provision_served(settings, progress.note,
-                                                        lambda served, exc: fall_back(app, served, exc))
+        progress.set("loading", f"{choice.backend} {choice.precision} model from {settings.weights}")
+        choice, provisioned = wiring.provision_served(settings, choice, progress.note,
+                                                      lambda served, exc: fall_back(state, settings, served, exc))
         detector = provisioned.detector
-        app.state.provisioned = provisioned
+        state.provisioned.put(provisioned)
         report_precision(metrics, provisioned)
         engine = wiring.build_engine(settings, wiring.build_pipeline(settings, detector), metrics)
-        app.state.detector, app.state.engine = detector, engine
+        state.engine.put(engine)
         shapes = describe_shapes(engine.pipeline.shapes)
         progress.set("warming_up", f"shapes {shapes}, {settings.warmup_iters} run(s) each")
         engine.start()
@@ -78,7 +75,7 @@ def load_engine(app: FastAPI, settings: Settings, metrics: Metrics) -> None:
             progress.note(f"loading the shadow reference ({settings.shadow_backend} on {settings.shadow_device})")
         shadow = wiring.build_shadow(settings, engine, metrics)  # ConfigError: a reference that cannot run
         shadow.start()
-        app.state.shadow = shadow
+        state.shadow.put(shadow)
         info = detector.device_info()
         metrics.build_info.info({"version": __version__, "backend": detector.backend, "provider": detector.provider,
                                  "model": detector.model_name, "precision": detector.precision,
@@ -99,13 +96,12 @@ def load_engine(app: FastAPI, settings: Settings, metrics: Metrics) -> None:
         os._exit(LOAD_FAILURE_EXIT_CODE)
 
 
-def fall_back(app: FastAPI, served: Settings, exc: BaseException) -> None:
+def fall_back(state: AppState, settings: Settings, choice: Choice, exc: BaseException) -> None:
     """``auto``'s runtime failed to load: say so, and serve the next one (log, /health, progress)."""
-    choice = served.backend_choice
     log.warning("backend %s: %s", choice.backend, choice.reason, exc_info=exc)
-    app.state.backend_choice = choice.describe()
-    app.state.progress.set("loading", f"{choice.backend} {choice.precision} model from {served.weights} "
-                                      f"(the first choice failed to load)")
+    state.backend_choice.put(choice.describe())
+    state.progress.set("loading", f"{choice.backend} {choice.precision} model from {settings.weights} "
+                                  f"(the first choice failed to load)")
 
 
 def report_precision(metrics: Metrics, provisioned) -> None:
@@ -117,9 +113,8 @@ def report_precision(metrics: Metrics, provisioned) -> None:
         metrics.precision_gate_value.labels(verdict.precision, verdict.metric).set(verdict.value)
 
 
-def log_backend(settings: Settings) -> None:
+def log_backend(choice: Choice) -> None:
     """Say which runtime and precision serve and why: with ``auto`` (the default) the machine decides."""
-    choice = settings.backend_choice
     log.info("backend %s, precision %s (CAMPUSGUARD_BACKEND=%s, CAMPUSGUARD_PRECISION=%s): %s", choice.backend,
              choice.precision, choice.requested_backend, choice.requested_precision, choice.reason)
 
@@ -141,49 +136,44 @@ def log_auth(settings: Settings, gate: Gate) -> None:
                     "connect. Beyond loopback keys are required (docs/security.md)", settings.host)
 
 
-def record_key_change(app: FastAPI, change: KeyChange) -> None:
-    """A keys-file reload in the audit trail: names and roles before and after, never a key."""
-    def names(pairs: tuple[tuple[str, str], ...]) -> str:
-        return ", ".join(f"{n} ({r})" for n, r in pairs) or "none"
-
-    app.state.gate.audit.record(AuditEntry(actor=f"system:{change.trigger}", action="keys.reload", target=change.path,
-                                      before=summarize(names(change.before)), after=summarize(names(change.after))))
-
-
-def create_app(settings: Settings | None = None) -> FastAPI:
+def create_app(settings: Settings | None = None, choice: Choice | None = None) -> FastAPI:
+    """The app for ``settings``; ``choice``: the runtime already resolved for them (``campusguard
+    serve`` resolves it first, to exit 2 on a runtime that cannot run), else resolved here."""
     settings = settings or Settings()
+    choice = choice or wiring.resolve_runtime(settings)  # ConfigError: a precision or weights it cannot run
     metrics = Metrics(settings.metrics_max_cameras)
+    state = wiring.build_state(settings, metrics, choice)  # ConfigError: exposed without a key, bad keys file
+    gate, sources = state.gate, state.sources
+    wiring.register_shadow_metrics(metrics, state.shadow.get)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         preflight(settings)
-        log_backend(settings)
+        log_backend(choice)
         log_auth(settings, gate)
-        rules = wiring.build_rules(settings, metrics, sources)
-        ingest = wiring.build_ingest(settings, rules, metrics, sources, lambda: getattr(app.state, "engine", None),
-                                     lambda: app.state.shadow)
+        stack = wiring.build_rules_stack(settings, metrics, sources)
+        ingest = wiring.build_ingest(settings, stack, metrics, sources, state.engine.get, state.shadow.get)
+        rules = stack.rules
         ingest.start(rules.config if rules.enabled else None, asyncio.get_running_loop())  # SiteConfigError: stop
-        app.state.ingest = ingest
         rules.start()
         sources.start()
-        app.state.rules = rules
-        audit = wiring.build_audit(rules, metrics)
-        audit.start()
-        gate.audit = audit  # refusals, route changes and keys-file reloads are recorded there
+        state.rules.put(rules)
+        stack.audit.start()
+        gate.audit.put(stack.audit)  # refusals, route changes and keys-file reloads are recorded there
         gate.keys.start()
-        loader = threading.Thread(target=load_engine, args=(app, settings, metrics), name="campusguard-load",
-                                  daemon=True)
+        loader = threading.Thread(target=load_engine, args=(state, settings, choice, metrics),
+                                  name="campusguard-load", daemon=True)
         loader.start()
         yield
         await asyncio.to_thread(ingest.stop)  # every ffmpeg gone; its frames in flight finish on this loop
         sources.stop()
-        engine = getattr(app.state, "engine", None)
+        engine = state.engine.get()
         if engine is not None:
             engine.begin_drain()
             engine.stop()
-        app.state.shadow.stop()
+        state.shadow.get().stop()
         gate.keys.stop()
-        audit.stop()  # its last records while the store is still open
+        stack.audit.stop()  # its last records while the store is still open
         rules.stop()
         log.info("shut down cleanly")
 
@@ -195,21 +185,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         lifespan=lifespan,
         docs_url=None, redoc_url=None, openapi_url=None,  # served offline and behind the key by app/api/docs.py
     )
-    app.state.settings = settings
-    app.state.options = wiring.api_options(settings)
-    app.state.metrics = metrics
-    gate = wiring.build_gate(settings, metrics)  # ConfigError: exposed without a key, bad keys file
-    gate.keys.on_change = lambda change: record_key_change(app, change)
-    app.state.gate = gate
-    app.state.progress = StartupProgress("starting")
-    app.state.provisioned = None
-    app.state.backend_choice = settings.backend_choice.describe()  # /health: BACKEND/PRECISION as set, served, why
-    app.state.started_at = time.time()
-    app.state.rules = NoRules()
-    app.state.shadow = NoShadow()  # the lane replaces it once the reference is loaded (CAMPUSGUARD_SHADOW_*)
-    wiring.register_shadow_metrics(metrics, lambda: app.state.shadow)
-    sources = wiring.build_sources(metrics)  # camera streams, from this process's ingest or gateways' reports
-    app.state.sources = sources
+    install(app, state)
     install_error_handlers(app)
     install_docs(app)
     app.include_router(detect.router)

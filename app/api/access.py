@@ -26,6 +26,7 @@ from app.core.errors import Forbidden, InsufficientRole, TooManyAuthFailures, Un
 from app.core.keys import KeySource
 from app.core.metrics import Metrics
 from app.core.roles import ANONYMOUS, DEFAULT_ROLE, PERMISSIONS, Keyring, Principal, check_permission, key_id
+from app.core.slot import Slot
 from app.core.throttle import FailureThrottle
 
 log = logging.getLogger("campusguard.auth")
@@ -50,7 +51,8 @@ class Gate:
     metrics: Metrics
     throttle: FailureThrottle = field(default_factory=FailureThrottle)
     mode: str = "on"  # what /health and /auth/me report (AUTH_MODES)
-    audit: AuditTrail = field(default_factory=NoAudit)  # the lifespan puts the event store's trail here
+    # the trail in the event store, once the lifespan opened it (NoAudit before, and without one)
+    audit: Slot[AuditTrail] = field(default_factory=lambda: Slot[AuditTrail](NoAudit()))
 
     @classmethod
     def of(cls, keyring: Keyring, metrics: Metrics | None = None, mode: str | None = None) -> Gate:
@@ -107,9 +109,9 @@ class Gate:
                     who or "none")
         if who is not None and (permission == "admin" or "admin" in route_permissions(request)):
             # a person tried to change something (the route's read check may be the one that refused)
-            self.audit.record(AuditEntry(actor=who, client=client, action="auth.refused",
-                                         target=f"{request.method} {request.url.path}"[:512],
-                                         outcome="refused", after=reason))
+            self.audit.get().record(AuditEntry(actor=who, client=client, action="auth.refused",
+                                               target=f"{request.method} {request.url.path}"[:512],
+                                               outcome="refused", after=reason))
 
 
 def route_permissions(request: Request) -> set[str]:

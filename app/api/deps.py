@@ -1,8 +1,9 @@
 """Request dependencies: the app's services as typed parameters, and API-key auth by role.
 
-Routes state what they need (``engine: EngineDep``) instead of reaching into
-``request.app.state``; this module is the only reader of it, so a test swaps any service
-with ``app.dependency_overrides[get_engine] = ...`` and runs the real routes in-process.
+Routes state what they need (``engine: EngineDep``) instead of reaching into the app's
+state; this module is the only reader of it (the typed ``AppState``, app/api/state.py), so a
+test swaps any service with ``app.dependency_overrides[get_engine] = ...`` and runs the real
+routes in-process.
 Every dependency is ``async def``: none of them blocks, and FastAPI runs a plain ``def``
 one in its thread pool, a round trip per dependency per request (nine on ``/detect``, about
 1 ms of CPU a request on two cores; docs/benchmarks.md).
@@ -20,6 +21,7 @@ from fastapi.security import APIKeyHeader
 
 from app.api.access import Gate, Recorder, principal_of
 from app.api.options import ApiOptions
+from app.api.state import AppState, state_of
 from app.core.audit import AuditTrail
 from app.core.errors import NotReady
 from app.core.metrics import Metrics
@@ -28,7 +30,7 @@ from app.core.sources import SourceBook
 from app.inference.backends.base import Detector
 from app.inference.engine import InferenceEngine
 from app.inference.shadow.lane import NoShadow, ShadowLane
-from app.rules.port import NoRules, Rules, disabled
+from app.rules.port import Rules, disabled
 
 # Declared once: OpenAPI lists it as the `ApiKey` security scheme, so Swagger UI's
 # "Authorize" button sends X-API-Key with "Try it out".
@@ -37,59 +39,65 @@ api_key_header = APIKeyHeader(name="X-API-Key", scheme_name="ApiKey", auto_error
                                           "needed only when keys are configured)")
 
 
-async def get_options(request: Request) -> ApiOptions:
-    return request.app.state.options
+async def get_state(request: Request) -> AppState:
+    """The application's typed state (app/api/state.py): every dependency below reads it."""
+    return state_of(request.app)
 
 
-async def get_metrics(request: Request) -> Metrics:
-    return request.app.state.metrics
+StateDep = Annotated[AppState, Depends(get_state)]
 
 
-async def get_engine(request: Request) -> InferenceEngine | None:
+async def get_options(state: StateDep) -> ApiOptions:
+    return state.options
+
+
+async def get_metrics(state: StateDep) -> Metrics:
+    return state.metrics
+
+
+async def get_engine(state: StateDep) -> InferenceEngine | None:
     """The engine once the model is loaded (None while loading)."""
-    return getattr(request.app.state, "engine", None)
+    return state.engine.get()
 
 
-async def get_phase(request: Request) -> str:
-    progress = getattr(request.app.state, "progress", None)
-    return progress.phase if progress is not None else request.app.state.phase
+async def get_phase(state: StateDep) -> str:
+    return state.progress.phase
 
 
-async def get_startup(request: Request) -> dict:
+async def get_startup(state: StateDep) -> dict:
     """What the loader is doing (in words) and the precision it settled on, for /health."""
-    state = request.app.state
-    progress, provisioned = getattr(state, "progress", None), getattr(state, "provisioned", None)
-    return {"phase_detail": progress.describe() if progress is not None else None,
+    provisioned = state.provisioned.get()
+    return {"phase_detail": state.progress.describe(),
             "precision_report": provisioned.report() if provisioned is not None else None,
-            "backend_choice": getattr(state, "backend_choice", None)}
+            "backend_choice": state.backend_choice.get()}
 
 
-async def get_started_at(request: Request) -> float:
-    return request.app.state.started_at
+async def get_started_at(state: StateDep) -> float:
+    return state.started_at
 
 
-async def get_rules(request: Request) -> Rules:
+async def get_rules(state: StateDep) -> Rules:
     """The rules service, or ``NoRules`` when no site file is configured."""
-    return getattr(request.app.state, "rules", None) or NoRules()
+    return state.rules.get()
 
 
-async def get_sources(request: Request) -> SourceBook:
+async def get_sources(state: StateDep) -> SourceBook:
     """Camera streams: this replica's ingest and the gateways' reports (app/core/sources.py)."""
-    return request.app.state.sources
+    return state.sources
 
 
-async def get_shadow(request: Request) -> ShadowLane | NoShadow:
+async def get_shadow(state: StateDep) -> ShadowLane | NoShadow:
     """The shadow lane (``NoShadow`` while off or until the reference is loaded)."""
-    return getattr(request.app.state, "shadow", None) or NoShadow()
+    return state.shadow.get()
 
 
-async def get_gate(request: Request) -> Gate:
-    return request.app.state.gate
+async def get_gate(state: StateDep) -> Gate:
+    return state.gate
 
 
-async def get_audit(request: Request) -> AuditTrail:
+async def get_audit(state: StateDep) -> AuditTrail:
     """The audit trail (``NoAudit`` without an event store); the gate holds it, as it records refusals."""
-    return request.app.state.gate.audit
+    return state.gate.audit.get()
 
 
 OptionsDep = Annotated[ApiOptions, Depends(get_options)]

@@ -1,4 +1,4 @@
-"""What the HTTP layer needs from the settings (app/wiring.py fills it; routes never see ``Settings``)."""
+"""What the HTTP layer needs from the settings (app/wiring fills it; routes never see ``Settings``)."""
 
 from __future__ import annotations
 

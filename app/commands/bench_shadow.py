@@ -65,7 +65,8 @@ def run(args: argparse.Namespace) -> int:
         engine.stop()
         lane.stop()
     rows = summarize(rounds)
-    meta = report.environment() | {"backend": settings.backend, "precision": settings.precision,
+    served = engine.pipeline.detector
+    meta = report.environment() | {"backend": served.backend, "precision": served.precision,
                                    "imgsz": str(settings.imgsz), "reference": args.reference, "sample": args.sample,
                                    "rps": args.rps, "requests_per_round": args.requests, "rounds": args.rounds}
     each = per_round(rounds)

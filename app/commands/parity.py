@@ -88,7 +88,7 @@ def detect_all(args: argparse.Namespace, precision: str) -> dict[str, list[list[
 
 
 def served_detector(settings: Settings) -> Detector:
-    """The detector the service would serve at ``settings.precision``: a reduced precision that
+    """The detector the service would serve at the settings' precision: a reduced precision that
     fails its gate is an error, not a silent fp32 (parity would compare fp32 with fp32)."""
     from app import wiring
 
@@ -96,7 +96,7 @@ def served_detector(settings: Settings) -> Detector:
     if provisioned.fallback:
         provisioned.detector.close()
         raise ConfigError(f"{provisioned.verdict.summary}: the service would serve fp32 instead, so there is no "
-                          f"{settings.precision} model to compare")
+                          f"{provisioned.requested} model to compare")
     return provisioned.detector
 
 

@@ -54,14 +54,15 @@ def serve(overrides: dict) -> int:
     """Start the service with the environment's settings and ``overrides``; the exit code."""
     tune_allocator()  # before any worker thread creates its own malloc arena
     settings = load_settings(**overrides)
-    from app.wiring import auth_mode, check_site
+    from app.wiring import auth_mode, check_site, resolve_runtime
 
     auth_mode(settings)  # exposed without a key: refuse (exit 2) before anything loads
+    choice = resolve_runtime(settings)  # auto on this machine; a precision or weights it cannot run: exit 2
     check_site(settings)  # an invalid site file, a camera source's ${VAR} set nowhere: exit 2, field named
     configure_logging(settings.log_format, settings.log_level)
     from app.main import create_app
 
-    app = create_app(settings)
+    app = create_app(settings, choice)
     config = uvicorn.Config(app, host=settings.host, port=settings.port, log_config=None, access_log=False,
                             timeout_graceful_shutdown=settings.drain_timeout_s, lifespan="on",
                             proxy_headers=True, forwarded_allow_ips=settings.forwarded_allow_ips)
@@ -83,12 +84,15 @@ def _reload(app) -> None:
 
 
 def _reload_files(app) -> None:
-    app.state.gate.keys.reload_or_log("signal")
-    rules = app.state.rules
+    from app.api.state import state_of
+
+    state = state_of(app)
+    state.gate.keys.reload_or_log("signal")
+    rules = state.rules.get()
     if not rules.enabled:
         log.info("SIGHUP: no site configuration to reload")
         return
     if rules.reload_or_log():
         from app.core.audit import AuditEntry
 
-        app.state.gate.audit.record(AuditEntry(actor="system:signal", action="site.reload", target="site"))
+        state.gate.audit.get().record(AuditEntry(actor="system:signal", action="site.reload", target="site"))

@@ -2,7 +2,8 @@
 
 Validators fail fast at startup: a typo in a device string or a threshold out of range stops the process
 with a message that names the variable, instead of a 500 on the first frame. Tests build ``Settings(...)``
-directly and hand it to ``create_app``. ``auto`` (backend, precision) is resolved here, once.
+directly and hand it to ``create_app``. Values stay as written: ``auto`` (backend, precision) is
+resolved by the composition root (app/wiring/runtime.py), which decides what runs on this machine.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ from typing import Annotated, Any, Literal
 from pydantic import (
     AnyUrl,
     Field,
-    PrivateAttr,
     SecretStr,
     TypeAdapter,
     UrlConstraints,
@@ -25,7 +25,6 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from app.core.errors import ConfigError
 from app.core.imgsz import ImgSize, format_imgsz, input_hw, parse_imgsz
 from app.core.secrets import resolve_file_settings
 
@@ -341,24 +340,13 @@ class Settings(BaseSettings):
         parse_shapes(text, 640)  # every entry valid; the primary shape is added by shape_list
         return text
 
-    _choice: Any = PrivateAttr(None)  # how BACKEND / PRECISION were resolved (auto), for the log and /health
     @model_validator(mode="after")
     def _consistent(self) -> Settings:
-        from app.inference.backends.auto import resolve
-        from app.inference.precision.spec import check_precision
-
-        choice = self._choice = resolve(self.backend, self.precision, self.device, self.weights.suffix)  # auto -> a runtime
-        self.backend, self.precision = choice.backend, choice.precision
-        try:
-            check_precision(self.backend, self.device, self.precision)
-        except ConfigError as exc:
-            raise ValueError(exc.message) from None
+        # BACKEND / PRECISION stay as written (``auto`` too): app/wiring/runtime.py resolves them on the
+        # machine and checks the result (a precision the backend cannot run, .onnx for torch or openvino)
         suffix = self.weights.suffix.lower()
         if suffix not in {".pt", ".onnx", ".yaml", ".yml"}:
             raise ValueError(f"weights must be a .pt, .onnx or .yaml file, got {self.weights}")
-        if self.backend in ("torch", "openvino") and suffix == ".onnx":
-            raise ValueError(f"backend '{self.backend}' cannot load an .onnx file; use backend=onnx"
-                             + (" (openvino builds its model from the .pt)" if self.backend == "openvino" else ""))
         if self.webhook_urls and not self.webhook_secret.get_secret_value():
             raise ValueError("CAMPUSGUARD_WEBHOOK_URLS is set but CAMPUSGUARD_WEBHOOK_SECRET is empty: webhooks are "
                              "always signed; set CAMPUSGUARD_WEBHOOK_SECRET (or CAMPUSGUARD_WEBHOOK_SECRET_FILE) to a "
@@ -386,11 +374,3 @@ class Settings(BaseSettings):
     @property
     def display_model_name(self) -> str:
         return self.model_name or self.weights.stem
-
-    backend_choice = property(lambda self: self._choice, doc="auto.Choice (app/inference/backends/auto.py): as set, served, why")
-
-    def served_by(self, choice: Any) -> Settings:
-        """These settings with the runtime ``auto`` fell back to (``Choice.after_failure``), not re-resolved."""
-        served = self.model_copy(update={"backend": choice.backend, "precision": choice.precision})
-        served._choice = choice
-        return served

@@ -100,7 +100,7 @@ class _Item:
 
 @dataclass(frozen=True, slots=True)
 class EngineLimits:
-    """The engine's knobs (app/wiring.py fills them from the settings; the engine needs only these)."""
+    """The engine's knobs (app/wiring fills them from the settings; the engine needs only these)."""
 
     queue_size: int = 64
     max_batch_size: int = 8

@@ -49,7 +49,7 @@ log = logging.getLogger("campusguard.ingest")
 
 @dataclass(frozen=True)
 class IngestOptions:
-    """``CAMPUSGUARD_INGEST`` and where ``${VAR}`` secrets are read from (app/wiring.py fills it)."""
+    """``CAMPUSGUARD_INGEST`` and where ``${VAR}`` secrets are read from (app/wiring fills it)."""
 
     mode: Literal["embedded", "off"] = "embedded"
     secrets_dir: Path | None = None

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from app.api.state import state_of
 from app.cli import main
 from app.config import Settings
 from tests.integration.test_export_eval_cli import make_dataset
@@ -113,10 +114,10 @@ def test_shadow_reference_on_openvino(weights, onnx_cache, openvino_cache, datas
     """An onnx primary shadowed by an OpenVINO fp32 reference (the same weights): they agree."""
     from dataclasses import replace
 
-    from app import wiring
+    from app.wiring import shadow
 
-    monkeypatch.setattr(wiring, "reference_options", lambda s, _f=wiring.reference_options: replace(
-        _f(s), onnx_cache_dir=openvino_cache))  # the primary's exports in one cache, the IR from the shared one
+    monkeypatch.setattr(shadow, "reference_options", lambda s, *a, _f=shadow.reference_options: replace(
+        _f(s, *a), onnx_cache_dir=openvino_cache))  # the primary's exports in one cache, the IR from the shared one
     settings = Settings(_env_file=None, backend="onnx", weights=weights, imgsz=int(IMGSZ), threads=1,
                         preprocess_workers=1, warmup_iters=0, onnx_cache_dir=onnx_cache, shadow_backend="openvino")
     frames = sorted((dataset / "images").glob("*.jpg"))[:4]
@@ -125,7 +126,7 @@ def test_shadow_reference_on_openvino(weights, onnx_cache, openvino_cache, datas
             r = app_env.client.post("/detect?camera_id=cam-ov", content=path.read_bytes(),
                                     headers={"content-type": "image/jpeg"})
             assert r.status_code == 200, r.text
-        assert app_env.app.state.shadow.drain(120)
+        assert state_of(app_env.app).shadow.get().drain(120)
         status = app_env.client.get("/status").json()["shadow"]
     assert status["reference"]["backend"] == "openvino" and status["reference"]["precision"] == "fp32"
     assert status["compared"] == 4 and status["overall"]["agreement"] >= 0.9

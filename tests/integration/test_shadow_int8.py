@@ -20,6 +20,7 @@ import pytest
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
+from app.api.state import state_of
 from app.cli import main
 from app.config import Settings
 from app.inference.shadow.book import ALERT_BELOW
@@ -81,7 +82,7 @@ def served(weights, onnx_cache, calibration, frames) -> dict:
     """What the running service says after every frame was answered and shadowed."""
     with TestClient(create_app(settings_for(weights, onnx_cache, calibration))) as client:
         wait_until_ready(client, 240, 0.2)
-        lane = client.app.state.shadow
+        lane = state_of(client.app).shadow.get()
         for camera, paths in frames.items():
             for path in paths:
                 r = client.post(f"/detect?camera_id={camera}", content=path.read_bytes(),

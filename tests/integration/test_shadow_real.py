@@ -22,6 +22,7 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from app.api.state import state_of
 from app.commands.parity import detect_all
 from app.config import Settings
 from app.inference.backends.registry import BACKENDS
@@ -71,7 +72,7 @@ def send(env, frames, camera: str) -> None:
         r = env.client.post(f"/detect?camera_id={camera}", content=path.read_bytes(),
                             headers={"content-type": "image/jpeg"})
         assert r.status_code == 200, r.text
-    assert env.app.state.shadow.drain(120)
+    assert state_of(env.app).shadow.get().drain(120)
 
 
 def parity_says(weights, folder, onnx_cache, monkeypatch) -> float:

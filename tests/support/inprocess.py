@@ -20,12 +20,13 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from app.api.deps import get_engine, get_rules
+from app.api.state import state_of
 from app.config import Settings
 from app.core.metrics import Metrics
 from app.inference.engine import InferenceEngine
 from app.main import create_app
 from app.inference.pipeline import Pipeline
-from app.wiring import build_audit, build_engine
+from app.wiring import build_engine
 from tests.support.fakes import FakeDetector as EngineFakeDetector
 
 IMGSZ = 64
@@ -78,18 +79,22 @@ def inprocess_app(settings: Settings | None = None, *, ready: bool = True, rules
     it on the app's own metrics, so /metrics shows the rules' series as in production."""
     settings = settings or Settings(backend="torch", precision="fp32", imgsz=IMGSZ, threads=1, preprocess_workers=1, warmup_iters=0)
     app = create_app(settings)
+    state = state_of(app)
     if rules_factory is not None:
-        rules = rules_factory(app.state.metrics)
+        rules = rules_factory(state.metrics)
     engine = None
     if ready:
         pipeline = Pipeline(FakeDetector(), 0, settings.max_pixels)
-        engine = build_engine(settings, pipeline, app.state.metrics)
+        engine = build_engine(settings, pipeline, state.metrics)
         engine.start()
         engine.mark_ready()
         app.dependency_overrides[get_engine] = lambda: engine
     if rules is not None:
         app.dependency_overrides[get_rules] = lambda: rules
-        app.state.gate.audit = build_audit(rules, app.state.metrics)
+        if rules.enabled:  # the trail in its event store, as the lifespan's rules stack builds it
+            from app.rules.store.audit import StoreAudit
+
+            state.gate.audit.put(StoreAudit(rules.store.audit, store_up=lambda: rules.writer.up, metrics=state.metrics))
     try:
         yield InProcess(app, TestClient(app, raise_server_exceptions=False), engine)
     finally:

@@ -2,7 +2,7 @@
 
 ``fake_lane`` puts a ShadowLane over a fake reference beside the fake-detector engine of
 ``inprocess_app`` (mechanics: sampling, drops, routes, roles). ``real_shadow_app`` builds the
-engine and the lane from Settings through app/wiring.py exactly as the lifespan does (real
+engine and the lane from Settings through app/wiring exactly as the lifespan does (real
 model, real reference), with the lane's options replaceable (tests sample every frame).
 """
 
@@ -13,6 +13,7 @@ from contextlib import contextmanager
 
 from app import wiring
 from app.api.deps import get_engine
+from app.api.state import state_of
 from app.config import Settings
 from app.inference.pipeline import DecodePolicy, Pipeline
 from app.inference.shadow.book import AgreementBook
@@ -32,17 +33,17 @@ def fake_lane(env: InProcess, options: ShadowOptions = EVERY_FRAME, reference=No
     engine = env.engine
     lane = ShadowLane(Pipeline(reference or FakeDetector(), 0, decode=DecodePolicy(reduce=False)), options,
                       AgreementBook(900.0), WorstFrames(5, 10, 900.0),
-                      idle=idle or (lambda: engine.idle), label=env.app.state.metrics.camera_label,
+                      idle=idle or (lambda: engine.idle), label=state_of(env.app).metrics.camera_label,
                       describe={"backend": "fake"})
     lane.start()
-    env.app.state.shadow = lane
+    state_of(env.app).shadow.put(lane)
     return lane
 
 
 @contextmanager
 def real_shadow_app(settings: Settings, options: ShadowOptions = EVERY_FRAME) -> Iterator[InProcess]:
     app = create_app(settings)
-    metrics = app.state.metrics
+    metrics = state_of(app).metrics
     engine = wiring.build_engine(settings, wiring.build_pipeline(settings), metrics)
     engine.start()
     engine.mark_ready()
@@ -51,7 +52,7 @@ def real_shadow_app(settings: Settings, options: ShadowOptions = EVERY_FRAME) ->
     lane = ShadowLane(built.reference, options, built.book, built.worst, idle=lambda: engine.idle,
                       label=metrics.camera_label, describe=built.describe)
     lane.start()
-    app.state.shadow = lane
+    state_of(app).shadow.put(lane)
     app.dependency_overrides[get_engine] = lambda: engine
     try:
         yield InProcess(app, TestClient(app, raise_server_exceptions=False), engine)

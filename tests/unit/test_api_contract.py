@@ -10,6 +10,7 @@ import pytest
 from prometheus_client import generate_latest
 
 from app.api.deps import get_engine
+from app.api.state import state_of
 from app.config import Settings
 from app.wiring import build_rules
 from tests.support.inprocess import IMGSZ, inprocess_app, png
@@ -381,11 +382,13 @@ def test_startup_log_says_whether_auth_is_on(caplog):
 
 
 def test_no_router_reads_app_state():
-    """Routes take their services as typed dependencies (app/api/deps.py is the one reader)."""
+    """Routes take their services as typed dependencies (app/api/deps.py is the one reader, of the
+    typed state that app/api/state.py installs)."""
     from pathlib import Path
 
     api = Path(__file__).resolve().parents[2] / "app" / "api"
-    readers = [p.name for p in api.glob("*.py") if p.name != "deps.py" and "app.state" in p.read_text()]
+    readers = [p.name for p in api.glob("*.py")
+               if p.name not in ("deps.py", "state.py") and "app.state" in p.read_text()]
     assert readers == []
 
 
@@ -400,11 +403,11 @@ def test_an_unhandled_500_is_counted_logged_and_in_the_recent_window(caplog):
         with caplog.at_level("INFO", logger="campusguard.access"):
             r = ip.client.post("/detect", params={"camera_id": "gate-1"}, content=png(), headers=PNG)
         assert r.status_code == 500 and r.json() == {"error": "internal_error", "message": "internal server error"}
-        metrics = generate_latest(ip.app.state.metrics.registry).decode()
+        metrics = generate_latest(state_of(ip.app).metrics.registry).decode()
         assert 'campusguard_requests_total{route="/detect",status="500"} 1.0' in metrics
         assert 'campusguard_request_duration_seconds_count{route="/detect"} 1.0' in metrics
         lines = [rec for rec in caplog.records if rec.name == "campusguard.access"]
         assert [(rec.getMessage().split()[:3], rec.status, rec.route) for rec in lines] == [
             (["POST", "/detect", "500"], 500, "/detect")]
-        assert sum(b["errors"] for b in ip.app.state.metrics.recent.snapshot()) == 1
+        assert sum(b["errors"] for b in state_of(ip.app).metrics.recent.snapshot()) == 1
         assert 'campusguard_in_flight_requests 0.0' in metrics

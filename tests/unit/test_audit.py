@@ -13,6 +13,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import text, update
 from sqlalchemy.exc import DBAPIError
 
+from app.api.state import state_of
 from app.config import Settings
 from app.core.audit import AuditEntry
 from app.core.timeutil import utcnow
@@ -107,7 +108,7 @@ def test_a_wrong_key_on_an_admin_route_is_recorded_and_a_keys_file_reload_too(en
     assert as_(env, wrong, "10.0.0.9").post("/admin/reload").status_code == 403
     assert as_(env, wrong, "10.0.0.9").get("/events").status_code == 403  # not an admin route: counted, not audited
     env.keys.write_text(f"- {{name: alice, role: admin, sha256: {sha(ALICE)}}}\n")  # bob leaves
-    assert env.app.state.gate.keys.check() is True
+    assert state_of(env.app).gate.keys.check() is True
     assert as_(env, BOB, "10.0.0.6").get("/events").status_code == 403
     got = as_(env, ALICE, "10.0.0.5").get("/audit")
     items = got.json()["items"]
@@ -121,7 +122,7 @@ def test_a_wrong_key_on_an_admin_route_is_recorded_and_a_keys_file_reload_too(en
 
 
 def test_cursor_pages_newest_first_without_gaps_or_repeats(env):
-    audit = env.app.state.gate.audit
+    audit = state_of(env.app).gate.audit.get()
     for i in range(7):
         audit.record(AuditEntry(actor="alice", action="camera.reset", target=f"cam-{i}", client="10.0.0.1"))
     admin = as_(env, ALICE, "10.0.0.5")

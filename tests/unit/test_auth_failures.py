@@ -10,6 +10,7 @@ import pytest
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
+from app.api.state import state_of
 from app.config import Settings
 from app.core.throttle import FailureThrottle, ThrottleOptions
 from tests.support.inprocess import IMGSZ, inprocess_app, png
@@ -26,7 +27,7 @@ def settings(**overrides) -> Settings:
 
 
 def failures(app) -> dict[str, float]:
-    text = app.state.metrics.render().decode()
+    text = state_of(app).metrics.render().decode()
     (family,) = [f for f in text_string_to_metric_families(text) if f.name == "campusguard_auth_failures"]
     return {s.labels["reason"]: s.value for s in family.samples if s.name.endswith("_total")}
 
@@ -48,7 +49,7 @@ def test_twenty_wrong_keys_block_that_address_only(caplog):
         assert other.get("/health").status_code == 401 and other.get("/health/live").status_code == 200
         counted = failures(ip.app)
         assert counted["invalid_key"] == 10 and counted["throttled"] == 11 and counted["missing_key"] == 1
-        assert "campusguard_auth_blocks_total 1.0" in ip.app.state.metrics.render().decode()
+        assert "campusguard_auth_blocks_total 1.0" in state_of(ip.app).metrics.render().decode()
     refused = [r.getMessage() for r in caplog.records if r.name == "campusguard.auth"]
     wrong_id = "key:" + hashlib.sha256(f"{WRONG}0".encode()).hexdigest()[:8]
     assert f"auth refused (invalid_key): GET /health from 10.1.1.1, key {wrong_id}" in refused

@@ -20,7 +20,7 @@ def machine(gpu: bool = False, openvino: bool = True, onnx: bool = True, flags: 
 
 @pytest.fixture(autouse=True)
 def clean_env(monkeypatch):
-    """The suite pins CAMPUSGUARD_BACKEND=torch (tests/conftest.py); here the defaults are the point."""
+    """The suite serves torch fp32 (tests/conftest.py); here the defaults are the point."""
     monkeypatch.delenv("CAMPUSGUARD_BACKEND", raising=False)
     monkeypatch.delenv("CAMPUSGUARD_PRECISION", raising=False)
 
@@ -86,39 +86,67 @@ def test_explicit_settings_pass_through_and_auto_fills_the_other_half():
     assert resolve("auto", "bf16", "cpu", ".pt", machine(openvino=False)).backend == "openvino"
 
 
-def test_settings_default_is_auto_and_resolved_on_this_machine():
+def test_settings_keep_auto_and_the_wiring_resolves_it_on_the_machine_it_is_given():
+    """Settings hold what the operator wrote: building them asks nothing of the machine. The
+    composition root resolves ``auto`` with the machine's probes (here an injected machine, so
+    every case runs on any host)."""
     from app.config import Settings
+    from app.wiring import resolve_runtime
 
     assert Settings.model_fields["backend"].default == "auto" and Settings.model_fields["precision"].default == "auto"
+    asked: list[str] = []
+    spy = Probes(gpu=lambda: asked.append("gpu") or False, openvino=lambda: asked.append("openvino") or True,
+                 onnx=lambda: asked.append("onnx") or True, cpu_flags=lambda: asked.append("cpu") or frozenset())
     settings = Settings(_env_file=None)
-    expected = resolve("auto", "auto", "cpu", ".pt", system_probes())
-    assert (settings.backend, settings.precision) == (expected.backend, expected.precision)
-    assert settings.backend_choice.requested_backend == "auto" and settings.backend_choice.reason == expected.reason
-    assert settings.backend_choice.precision != "int8"
-    pinned = Settings(_env_file=None, backend="onnx", precision="fp32")
-    assert pinned.backend_choice.reason == "set explicitly" and pinned.backend == "onnx"
+    assert (settings.backend, settings.precision) == ("auto", "auto") and asked == []
+    choice = resolve_runtime(settings, spy)
+    assert (choice.backend, choice.precision) == ("openvino", "fp32") and "gpu" in asked and "cpu" in asked
+    assert (choice.requested_backend, choice.requested_precision) == ("auto", "auto")
+    assert resolve_runtime(settings, machine(gpu=True)).backend == "torch"
+    assert resolve_runtime(settings, machine(openvino=False)).backend == "onnx"
+    expected = resolve("auto", "auto", "cpu", ".pt", system_probes())  # this host, as `make run` serves it
+    assert resolve_runtime(settings) == expected and expected.precision != "int8"
+    pinned = resolve_runtime(Settings(_env_file=None, backend="onnx", precision="fp32"), spy)
+    assert pinned.reason == "set explicitly" and pinned.backend == "onnx"
 
 
 def test_the_resolved_choice_is_checked_like_an_explicit_one():
-    """auto resolves before the precision table is checked: fp16 on the CPU is still a clear error."""
-    from pydantic import ValidationError
-
+    """auto resolves before the precision table is checked: fp16 on the CPU is still a clear error
+    naming the setting, and so is an .onnx file where auto chose torch (a GPU)."""
     from app.config import Settings
+    from app.core.errors import ConfigError
+    from app.wiring import resolve_runtime
 
-    with pytest.raises(ValidationError, match="fp16"):
-        Settings(_env_file=None, precision="fp16")
+    with pytest.raises(ConfigError, match=r"CAMPUSGUARD_PRECISION=fp16 \(auto chose torch fp16\): .*fp16 does not run"):
+        resolve_runtime(Settings(_env_file=None, precision="fp16"), machine())
+    with pytest.raises(ConfigError, match=r"CAMPUSGUARD_BACKEND=auto \(auto chose torch fp32\): backend 'torch' "
+                                          r"cannot load an .onnx"):
+        resolve_runtime(Settings(_env_file=None, weights="model.onnx", device="cuda:0"), machine(gpu=True))
+    assert resolve_runtime(Settings(_env_file=None, weights="model.onnx"), machine()).backend == "onnx"
+
+
+def test_serve_exits_2_naming_the_setting_before_anything_loads(monkeypatch, capsys):
+    """`campusguard serve` resolves the runtime before the socket opens: one that cannot run is exit 2."""
+    from app import cli
+
+    monkeypatch.setenv("CAMPUSGUARD_PRECISION", "fp16")
+    monkeypatch.setenv("CAMPUSGUARD_DEVICE", "cpu")
+    assert cli.main(["serve"]) == 2
+    assert "CAMPUSGUARD_PRECISION=fp16" in capsys.readouterr().err
 
 
 def test_health_and_status_say_what_auto_chose():
     from app.config import Settings
+    from app.wiring import resolve_runtime
     from tests.support.inprocess import inprocess_app
 
     settings = Settings(_env_file=None, imgsz=320, threads=1, preprocess_workers=1, warmup_iters=0)
+    expected = resolve_runtime(settings)
     with inprocess_app(settings) as app:
         body = app.client.get("/health").json()
     choice = body["backend_choice"]
     assert choice["backend"] == "auto" and choice["precision"] == "auto"
-    assert choice["resolved"] == f"{settings.backend} {settings.precision}" and choice["reason"]
+    assert choice["resolved"] == f"{expected.backend} {expected.precision}" and choice["reason"] == expected.reason
 
 
 def test_a_backend_auto_chose_falls_back_in_auto_order_when_it_fails_to_load():

@@ -8,6 +8,7 @@ import pytest
 from pydantic import ValidationError
 
 from app.config import Settings
+from app.core.errors import ConfigError
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -56,15 +57,19 @@ def test_onnx_providers_aliases_and_order(monkeypatch):
 
 def test_precision_is_checked_against_backend_and_device():
     """CAMPUSGUARD_PRECISION replaced HALF: fp16 needs a GPU, int8 runs on onnx on the CPU."""
-    with pytest.raises(ValidationError, match="precision fp16 does not run on backend torch with device cpu"):
-        Settings(precision="fp16", device="cpu")  # BACKEND=auto too: fp16 is a GPU precision
-    with pytest.raises(ValidationError, match="precision int8 does not run on backend torch.*onnx on CPU"):
-        Settings(precision="int8", backend="torch")
-    with pytest.raises(ValidationError, match="precision int8 does not run on backend onnx with device cuda:0"):
-        Settings(precision="int8", backend="onnx", device="cuda:0")
-    assert Settings(precision="fp16", device="cuda:0").precision == "fp16"
-    assert Settings(precision="int8", backend="onnx").precision == "int8"
-    assert Settings(backend="torch").precision == "fp32"  # PRECISION=auto on torch
+    from app.wiring import resolve_runtime
+
+    with pytest.raises(ConfigError, match="CAMPUSGUARD_PRECISION=fp16 \\(auto chose torch fp16\\): precision fp16 does "
+                                          "not run on backend torch with device cpu"):
+        resolve_runtime(Settings(precision="fp16", device="cpu", backend="auto"))  # fp16 is a GPU precision
+    with pytest.raises(ConfigError, match="precision int8 does not run on backend torch.*onnx on CPU"):
+        resolve_runtime(Settings(precision="int8", backend="torch"))
+    with pytest.raises(ConfigError, match="precision int8 does not run on backend onnx with device cuda:0"):
+        resolve_runtime(Settings(precision="int8", backend="onnx", device="cuda:0"))
+    assert Settings(precision="fp16", device="cpu").precision == "fp16"  # Settings keep what was written
+    assert resolve_runtime(Settings(precision="fp16", device="cuda:0", backend="auto")).precision == "fp16"
+    assert resolve_runtime(Settings(precision="int8", backend="onnx")).precision == "int8"
+    assert resolve_runtime(Settings(backend="torch", precision="auto")).precision == "fp32"  # PRECISION=auto on torch
 
 
 def test_replaced_half_settings_name_their_successor():
@@ -94,8 +99,10 @@ def test_weights_suffixes_accepted(weights):
 def test_weights_bad_suffix_and_backend_mismatch():
     with pytest.raises(ValidationError, match="weights must be"):
         Settings(weights="model.tflite")
-    with pytest.raises(ValidationError, match="backend 'torch' cannot load an .onnx"):
-        Settings(weights="model.onnx", backend="torch")
+    from app.wiring import resolve_runtime
+
+    with pytest.raises(ConfigError, match="CAMPUSGUARD_BACKEND=torch.*: backend 'torch' cannot load an .onnx"):
+        resolve_runtime(Settings(weights="model.onnx", backend="torch"))
     with pytest.raises(ValidationError):
         Settings(backend="tensorflow")
 

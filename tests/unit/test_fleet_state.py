@@ -42,7 +42,7 @@ def service(tmp_path, replica: str, **settings):
         site_config=path, events_db_url=f"sqlite:///{tmp_path}/shared.db", snapshot_dir=tmp_path / f"snaps-{replica}",
         replica_id=replica, imgsz=IMGSZ, threads=1, preprocess_workers=1, warmup_iters=0, **settings), Metrics())
     svc.settings_for_test = settings
-    svc.fleet.read_ttl_s = 0  # every read sees the last batch (the 0.5 s read cache is for many consoles)
+    svc.fleet.rows.read_ttl_s = 0  # every read sees the last batch (the 0.5 s read cache is for many consoles)
     return svc
 
 
@@ -196,7 +196,7 @@ def test_an_unreachable_store_answers_from_memory(pair):
 
 def test_a_gateways_stream_report_reaches_the_other_replica(tmp_path):
     """The stream state a gateway reports to the camera's replica (PUT /cameras/{id}/source) is
-    part of the shared row: the other replica shows it too (app/wiring.py hands the SourceBook
+    part of the shared row: the other replica shows it too (app/wiring hands the SourceBook
     to the fleet writer)."""
     from app.core.sources import SourceBook
 

@@ -29,7 +29,7 @@ def pair(tmp_path):
         svc = build_rules(Settings(_env_file=None, site_config=tmp_path / "site.yaml", clips=False,
                                    events_db_url=f"sqlite:///{tmp_path}/shared.db", snapshot_dir=tmp_path / name,
                                    replica_id=name), Metrics())
-        svc.fleet.read_ttl_s = 0
+        svc.fleet.rows.read_ttl_s = 0
         made.append(svc)
     yield made
     for svc in made:
@@ -43,7 +43,7 @@ def people_in(svc, n: int, t0: float) -> None:
 
 
 def zone(svc) -> float | None:
-    return svc.metrics.registry.get_sample_value("campusguard_zone_objects", {"camera_id": CAM, "zone": "gate"})
+    return svc.series.metrics.registry.get_sample_value("campusguard_zone_objects", {"camera_id": CAM, "zone": "gate"})
 
 
 def test_only_the_owner_exports_a_cameras_zone_objects(pair):

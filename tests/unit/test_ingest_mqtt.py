@@ -15,7 +15,7 @@ import yaml
 from app.config import Settings
 from app.core.metrics import Metrics
 from app.core.sources import SourceBook
-from app.wiring import build_ingest, build_rules
+from app.wiring import build_ingest, build_rules_stack
 from tests.support.mqtt_broker import Subscriber
 
 pytestmark = pytest.mark.mqtt
@@ -42,9 +42,10 @@ def test_stream_state_is_retained_and_announced(tmp_path, mosquitto):
     s = Settings(_env_file=None, site_config=path, ingest="off", events_db_url=f"sqlite:///{tmp_path}/e.db",
                  snapshot_dir=tmp_path / "s", clips=False, mqtt_url=mosquitto.url)
     metrics, clock = Metrics(), Clock()
-    rules = build_rules(s, metrics)  # ${GATE_PW_UNSET} is not needed: this replica pulls nothing
     book = SourceBook(clock)
-    assert not build_ingest(s, rules, metrics, book, lambda: None).enabled
+    stack = build_rules_stack(s, metrics, book)  # ${GATE_PW_UNSET} is not needed: this replica pulls nothing
+    rules = stack.rules
+    assert not build_ingest(s, stack, metrics, book, lambda: None).enabled
     sub = Subscriber(mosquitto.port, "#")
     rules.start()
     try:

@@ -1,5 +1,5 @@
 """Startup errors of the openvino backend and its precisions: each a clear sentence before
-anything loads (Settings validation or the wiring), naming what to change."""
+anything loads (the wiring's check of the runtime the settings resolve to), naming what to change."""
 
 from __future__ import annotations
 
@@ -19,17 +19,22 @@ def make(**values) -> Settings:
     return Settings(_env_file=None, **values)
 
 
+def served(**values) -> str:
+    """The precision the wiring serves for these settings (ConfigError: it cannot run here)."""
+    return wiring.resolve_runtime(make(**values)).precision
+
+
 def test_bf16_runs_on_openvino_only():
     for backend in ("torch", "onnx"):
-        with pytest.raises(ValidationError, match=f"bf16 does not run on backend {backend} with device cpu; "
-                                                  "it runs on openvino on CPU"):
-            make(backend=backend, precision="bf16")
+        with pytest.raises(ConfigError, match=f"CAMPUSGUARD_PRECISION=bf16: precision bf16 does not run on backend "
+                                              f"{backend} with device cpu; it runs on openvino on CPU"):
+            served(backend=backend, precision="bf16")
 
 
 def test_fp16_on_a_cpu_is_refused_for_openvino():
-    with pytest.raises(ValidationError, match="fp16 does not run on backend openvino with device cpu; it runs on "
-                                              "torch on GPU, onnx on GPU"):
-        make(backend="openvino", precision="fp16")
+    with pytest.raises(ConfigError, match="fp16 does not run on backend openvino with device cpu; it runs on "
+                                          "torch on GPU, onnx on GPU"):
+        served(backend="openvino", precision="fp16")
 
 
 def test_openvino_is_cpu_only():
@@ -39,9 +44,9 @@ def test_openvino_is_cpu_only():
 
 def test_bf16_without_the_cpu_flag_names_it(monkeypatch):
     monkeypatch.setattr(cpu, "cpu_flags", lambda cpuinfo=cpu.CPUINFO: frozenset({"avx2", "avx512f", "avx512_vnni"}))
-    with pytest.raises(ValidationError, match=r"bf16 needs a CPU with the avx512_bf16 \(or amx_bf16\) flag, which "
-                                              r"this CPU lacks"):
-        make(backend="openvino", precision="bf16")
+    with pytest.raises(ConfigError, match=r"bf16 needs a CPU with the avx512_bf16 \(or amx_bf16\) flag, which "
+                                          r"this CPU lacks"):
+        served(backend="openvino", precision="bf16")
 
 
 def test_cpu_flags_are_read_from_cpuinfo(tmp_path):
@@ -56,7 +61,7 @@ def test_cpu_flags_are_read_from_cpuinfo(tmp_path):
 
 @pytest.mark.skipif(not {"avx512_bf16", "amx_bf16"} & cpu.cpu_flags(), reason="this CPU has no bf16")
 def test_bf16_accepted_on_this_cpu():
-    assert make(backend="openvino", precision="bf16").precision == "bf16"
+    assert served(backend="openvino", precision="bf16") == "bf16"
 
 
 def test_int8_without_calibration_frames_is_an_error(tmp_path):
@@ -67,8 +72,10 @@ def test_int8_without_calibration_frames_is_an_error(tmp_path):
 
 
 def test_openvino_builds_from_the_pt_not_an_onnx():
-    with pytest.raises(ValidationError, match="backend 'openvino' cannot load an .onnx file; use backend=onnx"):
-        make(backend="openvino", weights=Path("model.onnx"))
+    assert make(backend="openvino", weights=Path("model.onnx")).backend == "openvino"  # as written
+    with pytest.raises(ConfigError, match="CAMPUSGUARD_BACKEND=openvino: backend 'openvino' cannot load an .onnx "
+                                          "file"):
+        served(backend="openvino", weights=Path("model.onnx"))
 
 
 def test_requests_in_flight_reach_the_backend():

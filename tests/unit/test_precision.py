@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from app.api.state import state_of
 from app.core.errors import ConfigError
 from app.core.progress import StartupProgress
 from app.inference.precision import build
@@ -66,7 +67,7 @@ def test_gate_verdict_summary():
 
 def test_readiness_says_what_it_is_waiting_for():
     with inprocess_app(ready=False) as ip:
-        progress: StartupProgress = ip.app.state.progress
+        progress: StartupProgress = state_of(ip.app).progress
         progress.set("loading", "building the int8 model 1/2 (384x640): calibrating on 40/64 frames")
         health = ip.client.get("/health").json()
         assert health["status"] == "loading" and not health["ready"]

@@ -20,14 +20,13 @@ from app.core.roles import Keyring
 from app.rules.service.facade import RulesService
 from app.wiring import build_rules
 from tests.support.rules_util import EXAMPLE_SITE, H, W, at, people
+from tests.support.state import install_state
 
 
 def make_app(rules, keys=()) -> FastAPI:
     app = FastAPI()
-    app.state.rules = rules
-    app.state.sources = SourceBook()  # GET /cameras shows each camera's stream (none here)
-    app.state.options = ApiOptions()
-    app.state.gate = Gate.of(Keyring.parse(keys))
+    install_state(app, rules=rules, options=ApiOptions(), gate=Gate.of(Keyring.parse(keys)),
+                  sources=SourceBook())  # GET /cameras shows each camera's stream (none here)
     install_error_handlers(app)
     app.include_router(router)
     return app

@@ -62,7 +62,7 @@ def test_silent_camera_goes_offline_and_comes_back(tmp_path):
         clock.t += 59
         svc.health.check_offline()
         assert svc.health.monitor.status("plaza-cam") == "online"
-        assert sample(svc.metrics, "campusguard_camera_last_frame_age_seconds", camera_id="plaza-cam") == 59
+        assert sample(svc.series.metrics, "campusguard_camera_last_frame_age_seconds", camera_id="plaza-cam") == 59
         clock.t += 2
         svc.health.check_offline()
         assert svc.health.monitor.status("plaza-cam") == "offline" and svc.health.monitor.status("gate-cam") == "never_seen"

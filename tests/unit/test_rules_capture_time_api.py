@@ -14,6 +14,7 @@ from fastapi.testclient import TestClient
 
 from app.api import detect, events
 from app.api.errors import install_error_handlers
+from app.api.state import state_of
 from app.config import Settings
 from app.inference.engine import DetectResult
 from app.core.metrics import Metrics
@@ -21,6 +22,7 @@ from app.rules.service.facade import RulesService
 from app.wiring import build_rules
 from app.wiring import api_options, build_gate
 from tests.support.rules_util import EXAMPLE_SITE, H, NAMES, W, people
+from tests.support.state import install_state
 
 TIMINGS = dict.fromkeys(("decode_ms", "queue_wait_ms", "preprocess_ms", "inference_ms", "postprocess_ms",
                          "total_ms"), 0.0)
@@ -53,18 +55,16 @@ def client(tmp_path):
     settings = Settings(site_config=path, events_db_url=f"sqlite:///{tmp_path}/e.db", snapshot_dir=tmp_path / "s",
                         api_keys="k1")
     app = FastAPI()
-    app.state.settings, app.state.metrics = settings, Metrics()
-    app.state.gate = build_gate(settings, app.state.metrics)
-    app.state.options = api_options(settings)
-    app.state.engine, app.state.phase, app.state.started_at = FakeEngine(), "ready", 0.0
-    app.state.rules = build_rules(settings, app.state.metrics)
+    metrics = Metrics()
+    state = install_state(app, options=api_options(settings), metrics=metrics, gate=build_gate(settings, metrics),
+                          engine=FakeEngine(), rules=build_rules(settings, metrics))
     install_error_handlers(app)
     app.include_router(detect.router)
     app.include_router(events.router)
     with TestClient(app, headers={"X-API-Key": "k1"}) as c:
         yield c
-    app.state.rules.stop()
-    app.state.engine.executor.shutdown()
+    state.rules.get().stop()
+    state.engine.get().executor.shutdown()
 
 
 def post(client, timestamp=None, camera="plaza-cam"):
@@ -83,7 +83,7 @@ def post(client, timestamp=None, camera="plaza-cam"):
     ("0.5", "invalid_parameter"),
 ])
 def test_bad_capture_time_is_422_before_inference_and_the_camera_goes_on(client, stamp, code):
-    engine = client.app.state.engine
+    engine = state_of(client.app).engine.get()
     r = post(client, stamp)
     assert r.status_code == 422 and r.json()["error"] == code, r.text
     assert engine.calls == 0  # refused before the model ran
@@ -95,7 +95,7 @@ def test_bad_capture_time_is_422_before_inference_and_the_camera_goes_on(client,
 
 def test_refusals_are_counted_per_camera(client):
     assert post(client, "2100-01-01T00:00:00Z").status_code == 422
-    metrics = client.app.state.metrics
+    metrics = state_of(client.app).metrics
     assert metrics.registry.get_sample_value("campusguard_invalid_timestamps_total",
                                              {"camera_id": "plaza-cam", "reason": "future"}) == 1
     # a camera outside the site file is detected, not evaluated: its time is not used, so not refused
@@ -118,7 +118,7 @@ def test_reset_route(client):
 
 
 def test_reload_of_a_non_utf8_site_file_is_422(client):
-    path = client.app.state.rules.path
+    path = state_of(client.app).rules.get().path
     path.write_bytes(path.read_bytes() + "# Bibliothèque\n".encode("latin-1"))
     r = client.post("/admin/reload")
     assert r.status_code == 422 and r.json()["error"] == "invalid_site_config", r.text

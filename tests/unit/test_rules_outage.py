@@ -28,6 +28,7 @@ from app.rules.service.facade import RulesService
 from app.wiring import build_rules
 from tests.conftest import free_port
 from tests.support.rules_util import EXAMPLE_SITE, H, W, Receiver, at, people
+from tests.support.state import install_state
 from tests.unit.test_rules_webhooks import sample, wait_for
 
 
@@ -62,10 +63,9 @@ def set_connections(postgres, url: str, allowed: bool) -> None:
 
 def app_with(svc: RulesService) -> FastAPI:
     app = FastAPI()
-    app.state.rules, app.state.gate, app.state.phase = svc, Gate.of(Keyring()), "ready"
-    app.state.engine = SimpleNamespace(ready=True, pipeline=SimpleNamespace(detector=None))  # no model: status only
-    app.state.started_at = time.time()
-    app.state.options, app.state.metrics = ApiOptions(), Metrics()
+    install_state(app, rules=svc, gate=Gate.of(Keyring()), options=ApiOptions(), metrics=Metrics(),
+                  engine=SimpleNamespace(ready=True, pipeline=SimpleNamespace(detector=None)),  # no model: status only
+                  started_at=time.time())
     install_error_handlers(app)
     app.include_router(events_router)
     app.include_router(health.router)
@@ -76,7 +76,7 @@ def test_outage_buffers_and_writes_back_once_the_database_answers(tmp_path, post
     rx = Receiver()
     svc = service(tmp_path, pg_url, webhook_urls=[rx.url], webhook_secret="outage-webhook-secret")
     svc.start()
-    metrics, client = svc.metrics, TestClient(app_with(svc))
+    metrics, client = svc.series.metrics, TestClient(app_with(svc))
     try:
         first = crowd_event(svc, 0)
         assert [e["state"] for e in first] == ["started", "ended"]
@@ -126,7 +126,7 @@ def test_unreachable_at_startup_then_bounded_buffer(tmp_path, caplog):
         for k in range(3):
             assert len(crowd_event(svc, k * 100)) == 2  # 6 writes into a buffer of 3
         assert svc.writer.buffered == 3
-        assert sample(svc.metrics, "campusguard_event_buffer_dropped_total") == 3
-        assert sample(svc.metrics, "campusguard_event_store_up", backend="postgresql") == 0
+        assert sample(svc.series.metrics, "campusguard_event_buffer_dropped_total") == 3
+        assert sample(svc.series.metrics, "campusguard_event_store_up", backend="postgresql") == 0
     finally:
         svc.stop()

@@ -13,6 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from pydantic import ValidationError
 
 from app import wiring
+from app.api.state import state_of
 from app.config import Settings
 from app.core.errors import ConfigError
 from app.inference.pipeline import DetectParams
@@ -197,7 +198,7 @@ def test_a_reference_that_cannot_load_is_a_startup_error(tmp_path, weights):
     with inprocess_app(settings(weights=weights)) as env:
         bad = settings(weights=weights, shadow_backend="torch", shadow_weights=corrupt)
         with pytest.raises(ConfigError, match=r"shadow reference .*corrupt\.pt.* failed to load"):
-            wiring.build_shadow(bad, env.engine, env.app.state.metrics)
+            wiring.build_shadow(bad, env.engine, state_of(env.app).metrics)
     for field, value in (("shadow_device", "gpu"), ("shadow_backend", "tensorrt"), ("shadow_sample", 1.5)):
         with pytest.raises(ValidationError):
             settings(**{field: value})

@@ -18,6 +18,7 @@ import pytest
 import yaml
 from fastapi.testclient import TestClient
 
+from app.api.state import state_of
 from app.config import Settings
 from app.core.metrics import Metrics
 from app.rules.service.facade import RulesService
@@ -274,5 +275,5 @@ def test_without_a_site_file_nothing_is_view_checked(camera):
             assert r.status_code == 200 and r.json().get("events", []) == [], r.text
         accept = ip.client.post("/cameras/cam-a/view/accept")
         assert accept.status_code == 404 and accept.json()["error"] in ("not_found", "rules_disabled")
-        registry = ip.app.state.metrics.registry
+        registry = state_of(ip.app).metrics.registry
         assert not registry.get_sample_value("campusguard_view_check_seconds_count")

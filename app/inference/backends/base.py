@@ -20,7 +20,7 @@ from app.core.types import DeviceInfo, MemoryStats
 
 @dataclass(frozen=True, slots=True)
 class BackendOptions:
-    """What a runtime needs to load a model (the composition root, app/wiring.py, fills it
+    """What a runtime needs to load a model (the composition root, app/wiring, fills it
     from the settings; backends never see the settings themselves)."""
 
     backend: str = "torch"

@@ -29,7 +29,7 @@ Progress = Callable[[str], None]
 
 @dataclass(frozen=True)
 class PrecisionOptions:
-    """What app/wiring.py hands the loader besides the backend options."""
+    """What app/wiring hands the loader besides the backend options."""
 
     calibration: tuple[Path, ...] = ()  # the int8 calibration frames (also the unlabelled gate's)
     gate: GateOptions = field(default_factory=GateOptions)

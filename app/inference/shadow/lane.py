@@ -40,7 +40,7 @@ log = logging.getLogger("campusguard.shadow")
 
 @dataclass(frozen=True, slots=True)
 class ShadowOptions:
-    """The lane's knobs (app/wiring.py fills them from CAMPUSGUARD_SHADOW_*)."""
+    """The lane's knobs (app/wiring fills them from CAMPUSGUARD_SHADOW_*)."""
 
     sample: float = 0.01  # fraction of answered frames
     min_interval_s: float = 60.0  # at least one frame per camera this often (0 = off)

@@ -188,7 +188,9 @@ class MqttPublisher:
                                      self.client.is_connected)
         self.client.on_publish = self.ledger.on_publish
 
-    def start(self) -> None:
+    def start(self, snapshot: Callable[[], Iterable[Message]] | None = None,
+              on_connected: Callable[[], None] | None = None) -> None:  # both run on every connect
+        self.snapshot, self.on_connected = snapshot or self.snapshot, on_connected or self.on_connected
         self.ledger.start()
         self.client.connect_async(self.target.host, self.target.port, keepalive=30)
         self.client.loop_start()
@@ -304,7 +306,7 @@ class MqttOutboxWorker(OutboxWorker):
 
 @dataclass(frozen=True, slots=True)
 class MqttOptions:
-    """The MQTT settings (app/wiring.py fills them)."""
+    """The MQTT settings (app/wiring fills them)."""
 
     url: str
     username: str | None = None
@@ -339,9 +341,7 @@ class MqttBridge:
                                       ca_file=options.ca_file, ack_timeout_s=options.ack_timeout_s)
         except (OSError, ssl.SSLError) as exc:  # a missing or unreadable CA file stops startup, named
             raise ConfigError(f"CAMPUSGUARD_MQTT_CA_FILE {options.ca_file}: {exc}") from None
-        worker = MqttOutboxWorker(store, publisher, max_backoff_s=options.max_backoff_s, metrics=metrics)
-        publisher.on_connected = worker.notify
-        return cls(publisher, worker)
+        return cls(publisher, MqttOutboxWorker(store, publisher, max_backoff_s=options.max_backoff_s, metrics=metrics))
 
     @property
     def url(self) -> str:
@@ -352,8 +352,7 @@ class MqttBridge:
         return {**self.worker.state()[0], "connected": self.publisher.connected}
 
     def start(self, snapshot: Callable[[], Iterable[Message]]) -> None:
-        self.publisher.snapshot = snapshot
-        self.publisher.start()
+        self.publisher.start(snapshot, on_connected=self.worker.notify)  # a reconnect wakes the outbox worker
         self.worker.start()
 
     def stop(self) -> None:
@@ -425,6 +424,9 @@ class NoMqtt:
 
     def start(self, snapshot: Callable[[], Iterable[Message]]) -> None:
         pass
+
+    def snapshot(self, *args: Any, **kwargs: Any) -> list[Message]:  # never asked: start publishes nothing
+        return []
 
     def stop(self) -> None:
         pass

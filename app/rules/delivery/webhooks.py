@@ -62,7 +62,7 @@ def sign_timed(body: bytes, secret: bytes, idempotency_key: str, timestamp: int)
 
 @dataclass(frozen=True, slots=True)
 class WebhookOptions:
-    """The webhook settings (app/wiring.py fills them)."""
+    """The webhook settings (app/wiring fills them)."""
 
     urls: tuple[str, ...] = ()
     secret: bytes = b""

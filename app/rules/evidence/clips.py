@@ -49,7 +49,7 @@ HORIZON_SLACK_S = 2.0  # kept beyond pre + post, so a clip written a little late
 
 @dataclass(frozen=True, slots=True)
 class ClipOptions:
-    """The clip settings (app/wiring.py fills them)."""
+    """The clip settings (app/wiring fills them)."""
 
     pre_s: float = 5.0
     post_s: float = 5.0
@@ -84,10 +84,11 @@ class ClipRecorder:
         self._loop = BackgroundLoop("clip-writer", self._run)
 
     @classmethod
-    def build(cls, files: EvidenceFiles, options: ClipOptions) -> ClipRecorder:
+    def build(cls, files: EvidenceFiles, options: ClipOptions,
+              on_failed: Callable[[str], None] | None = None) -> ClipRecorder:
         ring = FrameRing(horizon_s=options.pre_s + options.post_s + HORIZON_SLACK_S, max_fps=options.max_fps,
                          max_bytes=options.buffer_bytes, max_width=options.max_width)
-        return cls(files, ring, pre_s=options.pre_s, post_s=options.post_s)
+        return cls(files, ring, pre_s=options.pre_s, post_s=options.post_s, on_failed=on_failed)
 
     def start(self) -> None:
         self._loop.start()

@@ -76,7 +76,7 @@ class WorkerError(ServiceError):
 
 @dataclass(frozen=True, slots=True)
 class DryRunOptions:
-    """How dry runs run (app/wiring.py fills them from the settings)."""
+    """How dry runs run (app/wiring fills them from the settings)."""
 
     db_url: str
     cpu_s: float = 60.0

@@ -10,6 +10,7 @@ lets receivers drop the duplicate a crash between delivery and marking can cause
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from app.core.jsonutil import dumps
@@ -23,7 +24,6 @@ class EventSink:
         self.writer = writer
         self.webhooks = webhooks
         self.mqtt = mqtt
-        writer.on_stored = self.notify
 
     @property
     def targets(self) -> list[str]:
@@ -39,10 +39,16 @@ class EventSink:
             deliveries = [(url, key, payload) for url in targets]
         self.writer.write(data, deliveries)  # the writer wakes the workers once it is stored
 
-    def notify(self) -> None:
-        self.webhooks.notify()
-        self.mqtt.notify()
-
     def delivery_state(self) -> dict[str, Any]:
         """Webhook targets' and the MQTT broker's delivery state (GET /status)."""
         return {"webhooks": self.webhooks.state(), "mqtt": self.mqtt.state()}
+
+
+def wake_targets(webhooks: WebhookWorker, mqtt: MqttBridge | NoMqtt) -> Callable[[], None]:
+    """What the event writer is built with (``on_stored``): once buffered events reach the store,
+    every target's outbox worker wakes to deliver them."""
+    def wake() -> None:
+        webhooks.notify()
+        mqtt.notify()
+
+    return wake

@@ -4,12 +4,12 @@ A thin façade over the parts that do the work, each in its own module: the came
 (app/rules/logic/table.py), the per-frame step (frames.py), camera health (health.py), the
 running site config and zone edits (siteconfig.py), event persistence and delivery
 fan-out (events.py), the metric series (series.py), and the evidence, store and delivery
-packages. The composition root (app/wiring.py) builds the parts from the settings;
+packages. The composition root (app/wiring) builds the parts from the settings, finished;
 optional ones (clips, MQTT, the detection log) are null objects when switched off.
 
 Lifecycle (driven by the app's lifespan)::
 
-    rules = build_rules(settings, metrics)                # app/wiring.py; NoRules without a site file
+    rules = build_rules(settings, metrics)                # app/wiring; NoRules without a site file
     rules.start()                                         # outbox workers, store writer, sweeps, clip writer
     when = rules.accept_capture_time(camera_id, ts)       # 422 invalid_timestamp, before inference
     events = rules.evaluate(camera_id, when, (w, h), detections, frame_rgb)
@@ -37,25 +37,22 @@ from app.core.timeutil import utcnow
 from app.core.types import Detection
 from app.inference.vision.annotate import ZoneOverlay
 from app.rules.delivery.mqtt import Message, MqttBridge, NoMqtt
-from app.rules.delivery.webhooks import WebhookWorker
 from app.rules.evidence.clips import ClipRecorder, NoClips
 from app.rules.evidence.files import CLIP, SNAPSHOT, EvidenceFiles
 from app.rules.evidence.latest import LatestFrames
-from app.rules.evidence.snapshots import Snapshots
 from app.rules.logic.capture_time import CaptureTimePolicy
 from app.rules.logic.counts import CrossingCounts
-from app.rules.logic.evaluator import CameraRules, EventRecord
+from app.rules.logic.evaluator import EventRecord
 from app.rules.logic.table import CameraTable
-from app.rules.service.dryrun import DryRunner, DryRunOptions
+from app.rules.service.dryrun import DryRunner
 from app.rules.service.events import EventSink
 from app.rules.service.fleet import Fleet
-from app.rules.service.fleetwriter import FleetOptions, FleetWriter
-from app.rules.service.frames import FrameParts, FrameStep, overlays
+from app.rules.service.frames import FrameStep, overlays
 from app.rules.service.health import CameraHealth
-from app.rules.service.orphans import OrphanSweeper
 from app.rules.service.series import RulesSeries
-from app.rules.service.shards import shard_pool
+from app.rules.service.shards import InProcess, ShardPool
 from app.rules.service.siteconfig import SiteManager
+from app.rules.service.upkeep import Declare, LocalCameras, Retire
 from app.rules.service.views import ViewChecks
 from app.rules.site.schema import SiteConfig
 from app.rules.store.db import EventStore
@@ -65,7 +62,6 @@ from app.rules.store.retention import RetentionSweeper
 from app.rules.store.writer import EventWriter
 
 if TYPE_CHECKING:
-    from app.core.metrics import Metrics
     from app.rules.service.replay import Comparison
     from app.rules.store.events import EventPage
 
@@ -74,63 +70,46 @@ log = logging.getLogger("campusguard.rules")
 
 @dataclass
 class RulesParts:
-    """The built parts of the rules service (app/wiring.py makes them)."""
+    """The finished parts of the rules service: app/wiring builds them, callbacks and observers
+    included (app/rules/service/upkeep.py), in the order they need each other."""
 
-    path: Path
-    config: SiteConfig
-    version: str | None
     store: EventStore
     writer: EventWriter
-    webhooks: WebhookWorker
+    sink: EventSink  # persist + deliver (webhooks, MQTT outboxes)
     mqtt: MqttBridge | NoMqtt
     capture_policy: CaptureTimePolicy
     evidence: EvidenceFiles | None  # None: no snapshots or clips
     clips: ClipRecorder | NoClips
     frame_log: FrameLog | NoFrameLog
     retention: RetentionSweeper
-    metrics: Metrics
-    watch_s: float = 0.0
-    dry_runs: DryRunner | None = None  # None: defaults over ``store``
-    fleet: FleetOptions = FleetOptions()  # the shared camera state (service/fleet.py)
-    workers: int = 1  # rules evaluation processes: 1 = here; >= 2 = camera shards (service/shards.py)
-    worker_timeout_s: float = 30.0  # a shard worker silent this long is hung: killed and restarted
+    series: RulesSeries
+    shards: ShardPool | InProcess  # where camera rule states live (service/shards.py)
+    table: CameraTable
+    health: CameraHealth
+    latest: LatestFrames  # GET /cameras/{id}/frame.jpg (the console)
+    crossings: CrossingCounts
+    fleet: Fleet  # the shared camera state (service/fleet.py)
+    site: SiteManager
+    views: ViewChecks  # camera view checks
+    frames: FrameStep
+    dry_runs: DryRunner
+    retire: Retire
+    declare: Declare
+    local_cameras: LocalCameras
 
 
 class RulesService:
     enabled = True
 
     def __init__(self, parts: RulesParts) -> None:
-        self.store, self.writer, self.mqtt = parts.store, parts.writer, parts.mqtt
+        self.store, self.writer, self.sink, self.mqtt = parts.store, parts.writer, parts.sink, parts.mqtt
         self.clips, self.frame_log, self.retention = parts.clips, parts.frame_log, parts.retention
-        self.capture_policy, self.evidence, self.metrics = parts.capture_policy, parts.evidence, parts.metrics
-        self.series = RulesSeries(parts.metrics)
-        self.shards = shard_pool(parts.workers, parts.worker_timeout_s,  # where camera rule states live
-                                 lambda index, reason: parts.metrics.rules_worker_restarts.labels(reason).inc())
-        self.table = CameraTable(parts.config, self.shards.camera)  # type: ignore[arg-type]
-        self.sink = EventSink(parts.writer, parts.webhooks, parts.mqtt)
-        self.health = CameraHealth(self.table, self.sink, parts.mqtt, self._retire)
-        self.latest = LatestFrames()  # GET /cameras/{id}/frame.jpg (the console)
-        self.dry_runs = parts.dry_runs or DryRunner(DryRunOptions(parts.store.url))
-        self.crossings = CrossingCounts()
-        up = lambda: self.writer.up  # noqa: E731 - the store answers (its writer's connection)
-        self.fleet = Fleet(parts.fleet, parts.store.fleet, FleetWriter(
-            parts.fleet, parts.store.fleet, self._local_cameras, self.latest, self.crossings, up), self.crossings, up)
-        self.health.elsewhere = self.fleet.elsewhere  # a camera that moved replicas is not offline
-        parts.store.events.replica = parts.fleet.replica_id  # each event says who opened it (service/orphans.py)
-        self.fleet.writer.sweeper = OrphanSweeper(parts.store.fleet, parts.store.events.get, self.sink.persist,
-                                                  parts.fleet.replica_id, parts.fleet.orphan_after_s)
-        self.site = SiteManager(parts.path, self.table, parts.version, watch_s=parts.watch_s,
-                                on_reloaded=self._reloaded, on_outcome=self.series.site_reload)
-        snapshots = Snapshots(parts.evidence) if parts.evidence is not None else None
-        self.views = ViewChecks(parts.config, self.sink, self.series, snapshots, parts.mqtt)  # camera view checks
-        self.frames = FrameStep(FrameParts(self.table, self.health, self.sink, self.series, self.latest,
-                                           parts.clips, parts.frame_log, snapshots, self.crossings, parts.mqtt,
-                                           self.views))
-        if isinstance(parts.clips, ClipRecorder):
-            parts.clips.on_failed = self._clip_failed
-        if isinstance(parts.frame_log, FrameLog):
-            parts.frame_log.store_up = lambda: self.writer.up  # migrations first: the table may not exist before
-        self._declare_series()
+        self.capture_policy, self.evidence, self.series = parts.capture_policy, parts.evidence, parts.series
+        self.shards, self.table, self.health, self.latest = parts.shards, parts.table, parts.health, parts.latest
+        self.crossings, self.fleet, self.site, self.views = parts.crossings, parts.fleet, parts.site, parts.views
+        self.frames, self.dry_runs = parts.frames, parts.dry_runs
+        self.retire, self.declare, self.local_cameras = parts.retire, parts.declare, parts.local_cameras
+        self.declare()
 
     # --- lifecycle ------------------------------------------------------------------------
     def connect(self) -> None:
@@ -212,35 +191,10 @@ class RulesService:
             old = self.table.renew(camera_id)
             if old is None:
                 raise NotFound(f"camera {shorten(camera_id)} is not in the site file", code="unknown_camera")
-            ended = self._retire(old) + self.views.relearn(camera_id)
-            self._declare_series()
+            ended = self.retire(old) + self.views.relearn(camera_id)
+            self.declare()
         log.info("camera %s: rule state reset (%d open event(s) ended)", camera_id, ended)
         return ended
-
-    def _reloaded(self, config: SiteConfig, retired: list[CameraRules], kept: int) -> None:
-        for cam in retired:
-            self._retire(cam)
-        keep = set(self.table.ids())
-        self.health.reloaded(keep)
-        self.latest.forget(keep)
-        self.clips.forget(keep)
-        self.fleet.writer.forget(keep)
-        self.views.load(config)
-        self._declare_series()
-        self.mqtt.announce(config)
-
-    def _retire(self, cam: CameraRules) -> int:
-        """End the open events of a camera state that is no longer in use; drop its gauges."""
-        with cam.lock:
-            transitions = cam.close_all()
-        for tr in transitions:
-            self.sink.persist(tr.event.to_dict(), "ended")
-        self.series.retire(cam)
-        return len(transitions)
-
-    def _declare_series(self) -> None:
-        self.series.declare(self.table.config, self.table.states(), self.health.monitor.age_or_nan,
-                            self.site.file_changed)
 
     # --- per frame ------------------------------------------------------------------------
     def accept_capture_time(self, camera_id: str, timestamp: dt.datetime | None) -> dt.datetime | None:
@@ -270,7 +224,6 @@ class RulesService:
             with cam.lock:
                 counts[cam.id] = dict(cam.zone_counts)
                 open_rules.update((cam.id, e.zone, e.rule) for e in cam.open_events())
-        assert isinstance(self.mqtt, MqttBridge)
         return self.mqtt.snapshot(self.table.config, self.health.monitor.status, counts, open_rules,
                                   self.views.with_problems())
 
@@ -279,12 +232,9 @@ class RulesService:
         return self.views.accept(camera_id)
 
     # --- queries --------------------------------------------------------------------------
-    def _local_cameras(self) -> list[dict[str, Any]]:
-        return [{**doc, "view": self.views.state(doc["id"])} for doc in self.health.cameras()]
-
     def cameras(self) -> list[dict[str, Any]]:
         """Every configured camera as its owner replica sees it (app/rules/service/fleet.py)."""
-        return self.fleet.merge(self._local_cameras())
+        return self.fleet.merge(self.local_cameras())
 
     def camera(self, camera_id: str) -> dict[str, Any]:
         return self.fleet.merge([{**(doc := self.health.camera(camera_id)), "view": self.views.state(doc["id"])}])[0]
@@ -370,12 +320,3 @@ class RulesService:
     def clip_path(self, event_id: str) -> Path | None:
         """The event's MP4 once written; None before, without one, or after retention."""
         return self.evidence.existing(event_id, CLIP) if self.evidence is not None else None
-
-    def _clip_failed(self, event_id: str) -> None:
-        """The clip could not be written: the stored event stops pointing at it (best effort;
-        during a store outage the URL stays and answers 404)."""
-        try:
-            self.writer.settle()  # the event's start (with the clip's URL) is in the store first
-            self.store.events.clear_files("clip", [event_id])
-        except Exception as exc:
-            log.warning("could not clear the clip URL of event %s: %s", event_id, describe(exc))

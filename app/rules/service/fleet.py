@@ -53,22 +53,19 @@ def _age(now: dt.datetime, then: Any) -> float | None:
     return max(0.0, (now - then).total_seconds()) if isinstance(then, dt.datetime) else None
 
 
-class Fleet:
-    """The fleet writer and the merged reads of one replica."""
+class SharedRows:
+    """The shared rows of every replica, read at most every ``read_ttl_s``, and the camera
+    hand-over question asked of them (built before the camera health that asks it)."""
 
-    def __init__(self, options: FleetOptions, repo: FleetRepo, writer: FleetWriter,
-                 crossings: CrossingCounts, store_up: Callable[[], bool] = lambda: True) -> None:
+    def __init__(self, options: FleetOptions, repo: FleetRepo, store_up: Callable[[], bool] = lambda: True) -> None:
         self.options = options
         self.replica_id = options.replica_id
         self.repo = repo
-        self.writer = writer
-        self.crossings = crossings
         self.store_up = store_up
         self.read_ttl_s = READ_TTL_S
         self._lock = threading.Lock()
         self._cache: tuple[float, dict[str, dict[str, Any]], dict[str, dict[str, Any]]] | None = None
 
-    # --- the shared rows --------------------------------------------------------------------
     def shared(self) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
         """(camera rows, replicas) from the store, at most ``read_ttl_s`` old; empty while it is down."""
         if not self.store_up():
@@ -93,10 +90,27 @@ class Fleet:
         if not owner or owner == self.replica_id or arrived_at is None:
             return None
         beat = _age(utcnow(), (replicas.get(owner) or {}).get("heartbeat_at"))
-        theirs = row.get("last_seen_at")
+        theirs = row.get("last_seen_at") if row is not None else None
         if beat is None or beat > self.options.stale_after_s or not isinstance(theirs, dt.datetime):
             return None
         return owner if theirs > arrived_at else None
+
+
+class Fleet:
+    """The fleet writer and the merged reads of one replica."""
+
+    def __init__(self, rows: SharedRows, writer: FleetWriter, crossings: CrossingCounts) -> None:
+        self.rows = rows
+        self.options, self.replica_id = rows.options, rows.replica_id
+        self.repo, self.store_up = rows.repo, rows.store_up
+        self.writer = writer
+        self.crossings = crossings
+
+    def shared(self) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
+        return self.rows.shared()
+
+    def elsewhere(self, camera_id: str, arrived_at: dt.datetime | None) -> str | None:
+        return self.rows.elsewhere(camera_id, arrived_at)
 
     def _owned(self, doc: dict[str, Any], row: dict[str, Any] | None) -> bool:
         """This replica got the camera's newest frame (its memory is the truth)."""

@@ -64,21 +64,23 @@ def thumbnail(rgb, max_width: int, quality: int = 75) -> bytes:
 
 class FleetWriter:
     def __init__(self, options: FleetOptions, repo: FleetRepo, local_docs: LocalDocs, latest: LatestFrames,
-                 crossings: CrossingCounts, store_up: Callable[[], bool] = lambda: True) -> None:
+                 crossings: CrossingCounts, store_up: Callable[[], bool] = lambda: True, *,
+                 sources: Callable[[], dict[str, dict[str, Any]]] = dict,
+                 sweeper: OrphanSweeper | None = None) -> None:
         self.options = options
         self.repo = repo
         self.local_docs = local_docs
         self.latest = latest
         self.crossings = crossings
         self.store_up = store_up
-        self.sources: Callable[[], dict[str, dict[str, Any]]] = dict  # the streams' state (app/core/sources.py)
+        self.sources = sources  # the streams' state (app/core/sources.py), shared through the fleet rows
         self.started_at = utcnow()
         self.last_ok: dt.datetime | None = None
         self._written: dict[str, str] = {}  # camera id -> signature of its last written row
         self._frames: dict[str, tuple[dt.datetime, dt.datetime]] = {}  # camera id -> (frame time, written at)
         self._failing = False
         self.lock = threading.Lock()  # held while a batch commits (fleet.py counts under it)
-        self.sweeper: OrphanSweeper | None = None  # set by the service: a gone replica's open events
+        self.sweeper = sweeper  # a gone replica's open events (service/orphans.py); None in tools and tests
         self._job = Periodic("fleet-writer", self.tick, options.interval_s, on_error=self._error)
 
     def start(self) -> None:

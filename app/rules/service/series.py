@@ -24,10 +24,12 @@ class RulesSeries:
     def __init__(self, metrics: Metrics) -> None:
         self.metrics = metrics
 
-    def declare(self, config: SiteConfig, cameras: list[CameraRules], age_of: Callable[[str], float],
-                file_changed: Callable[[], float]) -> None:
+    def watch_site(self, file_changed: Callable[[], float]) -> None:
+        """The site-file-changed gauge reads ``file_changed`` (the site manager's) at each scrape."""
+        self.metrics.site_file_changed.set_function(file_changed)
+
+    def declare(self, config: SiteConfig, cameras: list[CameraRules], age_of: Callable[[str], float]) -> None:
         m = self.metrics
-        m.site_file_changed.set_function(file_changed)
         for outcome in ("delivered", "http_error", "network_error"):
             m.webhook_deliveries.labels(outcome)
         for outcome in ("delivered", "broker_error", "not_connected"):  # at 0 with MQTT off too, like webhooks

@@ -39,7 +39,8 @@ class SiteListener(Protocol):
 
 class SiteManager:
     def __init__(self, path: Path, table: CameraTable, version: str | None, *, watch_s: float,
-                 on_reloaded: Reloaded, on_outcome: Callable[[str, str], None]) -> None:
+                 on_reloaded: Reloaded, on_outcome: Callable[[str, str], None],
+                 listeners: list[SiteListener] | None = None) -> None:
         self.path = Path(path)
         self.site = SiteFile(self.path)
         self.table = table
@@ -51,7 +52,9 @@ class SiteManager:
         self._refused_version = ""
         self._seen_version = ""  # the changed file's version at the last check (it must hold still once)
         self._edit_lock = threading.Lock()
-        self.listeners: list[SiteListener] = []
+        # the parts that follow the file (the camera streams, the ingest): the composition root's list,
+        # which it fills as it builds them
+        self.listeners: list[SiteListener] = listeners if listeners is not None else []
         self.watcher = Periodic("site-file-watch", self.check_file, watch_s) if watch_s > 0 else None
 
     def start(self) -> None:

@@ -52,15 +52,16 @@ def make_engine(url: str) -> Engine:
 class EventStore:
     """The database handle: ``events``, ``outbox``, ``frames``, ``audit`` and ``fleet`` repositories on one engine."""
 
-    def __init__(self, url: str, *, migrate: bool = True) -> None:
+    def __init__(self, url: str, *, migrate: bool = True, replica: str | None = None) -> None:
         """``migrate``: apply pending migrations now (the service defers it to its writer
-        thread, so a database that is down at startup does not stop detection)."""
+        thread, so a database that is down at startup does not stop detection). ``replica``: the
+        fleet's replica id, stored with each event this process opens (service/orphans.py)."""
         self.url = url
         try:
             self.engine = make_engine(url)
         except (ArgumentError, NoSuchModuleError, ValueError) as exc:
             raise ConfigError(f"invalid CAMPUSGUARD_EVENTS_DB_URL {redact.dsn(url)}: {redact.scrub(str(exc))}") from None
-        self.events = EventsRepo(self.engine)
+        self.events = EventsRepo(self.engine, replica)
         self.outbox = OutboxRepo(self.engine)
         self.frames = FramesRepo(self.engine)
         self.audit = AuditRepo(self.engine)

@@ -43,9 +43,9 @@ def row_to_event(row) -> dict[str, Any]:
 class EventsRepo:
     """The events table (thread-safe: the engine's connection pool)."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, replica: str | None = None) -> None:
         self.engine = engine
-        self.replica: str | None = None  # stored with each event this process opens (the fleet's replica id)
+        self.replica = replica  # stored with each event this process opens (the fleet's replica id)
 
     def record(self, event: dict[str, Any], deliveries: list[tuple[str, str, bytes]] = ()) -> None:
         """Insert or update an event and enqueue its deliveries, atomically.

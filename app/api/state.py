@@ -1,0 +1,52 @@
+"""The application's typed state: every service the routes read, built by the composition root.
+
+``create_app`` (app/main.py, from app/wiring) builds one ``AppState`` and installs it on the
+FastAPI app; the request dependencies (app/api/deps.py) read it with ``state_of``, never an
+attribute of ``app.state`` by name. Parts that arrive after the app is built (the engine, the
+shadow lane, the rules, the precision report) are ``Slot``s with a null default
+(app/core/slot.py). A test that mounts routers on a bare FastAPI app installs an ``AppState``
+the same way, with the parts it needs and null objects for the rest.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from fastapi import FastAPI
+
+from app.api.access import Gate
+from app.api.options import ApiOptions
+from app.core.metrics import Metrics
+from app.core.progress import StartupProgress
+from app.core.slot import Slot
+from app.core.sources import SourceBook
+from app.inference.engine import InferenceEngine
+from app.inference.precision.provision import Provisioned
+from app.inference.shadow.lane import NoShadow, ShadowLane
+from app.rules.port import NoRules, Rules
+
+
+@dataclass(frozen=True)
+class AppState:
+    options: ApiOptions
+    metrics: Metrics
+    gate: Gate  # API keys, roles, the throttle and the audit trail (its slot: the lifespan fills it)
+    sources: SourceBook = field(default_factory=SourceBook)  # camera streams (app/core/sources.py)
+    rules: Slot[Rules] = field(default_factory=lambda: Slot[Rules](NoRules()))  # the lifespan's, with a site file
+    engine: Slot[InferenceEngine | None] = field(default_factory=lambda: Slot[InferenceEngine | None](None))
+    shadow: Slot[ShadowLane | NoShadow] = field(default_factory=lambda: Slot[ShadowLane | NoShadow](NoShadow()))
+    progress: StartupProgress = field(default_factory=StartupProgress)  # what the loader is doing (/health)
+    provisioned: Slot[Provisioned | None] = field(default_factory=lambda: Slot[Provisioned | None](None))
+    backend_choice: Slot[dict[str, str] | None] = field(default_factory=lambda: Slot[dict[str, str] | None](None))
+    started_at: float = field(default_factory=time.time)
+
+
+def install(app: FastAPI, state: AppState) -> AppState:
+    """Make ``state`` what ``app``'s routes read (one attribute of FastAPI's own state object)."""
+    app.state.services = state
+    return state
+
+
+def state_of(app: FastAPI) -> AppState:
+    return app.state.services

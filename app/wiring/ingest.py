@@ -1,0 +1,58 @@
+"""Camera ingest (docs/cameras.md): the embedded ingest that pulls the site file's streams and
+feeds the engine and the rules, or ``NoIngest``."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from app.config import Settings
+from app.core.metrics import Metrics
+from app.core.sources import SourceBook
+from app.inference.engine import InferenceEngine
+from app.wiring.rules import RulesStack
+from app.wiring.runtime import detect_defaults
+
+if TYPE_CHECKING:
+    from app.inference.shadow.lane import NoShadow, ShadowLane
+    from app.ingest.embedded import EmbeddedIngest, IngestOptions, NoIngest
+
+
+def ingest_options(settings: Settings) -> IngestOptions:
+    from app.ingest.embedded import IngestOptions
+
+    return IngestOptions(mode=settings.ingest, secrets_dir=settings.secrets_dir, detect=detect_defaults(settings))
+
+
+def check_site(settings: Settings) -> None:
+    """Before the server starts: the site file as the lifespan will read it, and (ingest
+    embedded) every camera source's ${VAR} filled in and ffmpeg present. A ConfigError naming
+    the field otherwise: `campusguard serve` exits 2 with it."""
+    if settings.site_config is None:
+        return
+    from app.rules.site.writer import SiteFile
+
+    config, _ = SiteFile(settings.site_config).load()
+    if settings.ingest == "embedded":
+        from app.ingest.embedded import check_sources
+
+        check_sources(config, settings.secrets_dir, settings.site_config, os.environ)
+
+
+def build_ingest(settings: Settings, stack: RulesStack, metrics: Metrics, book: SourceBook,
+                 engine: Callable[[], InferenceEngine | None],
+                 shadow: Callable[[], ShadowLane | NoShadow] | None = None) -> EmbeddedIngest | NoIngest:
+    """The embedded ingest following the rules' site file, feeding ``engine()`` (the engine slot:
+    None while the model loads) and the rules; ``NoIngest`` with ``CAMPUSGUARD_INGEST=off`` or
+    without a site file. It joins the site file's followers, so a reload restarts its streams."""
+    from app.ingest.embedded import EmbeddedIngest, EngineFeed, NoIngest
+
+    if not stack.rules.enabled or settings.ingest == "off":
+        return NoIngest()
+    from app.inference.shadow.lane import NoShadow
+
+    feed = EngineFeed(engine, stack.rules, metrics, detect_defaults(settings), shadow or NoShadow)
+    ingest = EmbeddedIngest(ingest_options(settings), feed, book, settings.site_config or "", os.environ)
+    stack.site_listeners.append(ingest)
+    return ingest
