@@ -28,6 +28,7 @@ from app.core.roles import Keyring
 from app.core.sourcemetrics import SourceCollector
 from app.core.sources import SourceBook
 from app.core.throttle import FailureThrottle, ThrottleOptions
+from app.flow.frame import LiveFlow
 from app.inference.backends.base import BackendOptions, Detector
 from app.inference.engine import EngineLimits, InferenceEngine
 from app.inference.pipeline import DecodePolicy, DetectParams, Pipeline
@@ -407,6 +408,16 @@ def check_site(settings: Settings) -> None:
         check_sources(config, settings.secrets_dir, settings.site_config, os.environ)
 
 
+def build_flow(rules: Rules, metrics: Metrics, engine: Callable[[], InferenceEngine | None],
+               shadow: Callable[[], ShadowLane | NoShadow] | None = None) -> LiveFlow:
+    """The per-frame use case (app/flow/frame.py) for frames that arrive outside a request:
+    over the engine once its model is loaded and the shadow lane once its reference is. The
+    routes get theirs per request from their dependencies (app/api/deps.py, ``get_flow``)."""
+    from app.inference.shadow.lane import NoShadow
+
+    return LiveFlow(engine, rules, shadow or NoShadow, metrics)
+
+
 def build_ingest(settings: Settings, rules: Rules, metrics: Metrics, book: SourceBook,
                  engine: Callable[[], InferenceEngine | None],
                  shadow: Callable[[], ShadowLane | NoShadow] | None = None) -> EmbeddedIngest | NoIngest:
@@ -424,9 +435,7 @@ def build_ingest(settings: Settings, rules: Rules, metrics: Metrics, book: Sourc
     book.listeners.append(rules.mqtt.source_state)
     if settings.ingest == "off":
         return NoIngest()
-    from app.inference.shadow.lane import NoShadow
-
-    feed = EngineFeed(engine, rules, metrics, detect_defaults(settings), shadow or NoShadow)
+    feed = EngineFeed(build_flow(rules, metrics, engine, shadow), detect_defaults(settings))
     ingest = EmbeddedIngest(ingest_options(settings), feed, book, settings.site_config or "", os.environ)
     rules.site.listeners.append(ingest)
     return ingest
