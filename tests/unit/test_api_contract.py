@@ -385,7 +385,7 @@ def test_no_router_reads_app_state():
     from pathlib import Path
 
     api = Path(__file__).resolve().parents[2] / "app" / "api"
-    readers = [p.name for p in api.glob("*.py") if p.name != "deps.py" and "app.state" in p.read_text()]
+    readers = [p.name for p in api.rglob("*.py") if p.name != "deps.py" and "app.state" in p.read_text()]
     assert readers == []
 
 

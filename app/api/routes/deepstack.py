@@ -5,8 +5,8 @@ camera software speak this API; they must work unchanged. Replies use DeepStack'
 (``success``, ``predictions`` with integer pixel boxes, ``duration``) plus the keys
 CodeProject.AI adds (``code``, ``count``, ``message``, ``inferenceMs``, ``processMs``...).
 Failures are ``{"success": false, "error": ...}`` with DeepStack's status codes; that
-format lives here (``deepstack_error_body``) and the error handlers and body-limit
-middleware use it for every path under ``PREFIX``.
+format lives in app/api/deepstack_errors.py, where the error handlers and the body-limit
+middleware find it for every path under ``PREFIX``.
 
 Order of checks: capacity and a key sent as ``X-API-Key`` before the body is read; a key
 sent as the ``api_key`` form field (DeepStack's way) right after the form is read and
@@ -29,7 +29,6 @@ from app.core.errors import InvalidParameter, shorten
 from app.flow.frame import NO_CAMERA
 from app.inference.pipeline import DetectParams
 
-PREFIX = "/v1/vision/"
 router = APIRouter(tags=["deepstack"])
 DEFAULT_MIN_CONFIDENCE = 0.40
 # ASCII only: float() would also take full-width or Arabic-Indic digits, "1e-1" or "nan".
@@ -46,17 +45,6 @@ BODY = {
             }}}},
     }
 }
-
-
-def is_deepstack(path: str) -> bool:
-    return path.startswith(PREFIX)
-
-
-def deepstack_error(status: int, message: str) -> tuple[int, dict]:
-    """(status, body) of a failure on a DeepStack route: what Blue Iris, Home Assistant and
-    Frigate read, and DeepStack answers every bad input (image or parameter) with 400."""
-    status = 400 if status in (415, 422) else status
-    return status, {"success": False, "error": message, "code": status}
 
 
 async def header_key(request: Request, gate: GateDep,
