@@ -13,6 +13,8 @@ import cv2
 import numpy as np
 import pytest
 
+from app.api.deps import EngineDep, FrameRulesDep, MetricsDep, ShadowDep, get_flow
+from app.config import Settings
 from app.core.errors import InvalidImage, InvalidTimestamp, QueueFull, ServiceError
 from app.core.metrics import Metrics
 from app.core.types import Detection
@@ -21,6 +23,7 @@ from app.inference.pipeline import DetectParams
 from app.inference.shadow.lane import NoShadow
 from app.rules.port import NoRules
 from tests.support.fakes import IMAGE, FakeDetector, make_engine
+from tests.support.inprocess import IMGSZ, inprocess_app, png
 
 PARAMS = DetectParams(conf=0.25, iou=0.45, max_det=100)
 AT = dt.datetime(2026, 3, 1, 12, 0, tzinfo=dt.timezone.utc)
@@ -208,3 +211,43 @@ def test_live_flow_waits_for_the_engine_and_follows_the_shadow_lane(engine):
     assert live().engine is engine and isinstance(live().shadow, NoShadow)
     current["shadow"] = RecordingShadow(steps)
     assert live().shadow is current["shadow"]  # the lane replaces NoShadow once its reference is loaded
+
+
+def test_every_detection_route_sends_its_frames_through_the_flow_with_its_own_parameters():
+    """The production app in-process: /detect (JSON and annotated), /detect/batch and the
+    DeepStack route each admit then run through the FrameFlow the dependency hands them."""
+    calls: list[tuple] = []
+
+    class Watched(FrameFlow):
+        def admit(self, camera_id, timestamp):
+            calls.append(("admit", camera_id))
+            return FrameFlow.admit(self, camera_id, timestamp)
+
+        async def run(self, frame, image, params, keep):
+            calls.append(("run", frame.camera_id, keep, type(image).__name__))
+            return await FrameFlow.run(self, frame, image, params, keep)
+
+        async def run_batch(self, frame, images, params, keep):
+            calls.append(("run_batch", frame.camera_id, keep, len(images)))
+            return await FrameFlow.run_batch(self, frame, images, params, keep)
+
+    async def watched(engine: EngineDep, rules: FrameRulesDep, shadow: ShadowDep, metrics: MetricsDep) -> FrameFlow:
+        return Watched(engine, rules, shadow, metrics)
+
+    settings = Settings(_env_file=None, imgsz=IMGSZ, threads=1, preprocess_workers=1, warmup_iters=0)
+    with inprocess_app(settings) as ip:
+        ip.app.dependency_overrides[get_flow] = watched
+        c, image = ip.client, png()
+        headers = {"Content-Type": "image/png"}
+        assert c.post("/detect", params={"camera_id": "gate-1"}, content=image, headers=headers).status_code == 200
+        r = c.post("/detect", params={"annotate": "true"}, content=image, headers=headers)
+        assert r.status_code == 200 and r.headers["content-type"] == "image/jpeg"
+        files = [("images", ("a.png", image, "image/png")), ("images", ("b.png", image, "image/png"))]
+        assert c.post("/detect/batch", params={"camera_id": "gate-1"}, files=files).status_code == 200
+        assert c.post("/v1/vision/detection", files={"image": ("a.png", image, "image/png")}).json()["success"]
+    assert calls == [
+        ("admit", "gate-1"), ("run", "gate-1", "none", "bytes"),  # no site file: no rules, nothing kept
+        ("admit", None), ("run", None, "full", "bytes"),  # the annotated reply draws on the whole frame
+        ("admit", "gate-1"), ("run_batch", "gate-1", "none", 2),
+        ("run", None, "none", "bytes"),  # DeepStack: NO_CAMERA, no admit
+    ]
