@@ -128,7 +128,7 @@ def review_event(event_id: str, review: EventReview, rules: EventsDep, caller: P
     old = rules.get_event(event_id)
     changes = review.model_dump(exclude_none=True, exclude={"operator"})
     event = rules.review_event(event_id, changes, by) if old is not None else None
-    if event is None:
+    if old is None or event is None:
         raise NotFound(f"no event with id {shorten(event_id)}")
     record("event.review", event_id, before=summarize({k: old[k] for k in REVIEW_FIELDS}),
            after=summarize({**{k: event[k] for k in REVIEW_FIELDS}, "reviewed_by": by}))
