@@ -20,14 +20,11 @@ from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 
 from app import __version__, wiring
-from app.api import audit as audit_route
-from app.api import auth, deepstack, detect, edge, health, status
-from app.api import metrics as metrics_route
-from app.api import shadow as shadow_route
 from app.api.access import Gate
 from app.api.docs import install_docs
 from app.api.errors import install_error_handlers
 from app.api.middleware import RequestGuard
+from app.api.routes import include_routes
 from app.api.state import AppState, install
 from app.config import Settings
 from app.core.errors import ConfigError
@@ -188,24 +185,7 @@ def create_app(settings: Settings | None = None, choice: Choice | None = None) -
     install(app, state)
     install_error_handlers(app)
     install_docs(app)
-    app.include_router(detect.router)
-    app.include_router(deepstack.router)
-    app.include_router(health.router)
-    app.include_router(auth.router)
-    app.include_router(edge.router)
-    app.include_router(audit_route.router)
-    app.include_router(status.router)
-    app.include_router(shadow_route.router)
-    app.include_router(metrics_route.router)
-    if settings.site_config is not None:
-        from app.api import camera_summary, events, frames, site
-        from app.api import sources as sources_route
-
-        app.include_router(camera_summary.router)
-        app.include_router(events.router)
-        app.include_router(sources_route.router)
-        app.include_router(frames.router)
-        app.include_router(site.router)
+    include_routes(app, rules=settings.site_config is not None)  # the rules' routers only with a site file
     if settings.console:
         from app.console import mount_console
 

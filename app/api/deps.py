@@ -27,10 +27,19 @@ from app.core.errors import NotReady
 from app.core.metrics import Metrics
 from app.core.roles import Permission, Principal
 from app.core.sources import SourceBook
+from app.flow.frame import FrameFlow
 from app.inference.backends.base import Detector
 from app.inference.engine import InferenceEngine
 from app.inference.shadow.lane import NoShadow, ShadowLane
-from app.rules.port import Rules, disabled
+from app.rules.port import (
+    CameraQueries,
+    EventQueries,
+    FrameRules,
+    Rules,
+    RulesStatus,
+    SiteAdmin,
+    disabled,
+)
 
 # Declared once: OpenAPI lists it as the `ApiKey` security scheme, so Swagger UI's
 # "Authorize" button sends X-API-Key with "Try it out".
@@ -107,6 +116,7 @@ PhaseDep = Annotated[str, Depends(get_phase)]
 StartupDep = Annotated[dict, Depends(get_startup)]
 StartedAtDep = Annotated[float, Depends(get_started_at)]
 AnyRulesDep = Annotated[Rules, Depends(get_rules)]
+RulesStatusDep = Annotated[RulesStatus, Depends(get_rules)]  # health and status: NoRules answers too
 GateDep = Annotated[Gate, Depends(get_gate)]
 AuditDep = Annotated[AuditTrail, Depends(get_audit)]
 SourcesDep = Annotated[SourceBook, Depends(get_sources)]
@@ -141,6 +151,22 @@ async def require_rules(rules: AnyRulesDep) -> Rules:
 
 
 RulesDep = Annotated[Rules, Depends(require_rules)]
+# The rules' own routers (only mounted with a site file; 404 rules_disabled without one), each
+# typed by the narrowest role it needs (app/rules/port.py): one dependency, so one check.
+EventsDep = Annotated[EventQueries, Depends(require_rules)]
+CamerasDep = Annotated[CameraQueries, Depends(require_rules)]
+SiteAdminDep = Annotated[SiteAdmin, Depends(require_rules)]
+FrameRulesDep = Annotated[FrameRules, Depends(get_rules)]
+
+
+async def get_flow(engine: EngineDep, rules: FrameRulesDep, shadow: ShadowDep, metrics: MetricsDep) -> FrameFlow:
+    """The per-frame use case (app/flow/frame.py) over this request's parts: the engine is the
+    ready one (503 before the body is read while loading or full), the rules are ``NoRules``
+    without a site file, the shadow lane ``NoShadow`` while off."""
+    return FrameFlow(engine, rules, shadow, metrics)
+
+
+FlowDep = Annotated[FrameFlow, Depends(get_flow)]
 
 
 def is_public(request: Request, options: ApiOptions) -> bool:

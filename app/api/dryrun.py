@@ -19,7 +19,7 @@ from app.api.bodies import read_capped
 from app.api.schemas import DryRunResult
 from app.core.errors import UnsupportedMediaType
 from app.core.timeutil import shift_clamped, utcnow
-from app.rules.port import Rules
+from app.rules.port import SiteAdmin
 from app.rules.site.loader import MAX_SITE_FILE_BYTES, SiteConfigError
 
 MAX_SITE_BYTES = MAX_SITE_FILE_BYTES
@@ -52,7 +52,7 @@ def window(since: dt.datetime | None, until: dt.datetime | None, window_h: float
     return since or shift_clamped(until, -dt.timedelta(hours=window_h)), until
 
 
-async def dry_run(rules: Rules, request: Request, since: dt.datetime | None, until: dt.datetime | None,
+async def dry_run(rules: SiteAdmin, request: Request, since: dt.datetime | None, until: dt.datetime | None,
                   window_h: float) -> DryRunResult:
     text, as_json = await read_site(request)
     start, end = window(since, until, window_h)

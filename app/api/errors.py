@@ -9,7 +9,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from app.api.deepstack import deepstack_error, is_deepstack
+from app.api.deepstack_errors import deepstack_error, is_deepstack
 from app.core.errors import ServiceError
 
 log = logging.getLogger("campusguard.api")

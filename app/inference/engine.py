@@ -194,7 +194,8 @@ class InferenceEngine:
             self._reject_full()
         self._check_wait(self._admitted + images - 1)
 
-    async def detect(self, data: bytes, params: DetectParams, keep_image: Keep | bool = False) -> DetectResult:
+    async def detect(self, data: bytes | np.ndarray, params: DetectParams,
+                     keep_image: Keep | bool = False) -> DetectResult:
         """Decode, batch, infer and post-process one image (``keep_image``: what of the decoded
         frame comes back in ``DetectResult.image``, see ``Pipeline.prepare``)."""
         self._admit()

@@ -1,7 +1,7 @@
 """The embedded hosting: ``campusguard serve`` pulls the site file's camera sources itself.
 
-For single-node sites and ``make run``. Each sampled frame goes straight to the engine and
-the camera's rules, with no HTTP hop, but exactly as if a gateway had POSTed it to
+For single-node sites and ``make run``. Each sampled frame goes through the frame flow
+(app/flow/frame.py) with no HTTP hop, exactly as if a gateway had POSTed it to
 ``/detect?camera_id=<id>&timestamp=<capture time>``: the capture-time policy checks the
 time first (a refused frame is dropped and counted ``invalid_timestamp``), the engine's
 admission may refuse it (503 ``queue_full``: the frame is dropped and the camera waits for
@@ -28,11 +28,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from app.core.metrics import Metrics
 from app.core.sources import SourceBook
-from app.inference.engine import InferenceEngine
+from app.flow.frame import FrameFlow
 from app.inference.pipeline import DetectParams
-from app.inference.shadow.lane import NoShadow, ShadowLane
 from app.ingest.asyncsink import AsyncSink
 from app.ingest.command import FfmpegMissing, ffmpeg_binary
 from app.ingest.frames import Frame, FrameFormat
@@ -40,7 +38,6 @@ from app.ingest.mailbox import SinkResult
 from app.ingest.source import SourceError, resolve_site, sources_of
 from app.ingest.states import CameraState
 from app.ingest.supervisor import Supervisor
-from app.rules.port import Rules
 from app.rules.site.loader import SiteConfigError
 from app.rules.site.schema import SiteConfig
 
@@ -70,25 +67,19 @@ def check_sources(config: SiteConfig, secrets_dir: Path | None, path: Path | str
 
 
 class EngineFeed:
-    """One frame into detection and the camera's rules, as POST /detect would do it."""
+    """One frame into the frame flow (detection, shadow, the camera's rules, metrics), as
+    POST /detect would send it."""
 
-    def __init__(self, engine: Callable[[], InferenceEngine | None], rules: Rules, metrics: Metrics,
-                 params: DetectParams, shadow: Callable[[], ShadowLane | NoShadow] = NoShadow) -> None:
-        self.engine, self.rules, self.metrics, self.params = engine, rules, metrics, params
-        self.shadow = shadow  # read per frame: the lane replaces NoShadow once the reference is loaded
+    def __init__(self, flow: Callable[[], FrameFlow | None], params: DetectParams) -> None:
+        self.flow, self.params = flow, params  # the flow per frame: None until the model is loaded
 
     async def __call__(self, frame: Frame) -> SinkResult:
-        engine = self.engine()
-        if engine is None:  # the model is still loading: wait a moment, like a gateway's 503
+        flow = self.flow()
+        if flow is None:  # the model is still loading: wait a moment, like a gateway's 503
             return SinkResult.busy(1.0, "not_ready")
-        when = self.rules.accept_capture_time(frame.camera_id, frame.captured_at)  # InvalidTimestamp: dropped
-        rgb = frame.as_rgb()
-        result = await engine.detect(rgb, self.params, keep_image=True)  # QueueFull: busy
-        self.shadow().offer(frame.camera_id, rgb, self.params, result.detections)  # after the answer; never blocks
-        loop = asyncio.get_running_loop()
-        await loop.run_in_executor(engine.executor, self.rules.evaluate, frame.camera_id, when,
-                                   (result.width, result.height), result.detections, result.image)
-        self.metrics.count_detections([d.class_name for d in result.detections], frame.camera_id)
+        admitted = flow.admit(frame.camera_id, frame.captured_at)  # InvalidTimestamp: dropped
+        # the reader's RGB array goes to the engine and the shadow lane alike (it is the kept frame)
+        await flow.run(admitted, frame.as_rgb(), self.params, admitted.keep())  # QueueFull: busy
         return SinkResult.sent()
 
 

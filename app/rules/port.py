@@ -1,10 +1,13 @@
-"""What the HTTP layer may ask of the rules, and the null object used when they are off.
+"""What the layers above may ask of the rules, by role, and the null object used when they are off.
 
-``Rules`` names the façade's public surface (``app.rules.service.facade.RulesService``
-fulfils it) so routes can be typed without importing the rules stack (SQLAlchemy, Alembic,
-paho, ruamel, PyAV): a server without a site file never loads it. ``NoRules`` stands in
-when no site file is configured: frames are not evaluated, and the rules' own routes
-answer 404 ``rules_disabled``.
+One protocol per kind of caller: ``FrameRules`` (the per-frame flow), ``RulesStatus``
+(health and status), ``EventQueries``, ``CameraQueries``, ``SiteAdmin`` (the routers of
+each resource) and ``RulesLifecycle`` (the lifespan); ``Rules`` is all of them, the
+façade's public surface (``app.rules.service.facade.RulesService`` fulfils it). Callers are
+typed without importing the rules stack (SQLAlchemy, Alembic, paho, ruamel, PyAV): a
+server without a site file never loads it. ``NoRules`` stands in for every role when no
+site file is configured: frames are not evaluated, and the rules' own routes answer 404
+``rules_disabled``.
 """
 
 from __future__ import annotations
@@ -21,7 +24,9 @@ from app.core.types import Detection
 from app.inference.vision.annotate import ZoneOverlay
 
 
-class Rules(Protocol):
+class FrameRules(Protocol):
+    """What one frame needs (app/flow): the capture-time policy, evaluation, the zones to draw."""
+
     enabled: bool
 
     def accept_capture_time(self, camera_id: str, timestamp: dt.datetime | None) -> dt.datetime | None: ...
@@ -31,19 +36,37 @@ class Rules(Protocol):
 
     def zones_for(self, camera_id: str) -> Sequence[ZoneOverlay]: ...
 
+
+class RulesStatus(Protocol):
+    """What /health, /health/ready and /status show: the event store, the outboxes, the fleet."""
+
     def store_status(self) -> str | None: ...
 
     def delivery_state(self) -> dict[str, Any]: ...
 
-    def start(self) -> None: ...
+    def fleet_status(self) -> dict[str, Any] | None: ...
 
-    def stop(self) -> None: ...
 
-    def reload_or_log(self) -> bool: ...
+class EventQueries(Protocol):
+    """The events routes: list, fetch and review events, and their evidence files."""
 
-    # the rules' own routes (only mounted with a site file)
-    camera_ids: list[str]
-    loaded_at: dt.datetime
+    def get_event(self, event_id: str) -> dict[str, Any] | None: ...
+
+    def query_events(self, **filters: Any) -> Any: ...  # app.rules.store.events.EventPage
+
+    def review_event(self, event_id: str, changes: dict[str, Any], by: str) -> dict[str, Any] | None: ...
+
+    def snapshot_path(self, event_id: str) -> Path | None: ...
+
+    def clip_path(self, event_id: str) -> Path | None: ...
+
+
+class CameraQueries(Protocol):
+    """The camera routes: each camera's health, counts and newest frame, accepting its view,
+    and which cameras the site file names (at which version)."""
+
+    @property
+    def camera_ids(self) -> list[str]: ...
 
     def cameras(self) -> list[dict[str, Any]]: ...
 
@@ -51,9 +74,22 @@ class Rules(Protocol):
 
     def counts(self, camera_id: str, since: dt.datetime | None) -> dict[str, Any]: ...
 
-    def fleet_status(self) -> dict[str, Any] | None: ...
-
     def latest_frame(self, camera_id: str) -> tuple[bytes, dt.datetime]: ...
+
+    def accept_view(self, camera_id: str) -> dict[str, Any]: ...
+
+    def site_version(self) -> str: ...
+
+
+class SiteAdmin(Protocol):
+    """Site administration: the site document and its zone edits, reload (or a dry run of
+    another file), a camera's reset."""
+
+    @property
+    def camera_ids(self) -> list[str]: ...
+
+    @property
+    def loaded_at(self) -> dt.datetime: ...
 
     def site_document(self) -> dict[str, Any]: ...
 
@@ -66,22 +102,25 @@ class Rules(Protocol):
 
     def reset_camera(self, camera_id: str) -> int: ...
 
-    def accept_view(self, camera_id: str) -> dict[str, Any]: ...
-
     def replay(self, site: Any, since: dt.datetime, until: dt.datetime) -> Any: ...
 
     def dry_run(self, text: str, as_json: bool, since: dt.datetime, until: dt.datetime,
                 source: str = "<request body>") -> dict[str, Any]: ...
 
-    def get_event(self, event_id: str) -> dict[str, Any] | None: ...
 
-    def query_events(self, **filters: Any) -> Any: ...  # app.rules.store.events.EventPage
+class RulesLifecycle(Protocol):
+    """What the lifespan and ``campusguard serve`` hold: start, stop, reload on SIGHUP."""
 
-    def review_event(self, event_id: str, changes: dict[str, Any], by: str) -> dict[str, Any] | None: ...
+    def start(self) -> None: ...
 
-    def snapshot_path(self, event_id: str) -> Path | None: ...
+    def stop(self) -> None: ...
 
-    def clip_path(self, event_id: str) -> Path | None: ...
+    def reload_or_log(self) -> bool: ...
+
+
+class Rules(FrameRules, RulesStatus, EventQueries, CameraQueries, SiteAdmin, RulesLifecycle, Protocol):
+    """Every role at once: what the composition root builds and holds. A caller takes the
+    narrowest role it needs (app/api/deps.py names one dependency per role)."""
 
 
 def disabled() -> NotFound:

@@ -29,7 +29,7 @@ from app.wiring.http import (
     record_key_change,
     replica_id,
 )
-from app.wiring.ingest import build_ingest, check_site, ingest_options
+from app.wiring.ingest import build_flow, build_ingest, check_site, ingest_options
 from app.wiring.rules import RulesStack, build_rules, build_rules_stack, fleet_options, mqtt_options
 from app.wiring.runtime import (
     backend_options,
@@ -58,7 +58,7 @@ from app.wiring.shadow import (
 
 __all__ = [
     "WORST_PER_CAMERA", "RulesStack", "api_options", "auth_mode", "backend_options", "build_engine", "build_gate",
-    "build_ingest", "build_pipeline", "build_rules", "build_rules_stack", "build_shadow", "build_sources",
+    "build_flow", "build_ingest", "build_pipeline", "build_rules", "build_rules_stack", "build_shadow", "build_sources",
     "build_state", "check_runtime", "check_shadow", "check_site", "decode_policy", "detect_defaults",
     "engine_limits", "fleet_options", "ingest_options", "is_loopback", "key_source", "keyring", "load_detector",
     "mqtt_options", "precision_options", "provision_detector", "provision_served", "record_key_change",

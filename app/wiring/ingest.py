@@ -10,7 +10,9 @@ from typing import TYPE_CHECKING
 from app.config import Settings
 from app.core.metrics import Metrics
 from app.core.sources import SourceBook
+from app.flow.frame import LiveFlow
 from app.inference.engine import InferenceEngine
+from app.rules.port import Rules
 from app.wiring.rules import RulesStack
 from app.wiring.runtime import detect_defaults
 
@@ -40,6 +42,16 @@ def check_site(settings: Settings) -> None:
         check_sources(config, settings.secrets_dir, settings.site_config, os.environ)
 
 
+def build_flow(rules: Rules, metrics: Metrics, engine: Callable[[], InferenceEngine | None],
+               shadow: Callable[[], ShadowLane | NoShadow] | None = None) -> LiveFlow:
+    """The per-frame use case (app/flow/frame.py) for frames that arrive outside a request:
+    over the engine once its model is loaded and the shadow lane once its reference is. The
+    routes get theirs per request from their dependencies (app/api/deps.py, ``get_flow``)."""
+    from app.inference.shadow.lane import NoShadow
+
+    return LiveFlow(engine, rules, shadow or NoShadow, metrics)
+
+
 def build_ingest(settings: Settings, stack: RulesStack, metrics: Metrics, book: SourceBook,
                  engine: Callable[[], InferenceEngine | None],
                  shadow: Callable[[], ShadowLane | NoShadow] | None = None) -> EmbeddedIngest | NoIngest:
@@ -50,9 +62,7 @@ def build_ingest(settings: Settings, stack: RulesStack, metrics: Metrics, book: 
 
     if not stack.rules.enabled or settings.ingest == "off":
         return NoIngest()
-    from app.inference.shadow.lane import NoShadow
-
-    feed = EngineFeed(engine, stack.rules, metrics, detect_defaults(settings), shadow or NoShadow)
+    feed = EngineFeed(build_flow(stack.rules, metrics, engine, shadow), detect_defaults(settings))
     ingest = EmbeddedIngest(ingest_options(settings), feed, book, settings.site_config or "", os.environ)
     stack.site_listeners.append(ingest)
     return ingest

@@ -387,7 +387,7 @@ def test_no_router_reads_app_state():
     from pathlib import Path
 
     api = Path(__file__).resolve().parents[2] / "app" / "api"
-    readers = [p.name for p in api.glob("*.py")
+    readers = [p.name for p in api.rglob("*.py")
                if p.name not in ("deps.py", "state.py") and "app.state" in p.read_text()]
     assert readers == []
 

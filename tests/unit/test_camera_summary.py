@@ -9,8 +9,8 @@ import json
 
 import pytest
 
-from app.api.camera_summary import resume_at
 from app.api.console_schemas import CameraSummary
+from app.api.routes.camera_summary import resume_at
 from tests.support.console_util import AREAS, site_app, write_big_site
 from tests.support.inprocess import png
 

@@ -26,7 +26,7 @@ from app.ingest.asyncsink import AsyncSink
 from app.ingest.embedded import EngineFeed
 from app.ingest.frames import Frame
 from app.ingest.mailbox import SinkResult
-from app.wiring import build_engine, build_rules, check_site
+from app.wiring import build_engine, build_flow, build_rules, check_site
 from tests.support.inprocess import IMGSZ, FakeDetector
 from tests.support.rules_util import EXAMPLE_SITE
 
@@ -62,7 +62,7 @@ def test_a_frame_feeds_engine_and_rules_as_if_posted(tmp_path, loop):
     try:
         engine = build_engine(s, Pipeline(FakeDetector(), 0, s.max_pixels), metrics)
         current = {"engine": None}
-        sink = AsyncSink(loop, EngineFeed(lambda: current["engine"], rules, metrics, DetectParams()))
+        sink = AsyncSink(loop, EngineFeed(build_flow(rules, metrics, lambda: current["engine"]), DetectParams()))
         now = dt.datetime.now(dt.timezone.utc)
         assert sink(frame("plaza-cam", now)) == SinkResult.busy(1.0, "not_ready")  # still loading
         current["engine"] = engine
@@ -166,7 +166,7 @@ def test_a_pulled_frame_is_offered_to_the_shadow_lane_full_size_per_camera(tmp_p
         engine.start()
         engine.mark_ready()
         lane.start()
-        sink = AsyncSink(loop, EngineFeed(lambda: engine, rules, metrics, DetectParams(), lambda: lane))
+        sink = AsyncSink(loop, EngineFeed(build_flow(rules, metrics, lambda: engine, lambda: lane), DetectParams()))
         now = dt.datetime.now(dt.timezone.utc)
         big = np.full((720, 1280, 3), 90, np.uint8)
         for camera in ("plaza-cam", "plaza-cam", "plaza-cam", "gate-cam"):

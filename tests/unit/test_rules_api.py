@@ -10,7 +10,7 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from app.api.errors import install_error_handlers
-from app.api.events import router
+from app.api.routes import admin, cameras, events
 from app.config import Settings
 from app.api.options import ApiOptions
 from app.core.metrics import Metrics
@@ -28,7 +28,8 @@ def make_app(rules, keys=()) -> FastAPI:
     install_state(app, rules=rules, options=ApiOptions(), gate=Gate.of(Keyring.parse(keys)),
                   sources=SourceBook())  # GET /cameras shows each camera's stream (none here)
     install_error_handlers(app)
-    app.include_router(router)
+    for module in (events, cameras, admin):  # what the rules' events, cameras and admin routes serve
+        app.include_router(module.router)
     return app
 
 

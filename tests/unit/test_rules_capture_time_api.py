@@ -12,7 +12,7 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from app.api import detect, events
+from app.api.routes import admin, cameras, detect, events
 from app.api.errors import install_error_handlers
 from app.api.state import state_of
 from app.config import Settings
@@ -60,7 +60,8 @@ def client(tmp_path):
                           engine=FakeEngine(), rules=build_rules(settings, metrics))
     install_error_handlers(app)
     app.include_router(detect.router)
-    app.include_router(events.router)
+    for module in (events, cameras, admin):  # the rules' routes (reset, reload, events)
+        app.include_router(module.router)
     with TestClient(app, headers={"X-API-Key": "k1"}) as c:
         yield c
     state.rules.get().stop()

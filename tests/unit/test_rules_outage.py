@@ -15,9 +15,8 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from sqlalchemy.engine import make_url
 
-from app.api import health
+from app.api.routes import admin, cameras, events, health
 from app.api.errors import install_error_handlers
-from app.api.events import router as events_router
 from app.config import Settings
 from app.api.options import ApiOptions
 from app.core.metrics import Metrics
@@ -67,7 +66,8 @@ def app_with(svc: RulesService) -> FastAPI:
                   engine=SimpleNamespace(ready=True, pipeline=SimpleNamespace(detector=None)),  # no model: status only
                   started_at=time.time())
     install_error_handlers(app)
-    app.include_router(events_router)
+    for module in (events, cameras, admin):
+        app.include_router(module.router)
     app.include_router(health.router)
     return app
 

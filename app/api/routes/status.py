@@ -8,7 +8,6 @@ from fastapi import APIRouter
 
 from app.api.console_schemas import StatusDocument
 from app.api.deps import (
-    AnyRulesDep,
     GateDep,
     MaybeDetectorDep,
     MaybeEngineDep,
@@ -16,11 +15,12 @@ from app.api.deps import (
     OptionsDep,
     PhaseDep,
     Read,
+    RulesStatusDep,
     ShadowDep,
     StartedAtDep,
     StartupDep,
 )
-from app.api.health import health_document
+from app.api.routes.health import health_document
 from app.api.schemas import error_responses
 
 router = APIRouter(tags=["console"], dependencies=[Read], responses=error_responses(401, 403, 429))
@@ -28,7 +28,7 @@ router = APIRouter(tags=["console"], dependencies=[Read], responses=error_respon
 
 @router.get("/status", response_model=StatusDocument, summary="Health, recent throughput and latency, deliveries")
 async def status(engine: MaybeEngineDep, detector: MaybeDetectorDep, phase: PhaseDep, started_at: StartedAtDep,
-                 rules: AnyRulesDep, metrics: MetricsDep, gate: GateDep, startup: StartupDep,
+                 rules: RulesStatusDep, metrics: MetricsDep, gate: GateDep, startup: StartupDep,
                  shadow: ShadowDep, options: OptionsDep) -> StatusDocument:
     """The /health document, detection requests / images / 5xx / p50 and p95 latency per 10 s over
     the last 15 minutes (this replica, in memory), the queue depth, the event store and the

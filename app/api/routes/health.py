@@ -13,12 +13,12 @@ from fastapi import APIRouter
 
 from app import __version__
 from app.api.deps import (
-    AnyRulesDep,
     GateDep,
     MaybeDetectorDep,
     MaybeEngineDep,
     PhaseDep,
     Read,
+    RulesStatusDep,
     StartedAtDep,
     StartupDep,
 )
@@ -26,7 +26,7 @@ from app.api.schemas import Health, Status, error_responses
 from app.core.errors import NotReady
 from app.inference.backends.base import Detector
 from app.inference.engine import InferenceEngine
-from app.rules.port import Rules
+from app.rules.port import RulesStatus
 
 router = APIRouter(tags=["health"], dependencies=[Read], responses=error_responses(401, 403, 429))
 
@@ -39,7 +39,7 @@ async def live() -> Status:
 
 @router.get("/health/ready", response_model=Status, response_model_exclude_none=True,
             responses=error_responses(503), summary="Readiness: the model is loaded, warm and the worker is alive")
-async def ready(engine: MaybeEngineDep, phase: PhaseDep, rules: AnyRulesDep, startup: StartupDep) -> Status:
+async def ready(engine: MaybeEngineDep, phase: PhaseDep, rules: RulesStatusDep, startup: StartupDep) -> Status:
     """503 (with Retry-After) while loading, warming up, restarting a worker, after a
     watchdog trip, and while draining for shutdown; route no traffic here then.
 
@@ -56,7 +56,7 @@ async def ready(engine: MaybeEngineDep, phase: PhaseDep, rules: AnyRulesDep, sta
 
 @router.get("/health", response_model=Health, summary="Status document")
 async def health(engine: MaybeEngineDep, detector: MaybeDetectorDep, phase: PhaseDep,
-                 started_at: StartedAtDep, rules: AnyRulesDep, gate: GateDep, startup: StartupDep) -> Health:
+                 started_at: StartedAtDep, rules: RulesStatusDep, gate: GateDep, startup: StartupDep) -> Health:
     """Backend, provider, device and its memory, model and classes, precision (requested,
     served, the gate's verdict), shapes, uptime and counters; while loading, what it is doing;
     and whether keys are required (``auth``: on, off = CAMPUSGUARD_AUTH=off, loopback = no keys
@@ -65,7 +65,7 @@ async def health(engine: MaybeEngineDep, detector: MaybeDetectorDep, phase: Phas
 
 
 def health_document(engine: InferenceEngine | None, detector: Detector | None, phase: str, started_at: float,
-                    rules: Rules, startup: dict | None = None, auth: str = "on") -> Health:
+                    rules: RulesStatus, startup: dict | None = None, auth: str = "on") -> Health:
     """The /health document (GET /status embeds it)."""
     startup = startup or {}
     report = startup.get("precision_report")

@@ -11,7 +11,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import Response
 
-from app.api.deps import AnyRulesDep, Detect, EngineDep, MetricsDep, OptionsDep, ShadowDep
+from app.api.deps import Detect, EngineDep, FlowDep, OptionsDep
 from app.api.images import parse_upload
 from app.api.options import ApiOptions
 from app.api.schemas import (
@@ -27,9 +27,9 @@ from app.api.schemas import (
 from app.core.errors import InvalidParameter, ServiceError, shorten
 from app.core.timeutil import IsoDatetime
 from app.core.types import in_frame_pixels
+from app.flow.frame import FrameFlow
 from app.inference.engine import DetectResult, InferenceEngine
 from app.inference.pipeline import DetectParams
-from app.rules.port import Rules
 from app.rules.site.schema import IDENT as CAMERA_RE
 
 log = logging.getLogger("campusguard.api")
@@ -137,23 +137,6 @@ def shape_result(engine: InferenceEngine, options: ApiOptions, result: DetectRes
     )
 
 
-def rule_time(rules: Rules, frame: Frame) -> datetime | None:
-    """The frame's capture time under the capture-time policy (422 invalid_timestamp),
-    checked before the body is read or anything is inferred; None when no rules apply."""
-    if frame.camera_id is None:
-        return None
-    return rules.accept_capture_time(frame.camera_id, frame.timestamp)
-
-
-async def run_rules(engine: InferenceEngine, rules: Rules, frame: Frame, when: datetime | None,
-                    result: DetectResult) -> list[dict]:
-    if not rules.enabled or frame.camera_id is None:
-        return []
-    loop = asyncio.get_running_loop()
-    return await loop.run_in_executor(engine.executor, rules.evaluate, frame.camera_id, when,
-                                      (result.width, result.height), result.detections, result.image)
-
-
 def accept_quality(accept: str, media_type: str) -> float:
     """q of ``media_type`` in an Accept header (exact, ``type/*`` or ``*/*``; most specific wins)."""
     best, specificity = 0.0, -1
@@ -191,8 +174,7 @@ DETECT_RESPONSES = {**ERRORS, 200: {"description": "Detections (JSON), or the an
 
 @router.post("/detect", response_model=DetectResponse, responses=DETECT_RESPONSES, openapi_extra=IMAGE_BODY,
              summary="Detect objects in one image")
-async def detect(request: Request, engine: EngineDep, params: ParamsDep, frame: FrameDep, options: OptionsDep,
-                 metrics: MetricsDep, rules: AnyRulesDep, shadow: ShadowDep,
+async def detect(request: Request, flow: FlowDep, params: ParamsDep, frame: FrameDep, options: OptionsDep,
                  annotate: Annotated[bool, Query(description="Reply with an annotated JPEG instead of JSON")] = False,
                  ) -> DetectResponse | Response:
     """Send the frame as multipart field `image` or as a raw `image/*` body.
@@ -201,31 +183,31 @@ async def detect(request: Request, engine: EngineDep, params: ParamsDep, frame: 
     campus rules of that camera and `events` lists what it started or ended. With
     `annotate=true` (or `Accept: image/jpeg` preferred to JSON) the reply is the annotated frame.
     """
-    when = rule_time(rules, frame)
+    admitted = flow.admit(frame.camera_id, frame.timestamp)  # 422 invalid_timestamp before the body is read
     upload = (await parse_upload(request, ("image",), 1, options.max_body_bytes)).images[0]
     jpeg = wants_jpeg(request, annotate)
-    rules_on = rules.enabled and frame.camera_id is not None
     # annotate=true answers the frame at its own size (full decode); rules keep evidence-sized frames
-    result = await engine.detect(upload.data, params, keep_image="full" if jpeg else "evidence" if rules_on else "none")
-    shadow.offer(frame.camera_id, upload.data, params, result.detections)  # after the answer; never blocks
-    events = await run_rules(engine, rules, frame, when, result)
-    metrics.count_detections([d.class_name for d in result.detections], frame.camera_id)
+    outcome = await flow.run(admitted, upload.data, params, admitted.keep(draw=jpeg))
+    result = outcome.result
     request.scope["state"].update(camera_id=frame.camera_id, detections=len(result.detections), images=1)
     if jpeg:
-        return Response(await annotated_jpeg(engine, rules, frame, result, events), media_type="image/jpeg")
-    return shape_result(engine, options, result, frame.camera_id, events)
+        return Response(await annotated_jpeg(flow, frame, result, outcome.events), media_type="image/jpeg")
+    return shape_result(flow.engine, options, result, frame.camera_id, outcome.events)
 
 
-async def annotated_jpeg(engine: InferenceEngine, rules: Rules, frame: Frame, result: DetectResult,
-                         events: list[dict]) -> bytes:
+async def annotated_jpeg(flow: FrameFlow, frame: Frame, result: DetectResult, events: list[dict]) -> bytes:
+    """The answered frame with its boxes, the camera's zones and the alerts its events raised
+    (a reply format: it draws what the flow returned, on the engine's executor)."""
     from app.inference.vision.annotate import alerts_of_pairs, annotate_jpeg
 
-    zones = rules.zones_for(frame.camera_id) if frame.camera_id else ()
+    engine, image = flow.engine, result.image
+    assert image is not None  # kept whole: admitted.keep(draw=True)
+    zones = flow.rules.zones_for(frame.camera_id) if frame.camera_id else ()
     alerts = alerts_of_pairs((e["zone"], e["rule"]) for e in events if e["state"] == "started")
     loop = asyncio.get_running_loop()
-    drawn = in_frame_pixels(result.detections, (result.width, result.height), result.image.shape)
+    drawn = in_frame_pixels(result.detections, (result.width, result.height), image.shape)
     return await loop.run_in_executor(engine.executor, lambda: annotate_jpeg(
-        result.image, drawn, zones=zones, alerts=alerts, names=engine.pipeline.detector.names))
+        image, drawn, zones=zones, alerts=alerts, names=engine.pipeline.detector.names))
 
 
 def item_error(index: int, outcome: BaseException) -> ErrorBody:
@@ -238,8 +220,8 @@ def item_error(index: int, outcome: BaseException) -> ErrorBody:
 
 @router.post("/detect/batch", response_model=BatchResponse, responses=ERRORS, openapi_extra=BATCH_BODY,
              summary="Detect objects in several images")
-async def detect_batch(request: Request, engine: EngineDep, params: ParamsDep, frame: FrameDep,
-                       options: OptionsDep, metrics: MetricsDep, rules: AnyRulesDep, shadow: ShadowDep) -> BatchResponse:
+async def detect_batch(request: Request, flow: FlowDep, params: ParamsDep, frame: FrameDep,
+                       options: OptionsDep) -> BatchResponse:
     """Several images as repeated multipart fields `images` (or `image`); the reply is JSON.
 
     Each image succeeds or fails on its own: a corrupt file yields an error entry for that
@@ -248,25 +230,17 @@ async def detect_batch(request: Request, engine: EngineDep, params: ParamsDep, f
     at `timestamp`, or the server's time) and each item lists the events it started or ended.
     No annotated JPEGs here: send one frame to /detect for that.
     """
-    when = rule_time(rules, frame)
+    admitted = flow.admit(frame.camera_id, frame.timestamp)
     uploads = (await parse_upload(request, ("images", "image"), options.max_batch_images,
                                   options.max_body_bytes)).images
-    keep = "evidence" if rules.enabled and frame.camera_id is not None else "none"
-    outcomes = await asyncio.gather(*(engine.detect(u.data, params, keep_image=keep) for u in uploads),
-                                    return_exceptions=True)
-    unavailable = [o for o in outcomes if isinstance(o, ServiceError) and o.status == 503]
-    if len(unavailable) == len(outcomes):
-        raise unavailable[0]  # the service, not the images, failed: let the client retry
+    outcomes = await flow.run_batch(admitted, [u.data for u in uploads], params, admitted.keep())
     items = []
-    for index, (upload, outcome) in enumerate(zip(uploads, outcomes)):
+    for index, (upload, outcome) in enumerate(zip(uploads, outcomes, strict=True)):
         if isinstance(outcome, BaseException):
             items.append(BatchItem(index=index, filename=upload.filename, ok=False, error=item_error(index, outcome)))
-            continue
-        shadow.offer(frame.camera_id, upload.data, params, outcome.detections)
-        events = await run_rules(engine, rules, frame, when, outcome)
-        metrics.count_detections([d.class_name for d in outcome.detections], frame.camera_id)
-        items.append(BatchItem(index=index, filename=upload.filename, ok=True,
-                               result=shape_result(engine, options, outcome, frame.camera_id, events)))
+        else:
+            items.append(BatchItem(index=index, filename=upload.filename, ok=True, result=shape_result(
+                flow.engine, options, outcome.result, frame.camera_id, outcome.events)))
     request.scope["state"].update(camera_id=frame.camera_id, images=sum(1 for i in items if i.ok),
                                   detections=sum(len(i.result.detections) for i in items if i.result))
     return BatchResponse(results=items)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Response
 
-from app.api.deps import Detect, RulesDep, SourcesDep
+from app.api.deps import CamerasDep, Detect, SourcesDep
 from app.api.schemas import ErrorBody, error_responses
 from app.api.source_schemas import SourceReport
 from app.core.errors import NotFound, shorten
@@ -20,7 +20,7 @@ router = APIRouter(tags=["cameras"], dependencies=[Detect], responses=error_resp
 UNKNOWN = {404: {"model": ErrorBody, "description": "`unknown_camera`: not in the site file; `rules_disabled`"}}
 
 
-def known(rules: RulesDep, camera_id: str) -> str:
+def known(rules: CamerasDep, camera_id: str) -> str:
     if camera_id not in rules.camera_ids:
         raise NotFound(f"camera {shorten(camera_id)} is not in the site file", code="unknown_camera")
     return camera_id
@@ -28,7 +28,7 @@ def known(rules: RulesDep, camera_id: str) -> str:
 
 @router.put("/cameras/{camera_id}/source", status_code=204, response_class=Response,
             summary="A gateway's report of a camera's stream", responses={**UNKNOWN, **error_responses(422)})
-def report_source(camera_id: str, report: SourceReport, rules: RulesDep, book: SourcesDep) -> Response:
+def report_source(camera_id: str, report: SourceReport, rules: CamerasDep, book: SourcesDep) -> Response:
     """The state of the stream a gateway pulls for this camera (`campusguard gateway` sends it on
     every change and every `--report-every-s`); shown in GET /cameras as the camera's `source`
     until `ttl_s` passes without another report (then `state: unknown`)."""
@@ -39,7 +39,7 @@ def report_source(camera_id: str, report: SourceReport, rules: RulesDep, book: S
 
 @router.delete("/cameras/{camera_id}/source", status_code=204, response_class=Response,
                summary="A gateway no longer pulls a camera's stream", responses=UNKNOWN)
-def withdraw_source(camera_id: str, rules: RulesDep, book: SourcesDep) -> Response:
+def withdraw_source(camera_id: str, rules: CamerasDep, book: SourcesDep) -> Response:
     """The gateway stopped pulling the camera (a site reload, its shutdown); 404 `not_found`
     when nothing was reported (the gateway treats that as done)."""
     if not book.withdraw(known(rules, camera_id)):

@@ -17,11 +17,11 @@ from fastapi.responses import Response
 from app.api.bodies import read_capped
 from app.api.conditional import conditional_json
 from app.api.console_schemas import SiteDocument, ZoneSaved
-from app.api.deps import Admin, Read, RecorderDep, RulesDep
+from app.api.deps import Admin, Read, RecorderDep, SiteAdminDep
 from app.api.schemas import ErrorBody, error_responses
 from app.core.audit import summarize
 from app.core.errors import InvalidParameter
-from app.rules.port import Rules
+from app.rules.port import SiteAdmin
 from app.rules.site.schema import Zone
 
 router = APIRouter(tags=["console"], responses=error_responses(401, 403, 429))
@@ -75,7 +75,7 @@ def zone_json(body: bytes) -> dict[str, Any]:
 @router.get("/site", response_model=SiteDocument, summary="The running site config and its version",
             dependencies=[Read], responses={304: {"description": "`If-None-Match` names the current ETag"},
                                             **error_responses(404)})
-def get_site(rules: RulesDep, request: Request) -> Response:
+def get_site(rules: SiteAdminDep, request: Request) -> Response:
     """Cameras, zones and rules as loaded, the file's ``version`` (also the ``ETag``) and whether
     zone edits can be written. Send the ETag back as ``If-None-Match``: 304 while nothing changed."""
     doc = SiteDocument(**rules.site_document())
@@ -96,7 +96,7 @@ def site_tag(doc: SiteDocument) -> str:
 
 @router.get("/site/schema", summary="JSON Schema of a zone (every rule type, defaults, bounds)",
             dependencies=[Read], responses=error_responses(404))
-def site_schema(rules: RulesDep) -> dict[str, Any]:
+def site_schema(rules: SiteAdminDep) -> dict[str, Any]:
     """pydantic's JSON Schema of a Zone: rules are a union discriminated by ``type``, each field
     with its default, bounds and description. The console builds its rule form from it."""
     return Zone.model_json_schema()
@@ -105,7 +105,7 @@ def site_schema(rules: RulesDep) -> dict[str, Any]:
 @router.put("/admin/site/cameras/{camera_id}/zones/{zone_name}", response_model=ZoneSaved,
             summary="Create, replace or rename a zone", dependencies=[Admin], responses=EDIT_RESPONSES,
             openapi_extra=ZONE_BODY)
-async def put_zone(camera_id: str, zone_name: str, rules: RulesDep, request: Request, record: RecorderDep,
+async def put_zone(camera_id: str, zone_name: str, rules: SiteAdminDep, request: Request, record: RecorderDep,
                    if_match: IfMatch = None) -> ZoneSaved:
     """Replace the zone ``zone_name`` of the camera (the body's ``name`` may differ: a rename),
     or add it when the camera has none by that name. The whole site is validated, written
@@ -121,7 +121,7 @@ async def put_zone(camera_id: str, zone_name: str, rules: RulesDep, request: Req
 
 @router.delete("/admin/site/cameras/{camera_id}/zones/{zone_name}", response_model=ZoneSaved,
                summary="Delete a zone", dependencies=[Admin], responses=EDIT_RESPONSES)
-async def delete_zone(camera_id: str, zone_name: str, rules: RulesDep, record: RecorderDep,
+async def delete_zone(camera_id: str, zone_name: str, rules: SiteAdminDep, record: RecorderDep,
                       if_match: IfMatch = None) -> ZoneSaved:
     """Remove the zone from the site file (written and reloaded as for PUT); its open events end."""
     before = await asyncio.to_thread(zone_in_force, rules, camera_id, zone_name)
@@ -130,7 +130,7 @@ async def delete_zone(camera_id: str, zone_name: str, rules: RulesDep, record: R
     return ZoneSaved(**saved)
 
 
-def zone_in_force(rules: Rules, camera_id: str, zone_name: str) -> dict[str, Any] | None:
+def zone_in_force(rules: SiteAdmin, camera_id: str, zone_name: str) -> dict[str, Any] | None:
     """The running config's zone (the audit record's "before"); None when there is none yet."""
     for camera in rules.site_document()["config"].get("cameras", []):
         if camera.get("id") == camera_id:

@@ -23,7 +23,7 @@ from fastapi.responses import Response
 from app.api.camera_docs import stream_of
 from app.api.conditional import conditional_json
 from app.api.console_schemas import CameraFacets, CameraSummary, CameraSummaryPage, StreamSummary
-from app.api.deps import Read, RulesDep, SourcesDep
+from app.api.deps import CamerasDep, Read, SourcesDep
 from app.api.schemas import CleanText, error_responses
 from app.core.errors import InvalidParameter, shorten
 
@@ -36,7 +36,7 @@ Status = Literal["online", "offline", "never_seen"]
             responses={304: {"description": "`If-None-Match` names the page's current ETag"},
                        **error_responses(422)})
 def camera_summary(
-    rules: RulesDep, sources: SourcesDep, request: Request,
+    rules: CamerasDep, sources: SourcesDep, request: Request,
     q: Annotated[CleanText | None, Query(min_length=1, max_length=100, description=(
         "Only cameras whose id or name contains this (case-insensitive)"))] = None,
     area: Annotated[CleanText | None, Query(min_length=1, max_length=64, description="Only cameras of this area")] = None,

@@ -7,7 +7,7 @@ import asyncio
 from fastapi import APIRouter
 from fastapi.responses import Response
 
-from app.api.deps import Read, RulesDep
+from app.api.deps import CamerasDep, Read
 from app.api.schemas import ErrorBody, error_responses
 
 router = APIRouter(tags=["console"], dependencies=[Read], responses=error_responses(401, 403, 429))
@@ -20,7 +20,7 @@ router = APIRouter(tags=["console"], dependencies=[Read], responses=error_respon
                                                           "schema": {"type": "string"}}}},
                        404: {"model": ErrorBody,
                              "description": "`unknown_camera`, `no_frame` (none evaluated yet), `rules_disabled`"}})
-async def camera_frame(camera_id: str, rules: RulesDep) -> Response:
+async def camera_frame(camera_id: str, rules: CamerasDep) -> Response:
     """The newest frame this replica evaluated for the camera (by capture time), raw (nothing
     drawn: the page draws zones itself), at most 1280 px wide. Behind a load balancer each
     replica has the frames it was sent."""

@@ -5,8 +5,8 @@ camera software speak this API; they must work unchanged. Replies use DeepStack'
 (``success``, ``predictions`` with integer pixel boxes, ``duration``) plus the keys
 CodeProject.AI adds (``code``, ``count``, ``message``, ``inferenceMs``, ``processMs``...).
 Failures are ``{"success": false, "error": ...}`` with DeepStack's status codes; that
-format lives here (``deepstack_error_body``) and the error handlers and body-limit
-middleware use it for every path under ``PREFIX``.
+format lives in app/api/deepstack_errors.py, where the error handlers and the body-limit
+middleware find it for every path under ``PREFIX``.
 
 Order of checks: capacity and a key sent as ``X-API-Key`` before the body is read; a key
 sent as the ``api_key`` form field (DeepStack's way) right after the form is read and
@@ -22,13 +22,13 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Request, Security
 
-from app.api.deps import EngineDep, GateDep, MetricsDep, OptionsDep, ShadowDep, api_key_header
+from app.api.deps import FlowDep, GateDep, OptionsDep, api_key_header
 from app.api.images import MAX_FORM_FIELDS, read_upload, require_images
 from app.api.schemas import DeepStackPrediction, DeepStackResponse
 from app.core.errors import InvalidParameter, shorten
+from app.flow.frame import NO_CAMERA
 from app.inference.pipeline import DetectParams
 
-PREFIX = "/v1/vision/"
 router = APIRouter(tags=["deepstack"])
 DEFAULT_MIN_CONFIDENCE = 0.40
 # ASCII only: float() would also take full-width or Arabic-Indic digits, "1e-1" or "nan".
@@ -45,17 +45,6 @@ BODY = {
             }}}},
     }
 }
-
-
-def is_deepstack(path: str) -> bool:
-    return path.startswith(PREFIX)
-
-
-def deepstack_error(status: int, message: str) -> tuple[int, dict]:
-    """(status, body) of a failure on a DeepStack route: what Blue Iris, Home Assistant and
-    Frigate read, and DeepStack answers every bad input (image or parameter) with 400."""
-    status = 400 if status in (415, 422) else status
-    return status, {"success": False, "error": message, "code": status}
 
 
 async def header_key(request: Request, gate: GateDep,
@@ -85,8 +74,7 @@ def parse_min_confidence(raw: str | None) -> float:
              responses={code: {"model": DeepStackResponse} for code in (400, 401, 403, 413, 429, 500, 503)},
              summary="DeepStack-compatible object detection")
 async def deepstack_detection(request: Request, header: Annotated[str | None, Depends(header_key)],
-                              gate: GateDep, engine: EngineDep, options: OptionsDep,
-                              metrics: MetricsDep, shadow: ShadowDep) -> DeepStackResponse:
+                              gate: GateDep, flow: FlowDep, options: OptionsDep) -> DeepStackResponse:
     """Multipart `image`, optional `min_confidence` (text decimal, default 0.40) and `api_key`."""
     started = time.perf_counter()
     # up to MAX_FORM_FIELDS files so a keyless caller sending two images gets 401, not 400
@@ -96,9 +84,8 @@ async def deepstack_detection(request: Request, header: Annotated[str | None, De
     image = require_images(parsed, ("image",), 1).images[0]
     min_conf = parse_min_confidence(parsed.fields.get("min_confidence"))
     params = DetectParams(conf=min_conf, iou=options.defaults.iou, max_det=options.defaults.max_det)
-    result = await engine.detect(image.data, params)
-    shadow.offer(None, image.data, params, result.detections)
-    metrics.count_detections([d.class_name for d in result.detections])
+    # DeepStack names no camera: no capture-time check, no rules, nothing of the frame kept
+    result = (await flow.run(NO_CAMERA, image.data, params, NO_CAMERA.keep())).result
     predictions = [DeepStackPrediction(label=d.class_name, confidence=round(d.confidence, 4),
                                        x_min=int(round(d.x1)), y_min=int(round(d.y1)),
                                        x_max=int(round(d.x2)), y_max=int(round(d.y2))) for d in result.detections]
@@ -110,5 +97,5 @@ async def deepstack_detection(request: Request, header: Annotated[str | None, De
     return DeepStackResponse(
         success=True, predictions=predictions, duration=0, code=200, count=len(predictions), message=message,
         inferenceMs=int(round(result.timings_ms["inference_ms"])), processMs=int(round(result.timings_ms["total_ms"])),
-        analysisRoundTripMs=int(round(total_ms)), executionProvider=engine.pipeline.detector.provider,
+        analysisRoundTripMs=int(round(total_ms)), executionProvider=flow.engine.pipeline.detector.provider,
     )
