@@ -40,7 +40,7 @@ from app.rules.evidence.files import CLIP, EvidenceFiles, clip_url
 from app.rules.evidence.framering import BufferedFrame, FrameRing
 
 if TYPE_CHECKING:
-    from app.rules.logic.evaluator import Event
+    from app.rules.logic.records import Event
 
 log = logging.getLogger("campusguard.rules.clips")
 QUIET_GRACE_S = 5.0  # wall seconds past post_s after which a clip is written without more frames

@@ -11,7 +11,8 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-from app.rules.logic.evaluator import CameraRules, Event
+from app.rules.logic.evaluator import CameraRules
+from app.rules.logic.records import Event
 from app.rules.site.schema import Camera, SiteConfig
 
 # how a camera's rule state is made: in this process (CameraRules), or kept in a worker process

@@ -25,8 +25,10 @@ from app.rules.delivery.mqtt import MqttBridge, NoMqtt
 from app.rules.evidence.clips import ClipRecorder, NoClips
 from app.rules.evidence.latest import LatestFrames
 from app.rules.evidence.snapshots import Snapshots
+from app.rules.logic.compiled import Transition
 from app.rules.logic.counts import CrossingCounts
-from app.rules.logic.evaluator import CameraRules, Event, EventRecord, Transition
+from app.rules.logic.evaluator import CameraRules
+from app.rules.logic.records import Event, EventRecord
 from app.rules.logic.table import CameraTable
 from app.rules.service.events import EventSink
 from app.rules.service.health import CameraHealth

@@ -24,7 +24,8 @@ from app.core.errors import NotFound, shorten
 from app.core.timeutil import utcnow
 from app.rules.delivery.mqtt import MqttBridge, NoMqtt
 from app.rules.logic.cameras import CameraMonitor, camera_event, sweep_interval
-from app.rules.logic.evaluator import CameraRules, Event
+from app.rules.logic.evaluator import CameraRules
+from app.rules.logic.records import Event
 from app.rules.logic.table import CameraTable
 from app.rules.service.events import EventSink
 from app.rules.site.schema import Camera

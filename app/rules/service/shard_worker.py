@@ -15,7 +15,9 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from app.core.types import Detection
-from app.rules.logic.evaluator import CameraRules, CompiledRule, Event
+from app.rules.logic.compiled import CompiledRule
+from app.rules.logic.evaluator import CameraRules
+from app.rules.logic.records import Event
 from app.rules.site.schema import Camera, SiteConfig, TrackerConfig
 
 # what one evaluated frame sends back: transitions as (kind, event, zone index, rule index,

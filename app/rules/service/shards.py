@@ -39,7 +39,9 @@ from typing import Any
 from app.core.sharding import shard_of
 from app.core.timeutil import UTC
 from app.core.types import Detection
-from app.rules.logic.evaluator import CameraRules, CompiledZone, Event, Transition
+from app.rules.logic.compiled import CompiledZone, Transition
+from app.rules.logic.evaluator import CameraRules
+from app.rules.logic.records import Event
 from app.rules.service.shard_worker import READY, Reply, as_tuples, receive, send, serve
 from app.rules.site.schema import Camera, SiteConfig
 
