@@ -9,7 +9,7 @@ import pytest
 
 from app.core import redact
 from app.core.errors import ConfigError
-from app.rules.delivery.mqtt import BrokerTarget
+from app.rules.delivery.mqtt.publisher import BrokerTarget
 from app.rules.delivery.webhooks import WebhookOptions, WebhookWorker
 from app.rules.store.db import EventStore
 from app.rules.store.errors import describe
