@@ -29,6 +29,7 @@ import datetime as dt
 import threading
 import uuid
 from collections.abc import Sequence
+from typing import Protocol
 
 from app.core.timeutil import UTC, clamp_utc
 from app.core.types import Detection
@@ -40,10 +41,32 @@ from app.rules.logic.tracking import CameraTracker
 from app.rules.site.schema import Camera, SiteConfig
 
 # the records and compiled rules are imported from here by older code: app/rules/logic/records.py, compiled.py
-__all__ = ["CameraRules", "CompiledRule", "CompiledZone", "Event", "EventRecord", "Transition"]
+__all__ = ["CameraRules", "CameraState", "CompiledRule", "CompiledZone", "Event", "EventRecord", "Transition"]
 
 
-class CameraRules:
+class CameraState(Protocol):
+    """One camera's rule state as the service uses it: ``CameraRules`` here, or
+    ``app.rules.service.shards.ShardedCamera`` when the state lives in a worker process.
+    Callers hold ``lock`` around ``evaluate``, ``close_all`` and ``open_events``."""
+
+    camera: Camera
+    id: str
+    zones: list[CompiledZone]  # the compiled configuration (overlays, rule options)
+    lock: threading.Lock
+    last_t: float | None  # the rule time of the last frame (None: no frame yet)
+    zone_counts: dict[str, int]
+    frame_time: dt.datetime | None  # the last frame as evaluated (the detection log records it)
+    frame_tracks: list[int | None]
+
+    def evaluate(self, when: dt.datetime, frame_size: tuple[int, int],
+                 detections: Sequence[Detection]) -> list[Transition]: ...
+
+    def close_all(self) -> list[Transition]: ...
+
+    def open_events(self) -> list[Event]: ...
+
+
+class CameraRules(CameraState):
     """All rule state of one camera. Not thread-safe by itself: the service holds ``lock``."""
 
     def __init__(self, camera: Camera, site: SiteConfig) -> None:

@@ -44,7 +44,7 @@ from app.rules.evidence.latest import LatestFrames
 from app.rules.evidence.snapshots import Snapshots
 from app.rules.logic.capture_time import CaptureTimePolicy
 from app.rules.logic.counts import CrossingCounts
-from app.rules.logic.evaluator import CameraRules, EventRecord
+from app.rules.logic.evaluator import CameraState, EventRecord
 from app.rules.logic.table import CameraTable
 from app.rules.service.dryrun import DryRunner, DryRunOptions
 from app.rules.service.events import EventSink
@@ -106,7 +106,7 @@ class RulesService:
         self.series = RulesSeries(parts.metrics)
         self.shards = shard_pool(parts.workers, parts.worker_timeout_s,  # where camera rule states live
                                  lambda index, reason: parts.metrics.rules_worker_restarts.labels(reason).inc())
-        self.table = CameraTable(parts.config, self.shards.camera)  # type: ignore[arg-type]
+        self.table = CameraTable(parts.config, self.shards.camera)
         self.sink = EventSink(parts.writer, parts.webhooks, parts.mqtt)
         self.health = CameraHealth(self.table, self.sink, parts.mqtt, self._retire)
         self.latest = LatestFrames()  # GET /cameras/{id}/frame.jpg (the console)
@@ -217,7 +217,7 @@ class RulesService:
         log.info("camera %s: rule state reset (%d open event(s) ended)", camera_id, ended)
         return ended
 
-    def _reloaded(self, config: SiteConfig, retired: list[CameraRules], kept: int) -> None:
+    def _reloaded(self, config: SiteConfig, retired: list[CameraState], kept: int) -> None:
         for cam in retired:
             self._retire(cam)
         keep = set(self.table.ids())
@@ -229,7 +229,7 @@ class RulesService:
         self._declare_series()
         self.mqtt.announce(config)
 
-    def _retire(self, cam: CameraRules) -> int:
+    def _retire(self, cam: CameraState) -> int:
         """End the open events of a camera state that is no longer in use; drop its gauges."""
         with cam.lock:
             transitions = cam.close_all()

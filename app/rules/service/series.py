@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 from app.core.metrics import Metrics
-from app.rules.logic.evaluator import CameraRules
+from app.rules.logic.evaluator import CameraState
 from app.rules.site.schema import SiteConfig
 from app.rules.site.viewchecks import KINDS
 
@@ -24,7 +24,7 @@ class RulesSeries:
     def __init__(self, metrics: Metrics) -> None:
         self.metrics = metrics
 
-    def declare(self, config: SiteConfig, cameras: list[CameraRules], age_of: Callable[[str], float],
+    def declare(self, config: SiteConfig, cameras: list[CameraState], age_of: Callable[[str], float],
                 file_changed: Callable[[], float]) -> None:
         m = self.metrics
         m.site_file_changed.set_function(file_changed)
@@ -89,7 +89,7 @@ class RulesSeries:
     def site_reload(self, trigger: str, outcome: str) -> None:
         self.metrics.site_reloads.labels(trigger, outcome).inc()
 
-    def retire(self, cam: CameraRules) -> None:
+    def retire(self, cam: CameraState) -> None:
         """Drop the zone gauges of a camera state no longer in use (reset, reload, offline, moved away)."""
         for zone in cam.zones:
             try:

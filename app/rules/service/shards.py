@@ -40,7 +40,7 @@ from app.core.sharding import shard_of
 from app.core.timeutil import UTC
 from app.core.types import Detection
 from app.rules.logic.compiled import CompiledZone, Transition
-from app.rules.logic.evaluator import CameraRules
+from app.rules.logic.evaluator import CameraRules, CameraState
 from app.rules.logic.records import Event
 from app.rules.service.shard_worker import READY, Reply, as_tuples, receive, send, serve
 from app.rules.site.schema import Camera, SiteConfig
@@ -247,8 +247,8 @@ def shard_pool(workers: int, answer_within_s: float = 30.0,
     return ShardPool(workers, answer_within_s, on_restart) if workers > 1 else InProcess()
 
 
-class ShardedCamera:
-    """A camera whose rule state lives in a worker; the interface of ``CameraRules`` the service uses."""
+class ShardedCamera(CameraState):
+    """A camera whose rule state lives in a worker: the ``CameraState`` of ``CameraRules``, kept in its shard."""
 
     def __init__(self, camera: Camera, site: SiteConfig, shard: Shard) -> None:
         self.camera, self.id, self._shard = camera, camera.id, shard
