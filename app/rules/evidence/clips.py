@@ -25,7 +25,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import cv2
 import numpy as np
@@ -69,7 +69,28 @@ class ClipJob:
     due: bool = False
 
 
-class ClipRecorder:
+class Clips(Protocol):
+    """What the rules service uses of event clips: ``ClipRecorder``, or ``NoClips`` when they are off."""
+
+    @property
+    def pending(self) -> int:
+        """Clips scheduled and not written yet."""
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+    def record(self, camera_id: str, at: dt.datetime, frame_rgb: np.ndarray, detections: Sequence[Detection],
+               alerts: Sequence[tuple[str, str]]) -> None: ...
+
+    def schedule(self, event: Event, zones: Sequence[ZoneOverlay]) -> str | None: ...
+
+    def finish(self, event_id: str, ended_at: dt.datetime) -> None: ...
+
+    def forget(self, keep: set[str]) -> None: ...
+
+
+class ClipRecorder(Clips):
     """The frame ring plus the clips waiting to be written; ``start``/``stop`` its thread."""
 
     def __init__(self, files: EvidenceFiles, ring: FrameRing, *, pre_s: float, post_s: float,
@@ -191,7 +212,7 @@ def render(frame: BufferedFrame, zones: Sequence[ZoneOverlay], size: tuple[int, 
     return img
 
 
-class NoClips:
+class NoClips(Clips):
     """Clips switched off (``clips=false``): no frames are kept, events get no clip."""
 
     pending = 0

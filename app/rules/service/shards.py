@@ -34,7 +34,7 @@ import multiprocessing as mp
 import threading
 import uuid
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from app.core.sharding import shard_of
 from app.core.timeutil import UTC
@@ -209,7 +209,17 @@ class Shard:
         self.conn.close()
 
 
-class ShardPool:
+class Shards(Protocol):
+    """Where the camera table's rule states are made: ``ShardPool`` (worker processes) or ``InProcess``."""
+
+    shards: list[Shard]
+
+    def camera(self, camera: Camera, site: SiteConfig) -> CameraState: ...
+
+    def stop(self) -> None: ...
+
+
+class ShardPool(Shards):
     """``workers`` shards; a camera's shard is a stable hash of its id (the same in every process and run)."""
 
     def __init__(self, workers: int, answer_within_s: float = 30.0,
@@ -230,7 +240,7 @@ class ShardPool:
             shard.stop()
 
 
-class InProcess:
+class InProcess(Shards):
     """CAMPUSGUARD_RULES_WORKERS=1: every camera's rule state in the service's process (no shards)."""
 
     shards: list[Shard] = []

@@ -20,7 +20,7 @@ from typing import Any
 from sqlalchemy import delete, select
 from sqlalchemy.engine import Engine
 
-from app.core.audit import AuditEntry
+from app.core.audit import AuditEntry, AuditTrail
 from app.core.timeutil import iso
 from app.rules.store.buffer import BufferedSink
 from app.rules.store.errors import StoreUnavailable, describe, is_outage
@@ -69,7 +69,7 @@ class AuditRepo:
             return int(conn.execute(delete(t).where(t.c.at < cutoff)).rowcount or 0)
 
 
-class StoreAudit:
+class StoreAudit(AuditTrail):
     """The audit trail of a server with an event store."""
 
     enabled = True

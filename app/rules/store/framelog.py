@@ -25,7 +25,7 @@ import logging
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -90,7 +90,21 @@ def decode(row: Any) -> LoggedFrame:
                        tuple(None if t == NO_TRACK else int(t) for t in tracks), bool(row["fresh"]))
 
 
-class FrameLog:
+class FrameLogPort(Protocol):
+    """What the rules service uses of the detection log: ``FrameLog``, or ``NoFrameLog`` when it is off."""
+
+    @property
+    def buffered(self) -> int:
+        """Frames waiting to be written."""
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+    def add(self, frame: LoggedFrame) -> None: ...
+
+
+class FrameLog(FrameLogPort):
     """The bounded buffer of frames to log (app/rules/store/buffer.py), written in batches
     by its thread, off the frame path."""
 
@@ -132,7 +146,7 @@ class FrameLog:
             self.metrics.detection_log_dropped.inc(n)
 
 
-class NoFrameLog:
+class NoFrameLog(FrameLogPort):
     """The detection log when ``detection_log`` is off: frames are not kept."""
 
     buffered = 0
