@@ -38,6 +38,7 @@ from app.core.progress import StartupProgress
 from app.core.types import GpuInventory
 from app.inference.backends.models import require_weights
 from app.inference.devices import parse_device, torch_inventory, validate_device
+from app.inference.series import InferenceSeries
 from app.inference.shadow.lane import NoShadow
 from app.inference.vision.shapes import describe as describe_shapes
 from app.rules.port import NoRules
@@ -110,11 +111,7 @@ def fall_back(app: FastAPI, served: Settings, exc: BaseException) -> None:
 
 def report_precision(metrics: Metrics, provisioned) -> None:
     """The gate's verdict as metrics (the log line comes from the gate itself)."""
-    verdict = provisioned.verdict
-    metrics.precision_fallback.labels(provisioned.requested).set(1 if provisioned.fallback else 0)
-    if verdict is not None:
-        metrics.precision_gate_passed.labels(verdict.precision, verdict.metric).set(1 if verdict.passed else 0)
-        metrics.precision_gate_value.labels(verdict.precision, verdict.metric).set(verdict.value)
+    InferenceSeries.of(metrics).precision(provisioned.requested, provisioned.fallback, provisioned.verdict)
 
 
 def log_backend(settings: Settings) -> None:
@@ -153,6 +150,7 @@ def record_key_change(app: FastAPI, change: KeyChange) -> None:
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings()
     metrics = Metrics(settings.metrics_max_cameras)
+    InferenceSeries.of(metrics)  # the engine's families from the first scrape: ready is 0 while the model loads
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):

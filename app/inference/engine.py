@@ -48,6 +48,7 @@ from app.inference.admission import ServiceRate
 from app.inference.batching import ShapeBatcher
 from app.inference.lanes import EngineState, Lane, QueuedItem
 from app.inference.pipeline import DetectParams, Keep, Pipeline, Prepared
+from app.inference.series import InferenceSeries
 from app.inference.supervisor import Supervisor
 from app.inference.vision.candidates import Candidates
 
@@ -86,7 +87,7 @@ class InferenceEngine:
     def __init__(self, pipeline: Pipeline, limits: EngineLimits, metrics: Metrics) -> None:
         self.pipeline = pipeline
         self.limits = limits
-        self.metrics = metrics
+        self.metrics = InferenceSeries.of(metrics)  # the engine's families (app/inference/series.py)
         self.rate = ServiceRate(parallel=pipeline.lanes)
         self.queue: queue.Queue[QueuedItem] = queue.Queue(maxsize=limits.queue_size)
         # Several lanes run every frame as its own request: waiting for a batch to fill would only
@@ -100,15 +101,11 @@ class InferenceEngine:
         self._lock = threading.Lock()
         self._collect_lock = threading.Lock()  # one lane at a time fills its batch from the queue
         self._admitted = 0  # images admitted and not yet taken by the worker (decoding or queued)
-        self.supervisor = Supervisor(self.state, metrics, self._stop, inference_timeout_s=limits.inference_timeout_s,
-                                     watchdog_exit=limits.watchdog_exit, spawn=self._spawn_worker,
-                                     fail_waiting=self._fail_queued)
-        metrics.queue_capacity.set(limits.queue_size)
-        metrics.track_pipeline(pipeline.counters)
-        for reason in ("queue_full", "deadline_exceeded", "not_ready", "shutting_down"):
-            metrics.rejected.labels(reason)
-        for code in ("inference_failed", "out_of_memory", "inference_timeout"):
-            metrics.inference_errors.labels(code)
+        self.supervisor = Supervisor(self.state, self.metrics, self._stop,
+                                     inference_timeout_s=limits.inference_timeout_s, watchdog_exit=limits.watchdog_exit,
+                                     spawn=self._spawn_worker, fail_waiting=self._fail_queued)
+        self.metrics.declare_engine(limits.queue_size)
+        self.metrics.track_pipeline(pipeline.counters)
 
 
     # --- lifecycle ---------------------------------------------------------------------

@@ -17,8 +17,8 @@ import time
 from collections.abc import Callable
 
 from app.core.errors import InferenceTimeout, ServiceError
-from app.core.metrics import Metrics
 from app.inference.lanes import EngineState, Lane
+from app.inference.series import InferenceSeries
 
 log = logging.getLogger("campusguard.engine")
 WATCHDOG_EXIT_CODE = 70
@@ -28,8 +28,8 @@ class Supervisor:
     """Watches ``state``'s lanes; ``spawn`` restarts a lane's worker, ``fail_waiting`` answers
     every queued request with an error (both the engine's)."""
 
-    def __init__(self, state: EngineState, metrics: Metrics, stop: threading.Event, *, inference_timeout_s: float,
-                 watchdog_exit: bool, spawn: Callable[[Lane], None],
+    def __init__(self, state: EngineState, metrics: InferenceSeries, stop: threading.Event, *,
+                 inference_timeout_s: float, watchdog_exit: bool, spawn: Callable[[Lane], None],
                  fail_waiting: Callable[[ServiceError], None]) -> None:
         self.state, self.metrics, self.stop = state, metrics, stop
         self.inference_timeout_s, self.watchdog_exit = inference_timeout_s, watchdog_exit

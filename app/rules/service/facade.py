@@ -105,7 +105,7 @@ class RulesService:
         self.capture_policy, self.evidence, self.metrics = parts.capture_policy, parts.evidence, parts.metrics
         self.series = RulesSeries(parts.metrics)
         self.shards = shard_pool(parts.workers, parts.worker_timeout_s,  # where camera rule states live
-                                 lambda index, reason: parts.metrics.rules_worker_restarts.labels(reason).inc())
+                                 lambda index, reason: self.series.worker_restarted(reason))
         self.table = CameraTable(parts.config, self.shards.camera)
         self.sink = EventSink(parts.writer, parts.webhooks, parts.mqtt)
         self.health = CameraHealth(self.table, self.sink, parts.mqtt, self._retire)

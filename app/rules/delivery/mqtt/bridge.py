@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from app.core.errors import ConfigError
+from app.core.metrics import Metrics
 from app.rules.delivery.mqtt.discovery import discovery_messages, legacy_clears
 from app.rules.delivery.mqtt.publisher import BrokerTarget, MqttPublisher
 from app.rules.delivery.mqtt.topics import Message, Topics
@@ -74,7 +75,7 @@ class MqttBridge(MqttPort):
         self._sources: dict[str, str] = {}  # camera id -> its stream's state, as last published
 
     @classmethod
-    def build(cls, options: MqttOptions, store: EventStore, metrics=None) -> MqttBridge:
+    def build(cls, options: MqttOptions, store: EventStore, metrics: Metrics) -> MqttBridge:
         if not options.topic_prefix:
             raise ConfigError("mqtt_topic_prefix may not be empty")
         target = BrokerTarget.parse(options.url, options.username, options.password or None)
