@@ -108,7 +108,7 @@ def test_bad_ca_file_stops_startup(tmp_path):
     store = EventStore(f"sqlite:///{tmp_path}/e.db")
     for ca in (tmp_path / "missing.pem", garbage):
         with pytest.raises(ConfigError, match="MQTT_CA_FILE"):
-            MqttBridge.build(mqtt_options(Settings(mqtt_url="mqtts://broker.lan", mqtt_ca_file=ca)), store)
+            MqttBridge.build(mqtt_options(Settings(mqtt_url="mqtts://broker.lan", mqtt_ca_file=ca)), store, Metrics())
     store.close()
 
 
