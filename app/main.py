@@ -34,6 +34,7 @@ from app.core.types import GpuInventory
 from app.inference.backends.auto import Choice
 from app.inference.backends.models import require_weights
 from app.inference.devices import parse_device, torch_inventory, validate_device
+from app.inference.series import InferenceSeries
 from app.inference.vision.shapes import describe as describe_shapes
 
 log = logging.getLogger("campusguard")
@@ -103,11 +104,7 @@ def fall_back(state: AppState, settings: Settings, choice: Choice, exc: BaseExce
 
 def report_precision(metrics: Metrics, provisioned) -> None:
     """The gate's verdict as metrics (the log line comes from the gate itself)."""
-    verdict = provisioned.verdict
-    metrics.precision_fallback.labels(provisioned.requested).set(1 if provisioned.fallback else 0)
-    if verdict is not None:
-        metrics.precision_gate_passed.labels(verdict.precision, verdict.metric).set(1 if verdict.passed else 0)
-        metrics.precision_gate_value.labels(verdict.precision, verdict.metric).set(verdict.value)
+    InferenceSeries.of(metrics).precision(provisioned.requested, provisioned.fallback, provisioned.verdict)
 
 
 def log_backend(choice: Choice) -> None:
@@ -139,6 +136,7 @@ def create_app(settings: Settings | None = None, choice: Choice | None = None) -
     settings = settings or Settings()
     choice = choice or wiring.resolve_runtime(settings)  # ConfigError: a precision or weights it cannot run
     metrics = Metrics(settings.metrics_max_cameras)
+    InferenceSeries.of(metrics)  # the engine's families from the first scrape: ready is 0 while the model loads
     state = wiring.build_state(settings, metrics, choice)  # ConfigError: exposed without a key, bad keys file
     gate, sources = state.gate, state.sources
     wiring.register_shadow_metrics(metrics, state.shadow.get)

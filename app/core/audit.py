@@ -61,6 +61,8 @@ class AuditEntry:
 
 
 class AuditTrail(Protocol):
+    """Where audit records go: ``app.rules.store.audit.StoreAudit`` with an event store, ``NoAudit`` without."""
+
     enabled: bool
 
     def record(self, entry: AuditEntry) -> None: ...
@@ -78,7 +80,7 @@ def audit_disabled() -> NotFound:
                     "(audit records go to the log only)", code="audit_disabled")
 
 
-class NoAudit:
+class NoAudit(AuditTrail):
     """No event store: each record is a log line, and GET /audit answers 404 ``audit_disabled``."""
 
     enabled = False

@@ -13,9 +13,10 @@ full deadline; ``queue_size`` stays a hard cap.
 Failure policy (Triton's "list in, same-length list out"): each queued item owns a
 future, so a failure reaches exactly the requests of the batch it hit. Device OOM releases
 the cache and retries the batch in halves once. Items that outlived their deadline are
-answered 504 without touching the device. A watchdog fails a hung inference and, by
-default, exits the process so the orchestrator replaces it; a crashed worker thread is
-restarted and readiness is false while it is down.
+answered 504 without touching the device. The supervisor (app/inference/supervisor.py) is
+the watchdog that fails a hung inference and, by default, exits the process so the
+orchestrator replaces it; it also restarts a crashed worker thread (readiness is false
+while it is down).
 """
 
 from __future__ import annotations
@@ -45,12 +46,13 @@ from app.core.metrics import Metrics
 from app.core.types import Detection
 from app.inference.admission import ServiceRate
 from app.inference.batching import ShapeBatcher
-from app.inference.lanes import EngineState, Lane
+from app.inference.lanes import EngineState, Lane, QueuedItem
 from app.inference.pipeline import DetectParams, Keep, Pipeline, Prepared
+from app.inference.series import InferenceSeries
+from app.inference.supervisor import Supervisor
 from app.inference.vision.candidates import Candidates
 
 log = logging.getLogger("campusguard.engine")
-WATCHDOG_EXIT_CODE = 70
 # Candidates up to which NMS runs on the event loop (well under a millisecond) instead of
 # being handed to the thread pool and back (two cross-thread wake-ups per request).
 INLINE_CANDIDATES = 256
@@ -65,37 +67,6 @@ class DetectResult:
     height: int
     timings_ms: dict[str, float]
     image: np.ndarray | None = None
-
-
-@dataclass(eq=False)
-class _Item:
-    prepared: Prepared
-    future: asyncio.Future
-    loop: asyncio.AbstractEventLoop
-    enqueued: float
-    deadline: float
-    floor: float = 0.0  # the request's conf: anchors below it never leave the device
-    started: float = 0.0
-    inference_ms: float = 0.0
-    batch_size: int = 0
-
-    @property
-    def shape(self) -> tuple[int, int]:
-        return self.prepared.shape
-
-    def resolve(self, value: object = None, error: BaseException | None = None) -> None:
-        def _set() -> None:
-            if self.future.done():
-                return
-            if error is not None:
-                self.future.set_exception(error)
-            else:
-                self.future.set_result(value)
-
-        try:
-            self.loop.call_soon_threadsafe(_set)
-        except RuntimeError:  # loop closed: nobody is waiting any more
-            pass
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,13 +87,13 @@ class InferenceEngine:
     def __init__(self, pipeline: Pipeline, limits: EngineLimits, metrics: Metrics) -> None:
         self.pipeline = pipeline
         self.limits = limits
-        self.metrics = metrics
+        self.metrics = InferenceSeries.of(metrics)  # the engine's families (app/inference/series.py)
         self.rate = ServiceRate(parallel=pipeline.lanes)
-        self.queue: queue.Queue[_Item] = queue.Queue(maxsize=limits.queue_size)
+        self.queue: queue.Queue[QueuedItem] = queue.Queue(maxsize=limits.queue_size)
         # Several lanes run every frame as its own request: waiting for a batch to fill would only
         # leave a stream idle, so a lane takes what is queued now (app/inference/lanes.py).
         delay_s = 0.0 if pipeline.lanes > 1 else limits.max_queue_delay_ms / 1e3
-        self.batcher: ShapeBatcher[_Item] = ShapeBatcher(self.queue, limits.max_batch_size, delay_s)
+        self.batcher: ShapeBatcher[QueuedItem] = ShapeBatcher(self.queue, limits.max_batch_size, delay_s)
         self.executor = ThreadPoolExecutor(max_workers=limits.preprocess_workers or (os.cpu_count() or 2),
                                            thread_name_prefix="campusguard-prep")
         self.state = EngineState(lanes=[Lane(i) for i in range(pipeline.lanes)])
@@ -130,13 +101,11 @@ class InferenceEngine:
         self._lock = threading.Lock()
         self._collect_lock = threading.Lock()  # one lane at a time fills its batch from the queue
         self._admitted = 0  # images admitted and not yet taken by the worker (decoding or queued)
-        self._monitor: threading.Thread | None = None
-        metrics.queue_capacity.set(limits.queue_size)
-        metrics.track_pipeline(pipeline.counters)
-        for reason in ("queue_full", "deadline_exceeded", "not_ready", "shutting_down"):
-            metrics.rejected.labels(reason)
-        for code in ("inference_failed", "out_of_memory", "inference_timeout"):
-            metrics.inference_errors.labels(code)
+        self.supervisor = Supervisor(self.state, self.metrics, self._stop,
+                                     inference_timeout_s=limits.inference_timeout_s, watchdog_exit=limits.watchdog_exit,
+                                     spawn=self._spawn_worker, fail_waiting=self._fail_queued)
+        self.metrics.declare_engine(limits.queue_size)
+        self.metrics.track_pipeline(pipeline.counters)
 
 
     # --- lifecycle ---------------------------------------------------------------------
@@ -144,8 +113,7 @@ class InferenceEngine:
         """Start a worker per lane and the supervisor (watchdog + restart of a dead worker)."""
         for lane in self.state.lanes:
             self._spawn_worker(lane)
-        self._monitor = threading.Thread(target=self._supervise, name="campusguard-watchdog", daemon=True)
-        self._monitor.start()
+        self.supervisor.start()
 
     def warmup(self, iterations: int) -> None:
         """Run every fixed shape through the model so no request pays a compile cost; the
@@ -281,12 +249,12 @@ class InferenceEngine:
         error.retry_after = retry_after_s
         raise error
 
-    def submit(self, prepared: Prepared, arrival: float | None = None, floor: float = 0.0) -> _Item:
+    def submit(self, prepared: Prepared, arrival: float | None = None, floor: float = 0.0) -> QueuedItem:
         """Queue a prepared image (its admission must already be reserved)."""
         now = time.perf_counter()
         arrival = now if arrival is None else arrival
         loop = asyncio.get_running_loop()
-        item = _Item(prepared, loop.create_future(), loop, now, arrival + self.limits.request_timeout_s, floor)
+        item = QueuedItem(prepared, loop.create_future(), loop, now, arrival + self.limits.request_timeout_s, floor)
         try:
             self.queue.put_nowait(item)
         except queue.Full:  # cannot happen while reservations bound the queue; kept as a guard
@@ -316,7 +284,7 @@ class InferenceEngine:
             lane.alive = False
             lane.busy_since = None
 
-    def _collect(self) -> list[_Item]:
+    def _collect(self) -> list[QueuedItem]:
         """Block for one item, then gather more of its shape until the batch is full or the
         delay passes (``ShapeBatcher``: items of other shapes wait for the next batch)."""
         with self._collect_lock:
@@ -324,7 +292,7 @@ class InferenceEngine:
             self._release(self.batcher.pulled)
         return self._drop_stale(batch)
 
-    def _drop_stale(self, batch: list[_Item]) -> list[_Item]:
+    def _drop_stale(self, batch: list[QueuedItem]) -> list[QueuedItem]:
         """Answer expired items with 504 and skip abandoned ones: no work for nobody."""
         now = time.perf_counter()
         live = []
@@ -333,13 +301,13 @@ class InferenceEngine:
                 continue
             if now > item.deadline:
                 self.metrics.rejected.labels("deadline_exceeded").inc()
-                item.resolve(error=DeadlineExceeded(
-                    f"waited {now - item.enqueued:.2f}s in the queue; the deadline is {self.limits.request_timeout_s}s"))
+                item.resolve(error=DeadlineExceeded(f"waited {now - item.enqueued:.2f}s in the queue; "
+                                                    f"the deadline is {self.limits.request_timeout_s}s"))
                 continue
             live.append(item)
         return live
 
-    def _process(self, lane: Lane, batch: list[_Item]) -> None:
+    def _process(self, lane: Lane, batch: list[QueuedItem]) -> None:
         lane.in_hand = batch
         try:
             outputs = self._infer_with_retry(lane, batch)
@@ -358,12 +326,12 @@ class InferenceEngine:
                 item.resolve(error=InferenceFailed("the inference worker crashed; it is being restarted"))
             raise
         else:
-            for item, out in zip(batch, outputs):
+            for item, out in zip(batch, outputs, strict=False):
                 item.resolve(out)
         finally:
             lane.in_hand = []
 
-    def _infer_with_retry(self, lane: Lane, batch: list[_Item]) -> list[Candidates]:
+    def _infer_with_retry(self, lane: Lane, batch: list[QueuedItem]) -> list[Candidates]:
         try:
             return self._infer(lane, batch)
         except OutOfMemory:
@@ -375,7 +343,7 @@ class InferenceEngine:
             half = (len(batch) + 1) // 2
             return self._infer(lane, batch[:half]) + self._infer(lane, batch[half:])
 
-    def _infer(self, lane: Lane, batch: list[_Item]) -> list[Candidates]:
+    def _infer(self, lane: Lane, batch: list[QueuedItem]) -> list[Candidates]:
         start = time.perf_counter()
         for item in batch:
             item.started = start
@@ -392,47 +360,6 @@ class InferenceEngine:
             item.inference_ms, item.batch_size = elapsed * 1e3, len(batch)
         self.metrics.batch_size.observe(len(batch))
         return list(out)
-
-    # --- supervisor --------------------------------------------------------------------
-    def _supervise(self) -> None:
-        interval = min(0.25, self.limits.inference_timeout_s / 4)
-        while not self._stop.wait(interval):
-            if self.state.tripped:
-                continue
-            if self.state.overdue(time.monotonic(), self.limits.inference_timeout_s):
-                self._trip()
-                continue
-            dead = [lane for lane in self.state.lanes if not lane.alive]
-            if dead and not self._stop.is_set():
-                self.metrics.ready.set(0)
-                self.metrics.worker_restarts.inc(len(dead))
-                log.warning("restarting inference worker(s) %s", ", ".join(str(lane.index) for lane in dead))
-                time.sleep(0.5)  # readiness stays false while the worker is down
-                for lane in dead:
-                    self._spawn_worker(lane)
-                if self.state.ready:
-                    self.metrics.ready.set(1)
-
-    def _trip(self) -> None:
-        """A hung device: fail everything waiting, turn unready, and let the orchestrator act."""
-        self.state.tripped = True
-        self.metrics.ready.set(0)
-        self.metrics.watchdog_trips.inc()
-        self.metrics.inference_errors.labels("inference_timeout").inc()
-        log.critical("inference exceeded %.1fs (hung device?): failing waiting requests",
-                     self.limits.inference_timeout_s)
-        error = InferenceTimeout(f"inference did not finish within {self.limits.inference_timeout_s}s")
-        for item in self.state.in_hand:
-            item.resolve(error=error)
-        self._fail_queued(error)
-        if self.limits.watchdog_exit:
-            def _exit() -> None:
-                time.sleep(2.0)  # let the 503 answers and a readiness probe go out
-                log.critical("exiting with code %d so the orchestrator restarts the service", WATCHDOG_EXIT_CODE)
-                logging.shutdown()
-                os._exit(WATCHDOG_EXIT_CODE)
-
-            threading.Thread(target=_exit, name="campusguard-watchdog-exit", daemon=True).start()
 
     def _fail_queued(self, error: ServiceError) -> None:
         with self._collect_lock:  # not while a healthy lane is filling its batch from the held items

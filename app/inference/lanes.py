@@ -16,9 +16,44 @@ lane is alive.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from dataclasses import dataclass, field
-from typing import Any
+
+from app.inference.pipeline import Prepared
+
+
+@dataclass(eq=False)
+class QueuedItem:
+    """One image in the engine: queued, then in a lane's hands; ``future`` gets its result."""
+
+    prepared: Prepared
+    future: asyncio.Future
+    loop: asyncio.AbstractEventLoop
+    enqueued: float
+    deadline: float
+    floor: float = 0.0  # the request's conf: anchors below it never leave the device
+    started: float = 0.0
+    inference_ms: float = 0.0
+    batch_size: int = 0
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self.prepared.shape
+
+    def resolve(self, value: object = None, error: BaseException | None = None) -> None:
+        def _set() -> None:
+            if self.future.done():
+                return
+            if error is not None:
+                self.future.set_exception(error)
+            else:
+                self.future.set_result(value)
+
+        try:
+            self.loop.call_soon_threadsafe(_set)
+        except RuntimeError:  # loop closed: nobody is waiting any more
+            pass
 
 
 @dataclass(eq=False)
@@ -29,7 +64,7 @@ class Lane:
     thread: threading.Thread | None = None
     alive: bool = False
     busy_since: float | None = None  # time.monotonic() at the start of the call in progress
-    in_hand: list[Any] = field(default_factory=list)
+    in_hand: list[QueuedItem] = field(default_factory=list)
 
 
 @dataclass
@@ -44,7 +79,7 @@ class EngineState:
         return all(lane.alive for lane in self.lanes)
 
     @property
-    def in_hand(self) -> list[Any]:
+    def in_hand(self) -> list[QueuedItem]:
         """Every item some lane is inferring now."""
         return [item for lane in self.lanes for item in lane.in_hand]
 

@@ -26,7 +26,7 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Literal, Protocol
 
 from app.core.sources import SourceBook
 from app.flow.frame import FrameFlow
@@ -83,7 +83,21 @@ class EngineFeed:
         return SinkResult.sent()
 
 
-class EmbeddedIngest:
+class Ingest(Protocol):
+    """Camera ingest as the server runs it: ``EmbeddedIngest``, or ``NoIngest`` when nothing is pulled here."""
+
+    enabled: bool
+
+    def start(self, config: SiteConfig | None, loop: asyncio.AbstractEventLoop) -> None: ...
+
+    def stop(self) -> None: ...
+
+    def states(self) -> dict[str, dict]: ...
+
+    def pids(self) -> dict[str, int | None]: ...
+
+
+class EmbeddedIngest(Ingest):
     """The readers of this process, following the site file."""
 
     enabled = True
@@ -113,8 +127,10 @@ class EmbeddedIngest:
             self.book.local_changed(camera_id, None)
 
     # --- lifecycle ---------------------------------------------------------------------------
-    def start(self, config: SiteConfig, loop: asyncio.AbstractEventLoop) -> None:
+    def start(self, config: SiteConfig | None, loop: asyncio.AbstractEventLoop) -> None:
         """Check the site file's sources (SiteConfigError: startup stops) and start pulling them."""
+        if config is None:  # app/wiring.py builds NoIngest without a site file
+            raise ValueError("embedded ingest needs the site file's cameras; none was given")
         self.check(config)
         self.supervisor = Supervisor(lambda _cid: AsyncSink(loop, self.feed), output=FrameFormat.RGB,
                                      listener=self._changed, environ=self.environ,
@@ -140,7 +156,7 @@ class EmbeddedIngest:
         self.book.local_changed(state.camera_id, state.state.value)
 
 
-class NoIngest:
+class NoIngest(Ingest):
     """``CAMPUSGUARD_INGEST=off`` or no site file: nothing is pulled here."""
 
     enabled = False

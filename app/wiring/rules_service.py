@@ -72,8 +72,8 @@ def build_service(settings: Settings, metrics: Metrics, sources: SourceBook | No
 
     series = RulesSeries(metrics)
     shards = shard_pool(settings.rules_workers, settings.rules_worker_timeout_s,  # where camera rule states live
-                        lambda index, reason: metrics.rules_worker_restarts.labels(reason).inc())
-    table = CameraTable(config, shards.camera)  # type: ignore[arg-type]
+                        lambda index, reason: series.worker_restarted(reason))
+    table = CameraTable(config, shards.camera)
     sink = EventSink(writer, webhooks, mqtt)
     retire = Retire(sink, series)
     rows = SharedRows(fleet, store.fleet, up)

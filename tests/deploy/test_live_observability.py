@@ -23,7 +23,8 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from app.core.metrics import LATENCY_BUCKETS, STAGES
+from app.core.metrics import LATENCY_BUCKETS
+from app.inference.series import STAGES
 from tests.conftest import free_port
 from tests.deploy.conftest import (
 

@@ -2,7 +2,7 @@
 
 Standing rules for every change: imports point one way (the import-linter contracts in
 pyproject.toml), the import graph has no cycle at all (not even one held open by a lazy or
-``TYPE_CHECKING`` import), no Python module in app/ is over 450 lines, the rules façade
+``TYPE_CHECKING`` import), no Python module in app/ is over 400 lines, the rules façade
 stays thin, and a server without a site file never loads the rules stack.
 """
 
@@ -19,7 +19,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 APP = REPO / "app"
-MAX_MODULE_LINES = 450
+MAX_MODULE_LINES = 400
 MAX_FACADE_LINES = 300
 RULES_STACK = ("sqlalchemy", "alembic", "paho", "ruamel", "av")
 

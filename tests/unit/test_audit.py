@@ -16,6 +16,7 @@ from sqlalchemy.exc import DBAPIError
 from app.api.state import state_of
 from app.config import Settings
 from app.core.audit import AuditEntry
+from app.core.metrics import Metrics
 from app.core.timeutil import utcnow
 from app.rules.store.db import EventStore
 from app.rules.store.schema import audit_table
@@ -168,7 +169,7 @@ def test_the_store_refuses_updates_and_retention_deletes_old_records(db_url):
             def listing(self):
                 return []
 
-        swept = RetentionSweeper(store, NoFiles(), RetentionOptions(audit_retain_days=365)).sweep()
+        swept = RetentionSweeper(store, NoFiles(), RetentionOptions(audit_retain_days=365), Metrics()).sweep()
         assert swept["audit"] == 1
         items, cursor = store.audit.page(cursor=None, limit=10)
         assert [i["actor"] for i in items] == ["bob"] and cursor is None

@@ -6,14 +6,15 @@ import math
 
 from prometheus_client import CollectorRegistry, Gauge, Histogram, Info, generate_latest
 
+from app.core.metrics import Metrics
+from app.inference.series import BATCH_BUCKETS, InferenceSeries
 from app.tooling.bench.prom import parse_metrics
-from app.core.metrics import BATCH_BUCKETS, Metrics
 
 
 def test_parse_real_service_metrics():
     metrics = Metrics()
     for size in (1, 1, 3, 8, 8, 8):
-        metrics.batch_size.observe(size)
+        InferenceSeries.of(metrics).batch_size.observe(size)
     metrics.memory_used.labels("cpu").set(123.0)
     metrics.build_info.info({"backend": "onnx", "model": "yolov8n"})
     scrape = parse_metrics(metrics.render().decode())

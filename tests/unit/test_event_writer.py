@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import threading
 
+from app.core.metrics import Metrics
 from app.rules.store.writer import EventWriter
 
 
@@ -27,7 +28,7 @@ class SlowStore:
 
 def test_settle_waits_for_the_chunk_the_drain_thread_is_writing():
     store = SlowStore()
-    writer = EventWriter(store, retry_s=0.05)  # type: ignore[arg-type]
+    writer = EventWriter(store, retry_s=0.05, metrics=Metrics())  # type: ignore[arg-type]
     writer.up = True
     writer._migrate = lambda: None  # the slow store has no schema to migrate
     writer.start()

@@ -9,7 +9,8 @@ import pytest
 
 from app.core import redact
 from app.core.errors import ConfigError
-from app.rules.delivery.mqtt import BrokerTarget
+from app.core.metrics import Metrics
+from app.rules.delivery.mqtt.publisher import BrokerTarget
 from app.rules.delivery.webhooks import WebhookOptions, WebhookWorker
 from app.rules.store.db import EventStore
 from app.rules.store.errors import describe
@@ -62,7 +63,8 @@ def test_a_failed_webhook_delivery_never_logs_or_stores_its_path_query_or_creden
     receiver = Receiver(fail_first=100)  # answers 500
     refused = f"http://user:hunter2@127.0.0.1:{free_port()}/hook/PATHSECRET?token=T0KEN"  # nothing listens
     failing = f"http://user:hunter2@127.0.0.1:{receiver.port}/hook/PATHSECRET?token=T0KEN&sig=abc"
-    worker = WebhookWorker(store, WebhookOptions((failing, refused), timeout_s=2.0, max_backoff_s=0.2), poll_s=0.1)
+    worker = WebhookWorker(store, WebhookOptions((failing, refused), timeout_s=2.0, max_backoff_s=0.2),
+                           metrics=Metrics(), poll_s=0.1)
     enqueue(store, failing, "e1")
     enqueue(store, refused, "e2")
     try:
@@ -93,7 +95,7 @@ def test_event_store_messages_mask_the_password(tmp_path, caplog):
     store = EventStore(f"postgresql+psycopg://app:hunter2@127.0.0.1:{free_port()}/events?password=hunter2",
                        migrate=False)
     assert store.safe_url == f"postgresql+psycopg://app:***@127.0.0.1:{store.engine.url.port}/events"
-    writer = EventWriter(store, capacity=10, retry_s=0.1)
+    writer = EventWriter(store, capacity=10, retry_s=0.1, metrics=Metrics())
     with caplog.at_level(logging.INFO):
         writer.connect()  # unreachable: one error line naming the store
     lines = [r.getMessage() for r in caplog.records]

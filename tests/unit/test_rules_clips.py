@@ -220,7 +220,8 @@ def test_retention_deletes_clips_with_their_events_and_counts_them_in_the_budget
                 path = snaps / f"{event_id}{suffix}"
                 path.write_bytes(b"x" * size)
                 os.utime(path, (ended.timestamp() + size,) * 2)
-        got = RetentionSweeper(store, EvidenceFiles(snaps), RetentionOptions(retain_days=30, budget_bytes=1500)).sweep()
+        got = RetentionSweeper(store, EvidenceFiles(snaps), RetentionOptions(retain_days=30, budget_bytes=1500),
+                               Metrics()).sweep()
         assert got == {"events": 1, "snapshots_expired": 2, "snapshots_over_budget": 2, "frames": 0, "audit": 0,
                        "crossings": 0}
         # mid.jpg (100 B) then mid.mp4 (1000 B) go over the budget; new's 1100 B stay

@@ -8,8 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from app.rules.logic.conditions import RuleState
+from app.rules.logic.evaluator import CameraRules
 from app.rules.site.loader import parse_site_config
-from app.rules.logic.evaluator import CameraRules, RuleState
 from tests.support.rules_util import H, W, at, det, people
 
 FULL = [[0.0, 0.0], [1.0, 0.0], [1.0, 1.0], [0.0, 1.0]]

@@ -13,15 +13,16 @@ from pydantic import ValidationError
 
 from app.config import Settings
 from app.core.errors import ConfigError
-from app.core.metrics import Metrics
-from app.rules.delivery.mqtt import BrokerTarget, MqttBridge, MqttPublisher, Topics, event_messages, topic_part
-from app.rules.store.db import EventStore
 from app.core.jsonutil import dumps
+from app.core.metrics import Metrics
+from app.rules.delivery.mqtt import MqttBridge
+from app.rules.delivery.mqtt.publisher import BrokerTarget, MqttPublisher
+from app.rules.delivery.mqtt.topics import Topics, event_messages, topic_part
 from app.rules.service.facade import RulesService
-from app.wiring import build_rules
-from app.wiring import mqtt_options
-from tests.support.mqtt_broker import Mosquitto, Subscriber, find_mosquitto
+from app.rules.store.db import EventStore
+from app.wiring import build_rules, mqtt_options
 from tests.conftest import free_port
+from tests.support.mqtt_broker import Mosquitto, Subscriber, find_mosquitto
 from tests.support.rules_util import H, W, at, people
 from tests.support.viewcheck import Camera, tape
 
@@ -107,7 +108,7 @@ def test_bad_ca_file_stops_startup(tmp_path):
     store = EventStore(f"sqlite:///{tmp_path}/e.db")
     for ca in (tmp_path / "missing.pem", garbage):
         with pytest.raises(ConfigError, match="MQTT_CA_FILE"):
-            MqttBridge.build(mqtt_options(Settings(mqtt_url="mqtts://broker.lan", mqtt_ca_file=ca)), store)
+            MqttBridge.build(mqtt_options(Settings(mqtt_url="mqtts://broker.lan", mqtt_ca_file=ca)), store, Metrics())
     store.close()
 
 
@@ -357,7 +358,7 @@ def test_a_view_sensor_per_camera_with_view_checks_under_an_injective_id():
     """The view sensor's id is one more name list (camera, "view") of discovery.py's injective
     ids: it collides with no status or rule sensor (not even zone "view"'s rules, nor camera
     a.b's with a_b's), and a camera whose view checks are off has none."""
-    from app.rules.delivery.discovery import decode_object_id, discovery_messages
+    from app.rules.delivery.mqtt.discovery import decode_object_id, discovery_messages
     from app.rules.site.loader import parse_site_config
 
     square = [[0, 0], [1, 0], [1, 1]]
@@ -415,7 +416,7 @@ def test_the_ledger_republishes_only_when_the_last_acknowledged_value_is_stale()
     for a publish paho refused, not."""
     from types import SimpleNamespace
 
-    from app.rules.delivery.retained import RetainedLedger
+    from app.rules.delivery.mqtt.retained import RetainedLedger
 
     def run(wanted: dict[str, bytes], sends: list[tuple], acks: list[int]) -> list[tuple[str, bytes]]:
         published: list[tuple[str, bytes]] = []

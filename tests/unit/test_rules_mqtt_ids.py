@@ -18,8 +18,8 @@ from paho.mqtt.enums import CallbackAPIVersion
 
 from app.config import Settings
 from app.core.metrics import Metrics
-from app.rules.delivery.discovery import decode_object_id, legacy_object_id, object_id
-from app.rules.delivery.mqtt import Topics
+from app.rules.delivery.mqtt.discovery import decode_object_id, legacy_object_id, object_id
+from app.rules.delivery.mqtt.topics import Topics
 from app.rules.site.schema import IDENT
 from app.wiring import build_rules
 from tests.support.mqtt_broker import Subscriber

@@ -16,11 +16,12 @@ from tests.unit.test_rules_webhooks import enqueue, wait_for, worker
 
 DELIVERER = """
 import sys, time
+from app.core.metrics import Metrics
 from app.rules.store.db import EventStore
 from app.rules.delivery.webhooks import WebhookOptions, WebhookWorker
 store = EventStore(sys.argv[1])
 w = WebhookWorker(store, WebhookOptions((sys.argv[2],), b"s3cret", timeout_s=30.0, max_backoff_s=0.3),
-                  poll_s=0.05, lease_s=float(sys.argv[3]))
+                  metrics=Metrics(), poll_s=0.05, lease_s=float(sys.argv[3]))
 w.start()
 print("started", flush=True)
 time.sleep(120)

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 import yaml
 
+from app.core.metrics import Metrics
 from app.cli import main
 from app.config import Settings
 from app.core.types import Detection
@@ -211,7 +212,8 @@ def test_log_rows_and_retention_on_both_databases(db_url, tmp_path):
         store.frames.log([encode(f) for f in frames])
         assert [decode(r) for r in store.frames.iter(["cam"], now - dt.timedelta(days=60), now + dt.timedelta(days=1),
                                                      chunk=4)] == frames
-        sweeper = RetentionSweeper(store, EvidenceFiles(tmp_path / "none"), RetentionOptions(frames_retain_days=7))
+        sweeper = RetentionSweeper(store, EvidenceFiles(tmp_path / "none"), RetentionOptions(frames_retain_days=7),
+                                   Metrics())
         assert sweeper.sweep(now)["frames"] == 3
         assert store.frames.count(["cam"], now - dt.timedelta(days=400), now + dt.timedelta(days=1)) == {"cam": 3}
         assert store.frames.delete_before(now, batch=1) == 3  # several batches

@@ -55,10 +55,10 @@ def store(tmp_path):
     s.close()
 
 
-def worker(store, url, metrics=None, **kw) -> WebhookWorker:
+def worker(store, url, metrics: Metrics | None = None, **kw) -> WebhookWorker:
     options = WebhookOptions((url,), SECRET, timeout_s=2.0, max_backoff_s=kw.pop("max_backoff_s", 0.3))
     w = WebhookWorker(store, options,
-                     metrics=metrics, poll_s=kw.pop("poll_s", 0.2), **kw)
+                     metrics=metrics or Metrics(), poll_s=kw.pop("poll_s", 0.2), **kw)
     w.start()
     return w
 
@@ -170,7 +170,7 @@ def test_backoff_is_exponential_and_capped():
 
 def test_no_secret_means_no_signature_header(store):
     rx = Receiver()
-    w = WebhookWorker(store, WebhookOptions((rx.url,), b"", max_backoff_s=0.3), poll_s=0.2)
+    w = WebhookWorker(store, WebhookOptions((rx.url,), b"", max_backoff_s=0.3), metrics=Metrics(), poll_s=0.2)
     w.start()
     try:
         enqueue(store, rx.url, "ev2")

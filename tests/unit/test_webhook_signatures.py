@@ -13,6 +13,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import httpx
 import pytest
 
+from app.core.metrics import Metrics
 from app.config import Settings
 from app.core.jsonutil import dumps
 from app.rules.delivery.webhooks import WebhookOptions, WebhookWorker, sign_timed, verify as verify_legacy
@@ -77,7 +78,8 @@ def deliver_one(tmp_path, url: str) -> None:
              "max_count": 3, "snapshot": None}
     store.events.record(event, [(url, "evt-1:started", dumps({"type": "event.started",
                                                               "idempotency_key": "evt-1:started", "event": event}))])
-    worker = WebhookWorker(store, WebhookOptions((url,), SECRET.encode(), timeout_s=2.0, max_backoff_s=0.2))
+    worker = WebhookWorker(store, WebhookOptions((url,), SECRET.encode(), timeout_s=2.0, max_backoff_s=0.2),
+                           metrics=Metrics())
     worker.start()
     try:
         deadline = time.monotonic() + 20

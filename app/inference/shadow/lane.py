@@ -25,6 +25,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import numpy as np
 
@@ -74,7 +75,25 @@ def lower_priority() -> str:
         return "normal"
 
 
-class ShadowLane:
+class ShadowPort(Protocol):
+    """What the frame paths and the metrics use of the shadow lane: ``ShadowLane``, or ``NoShadow`` when it is off."""
+
+    enabled: bool
+    book: AgreementBook
+    worst: WorstFrames
+
+    def offer(self, camera_id: str | None, data: bytes | np.ndarray, params: DetectParams,
+              detections: Sequence[Detection]) -> bool:
+        """Hand a served frame to the reference (sampled, never blocking); whether it was taken."""
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+    def status(self) -> dict: ...
+
+
+class ShadowLane(ShadowPort):
     enabled = True
 
     def __init__(self, reference: Pipeline, options: ShadowOptions, book: AgreementBook, worst: WorstFrames,
@@ -183,7 +202,7 @@ class ShadowLane:
                 "cameras": {c: self.book.summary(c).as_dict() for c in self.book.cameras()}}
 
 
-class NoShadow:
+class NoShadow(ShadowPort):
     """Shadow off: offers are ignored; the metrics still export the overall series (NaN, 0)."""
 
     enabled = False

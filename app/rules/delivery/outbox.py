@@ -19,7 +19,9 @@ from sqlalchemy.exc import DBAPIError
 
 from app.core import redact
 from app.core.background import BackgroundLoop
+from app.core.metrics import Metrics
 from app.core.timeutil import utcnow
+from app.rules.delivery.series import DeliverySeries
 from app.rules.store.db import EventStore
 from app.rules.store.errors import describe
 from app.rules.store.outbox import OutboxItem
@@ -58,12 +60,13 @@ class OutboxWorker:
     depth_metric = "outbox_depth"
 
     def __init__(self, store: EventStore, urls: list[str], *, timeout_s: float = 5.0,
-                 max_backoff_s: float = 60.0, metrics=None, poll_s: float = 1.0, lease_s: float | None = None) -> None:
+                 max_backoff_s: float = 60.0, metrics: Metrics, poll_s: float = 1.0,
+                 lease_s: float | None = None) -> None:
         self.store = store
         self.urls = list(urls)
         self.timeout_s = timeout_s
         self.max_backoff_s = max_backoff_s
-        self.metrics = metrics
+        self.metrics = DeliverySeries.of(metrics)
         self.poll_s = poll_s
         # How long a claimed row is ours: longer than any one attempt (httpx applies the
         # timeout to connect, write and read separately), short enough that the row of a
@@ -175,12 +178,10 @@ class OutboxWorker:
         return False
 
     def _count(self, outcome: str) -> None:
-        if self.metrics is not None:
-            getattr(self.metrics, self.deliveries_metric).labels(outcome).inc()
+        getattr(self.metrics, self.deliveries_metric).labels(outcome).inc()
 
     def _update_depth(self) -> None:
-        if self.metrics is not None:
-            try:
-                getattr(self.metrics, self.depth_metric).set(self.store.outbox.depth(self.urls))
-            except Exception:  # pragma: no cover - metrics must never break delivery
-                log.debug("outbox depth unavailable", exc_info=True)
+        try:
+            getattr(self.metrics, self.depth_metric).set(self.store.outbox.depth(self.urls))
+        except Exception:  # pragma: no cover - metrics must never break delivery
+            log.debug("outbox depth unavailable", exc_info=True)

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 
 import httpx
 
+from app.core.metrics import Metrics
 from app.rules.delivery.outbox import OutboxWorker
 from app.rules.store.db import EventStore
 from app.rules.store.outbox import OutboxItem
@@ -77,7 +78,7 @@ class WebhookWorker(OutboxWorker):
     deliveries_metric = "webhook_deliveries"
     depth_metric = "outbox_depth"
 
-    def __init__(self, store: EventStore, options: WebhookOptions, *, metrics=None,
+    def __init__(self, store: EventStore, options: WebhookOptions, *, metrics: Metrics,
                  clock: Callable[[], float] = time.time, **kwargs) -> None:
         super().__init__(store, list(options.urls), timeout_s=options.timeout_s,
                          max_backoff_s=options.max_backoff_s, metrics=metrics, **kwargs)

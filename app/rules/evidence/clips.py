@@ -25,7 +25,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import cv2
 import numpy as np
@@ -40,7 +40,7 @@ from app.rules.evidence.files import CLIP, EvidenceFiles, clip_url
 from app.rules.evidence.framering import BufferedFrame, FrameRing
 
 if TYPE_CHECKING:
-    from app.rules.logic.evaluator import Event
+    from app.rules.logic.records import Event
 
 log = logging.getLogger("campusguard.rules.clips")
 QUIET_GRACE_S = 5.0  # wall seconds past post_s after which a clip is written without more frames
@@ -69,7 +69,28 @@ class ClipJob:
     due: bool = False
 
 
-class ClipRecorder:
+class Clips(Protocol):
+    """What the rules service uses of event clips: ``ClipRecorder``, or ``NoClips`` when they are off."""
+
+    @property
+    def pending(self) -> int:
+        """Clips scheduled and not written yet."""
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+    def record(self, camera_id: str, at: dt.datetime, frame_rgb: np.ndarray, detections: Sequence[Detection],
+               alerts: Sequence[tuple[str, str]]) -> None: ...
+
+    def schedule(self, event: Event, zones: Sequence[ZoneOverlay]) -> str | None: ...
+
+    def finish(self, event_id: str, ended_at: dt.datetime) -> None: ...
+
+    def forget(self, keep: set[str]) -> None: ...
+
+
+class ClipRecorder(Clips):
     """The frame ring plus the clips waiting to be written; ``start``/``stop`` its thread."""
 
     def __init__(self, files: EvidenceFiles, ring: FrameRing, *, pre_s: float, post_s: float,
@@ -192,7 +213,7 @@ def render(frame: BufferedFrame, zones: Sequence[ZoneOverlay], size: tuple[int, 
     return img
 
 
-class NoClips:
+class NoClips(Clips):
     """Clips switched off (``clips=false``): no frames are kept, events get no clip."""
 
     pending = 0

@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from app.rules.logic.evaluator import Event
+from app.rules.logic.records import Event
 
 CAMERA_ZONE = ""  # camera events belong to no zone
 

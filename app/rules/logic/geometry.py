@@ -8,6 +8,7 @@ has to be rescaled per frame size: the foot point is normalized instead.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Literal
 
 import cv2
 import numpy as np
@@ -91,7 +92,7 @@ class Polyline:
                 return True
         return False
 
-    def crossing(self, p: tuple[float, float], q: tuple[float, float]) -> str | None:
+    def crossing(self, p: tuple[float, float], q: tuple[float, float]) -> Literal["in", "out"] | None:
         """``"in"`` (left to right), ``"out"`` (right to left) or None for the path p -> q.
 
         The first segment of the line that the path crosses decides (one crossing per path).

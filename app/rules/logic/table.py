@@ -1,4 +1,4 @@
-"""The camera table: one ``CameraRules`` state per configured camera, swapped atomically.
+"""The camera table: one ``CameraState`` per configured camera, swapped atomically.
 
 Readers on the frame path take the dict once per frame without a lock; every change
 (reload, reset, offline) builds a new dict and swaps it under ``lock``, so a frame never
@@ -11,12 +11,13 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-from app.rules.logic.evaluator import CameraRules, Event
+from app.rules.logic.evaluator import CameraRules, CameraState
+from app.rules.logic.records import Event
 from app.rules.site.schema import Camera, SiteConfig
 
 # how a camera's rule state is made: in this process (CameraRules), or kept in a worker process
-# (app/rules/service/shards.py: ShardedCamera, the same interface)
-StateFactory = Callable[[Camera, SiteConfig], CameraRules]
+# (app/rules/service/shards.py: ShardedCamera); both are a CameraState
+StateFactory = Callable[[Camera, SiteConfig], CameraState]
 
 
 class CameraTable:
@@ -24,9 +25,9 @@ class CameraTable:
         self.lock = threading.RLock()  # serialises swaps (reload, reset, offline); frames never take it
         self.config = config
         self._make = make
-        self._cameras: dict[str, CameraRules] = {c.id: make(c, config) for c in config.cameras}
+        self._cameras: dict[str, CameraState] = {c.id: make(c, config) for c in config.cameras}
 
-    def get(self, camera_id: str) -> CameraRules | None:
+    def get(self, camera_id: str) -> CameraState | None:
         return self._cameras.get(camera_id)
 
     def __contains__(self, camera_id: object) -> bool:
@@ -35,7 +36,7 @@ class CameraTable:
     def ids(self) -> list[str]:
         return list(self._cameras)
 
-    def states(self) -> list[CameraRules]:
+    def states(self) -> list[CameraState]:
         return list(self._cameras.values())
 
     def camera(self, camera_id: str) -> Camera | None:
@@ -46,12 +47,12 @@ class CameraTable:
         """Seconds of silence after which each camera is offline."""
         return {c.id: self.config.offline_after(c) for c in self.config.cameras}
 
-    def load(self, config: SiteConfig) -> tuple[list[CameraRules], int]:
+    def load(self, config: SiteConfig) -> tuple[list[CameraState], int]:
         """Switch to ``config``: (states no longer in use, how many cameras kept theirs).
         Call with ``lock`` held."""
         old = self._cameras
         same_globals = config.timezone == self.config.timezone and config.tracker == self.config.tracker
-        new: dict[str, CameraRules] = {}
+        new: dict[str, CameraState] = {}
         for cam in config.cameras:
             prev = old.get(cam.id)
             if prev is not None and same_globals and prev.camera.rules_part() == cam.rules_part():
@@ -64,7 +65,7 @@ class CameraTable:
         retired = [c for cid, c in old.items() if new.get(cid) is not c]
         return retired, sum(1 for cid, c in new.items() if old.get(cid) is c)
 
-    def renew(self, camera_id: str) -> CameraRules | None:
+    def renew(self, camera_id: str) -> CameraState | None:
         """Give one camera a fresh state (reset, offline); the old one, or None if unknown.
         Call with ``lock`` held."""
         old = self._cameras.get(camera_id)

@@ -25,8 +25,10 @@ from app.rules.delivery.mqtt import MqttBridge, NoMqtt
 from app.rules.evidence.clips import ClipRecorder, NoClips
 from app.rules.evidence.latest import LatestFrames
 from app.rules.evidence.snapshots import Snapshots
+from app.rules.logic.compiled import Transition
 from app.rules.logic.counts import CrossingCounts
-from app.rules.logic.evaluator import CameraRules, Event, EventRecord, Transition
+from app.rules.logic.evaluator import CameraState
+from app.rules.logic.records import Event, EventRecord
 from app.rules.logic.table import CameraTable
 from app.rules.service.events import EventSink
 from app.rules.service.health import CameraHealth
@@ -35,7 +37,7 @@ from app.rules.service.views import ViewChecks
 from app.rules.store.framelog import FrameLog, LoggedFrame, NoFrameLog
 
 
-def overlays(cam: CameraRules) -> list[ZoneOverlay]:
+def overlays(cam: CameraState) -> list[ZoneOverlay]:
     """A camera's zones as drawn on snapshots, clips and annotated replies."""
     return [ZoneOverlay(z.name, z.polygon.points,
                         tuple(r.counter.line.points for r in z.rules if r.counter is not None),
@@ -98,7 +100,7 @@ class FrameStep:
         p.mqtt.occupancy(camera_id, counts)
         return events
 
-    def _emit(self, cam: CameraRules, tr: Transition, detections: Sequence[Detection],
+    def _emit(self, cam: CameraState, tr: Transition, detections: Sequence[Detection],
               frame_rgb: np.ndarray | None) -> EventRecord:
         p = self.p
         ev = tr.apply()

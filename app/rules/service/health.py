@@ -24,7 +24,8 @@ from app.core.errors import NotFound, shorten
 from app.core.timeutil import utcnow
 from app.rules.delivery.mqtt import MqttBridge, NoMqtt
 from app.rules.logic.cameras import CameraMonitor, camera_event, sweep_interval
-from app.rules.logic.evaluator import CameraRules, Event
+from app.rules.logic.evaluator import CameraState
+from app.rules.logic.records import Event
 from app.rules.logic.table import CameraTable
 from app.rules.service.events import EventSink
 from app.rules.site.schema import Camera
@@ -38,7 +39,7 @@ Elsewhere = Callable[[str, dt.datetime | None], str | None]
 
 class CameraHealth:
     def __init__(self, table: CameraTable, sink: EventSink, mqtt: MqttBridge | NoMqtt,
-                 retire: Callable[[CameraRules], int],
+                 retire: Callable[[CameraState], int],
                  elsewhere: Elsewhere = lambda camera_id, arrived_at: None) -> None:
         self.table = table
         self.sink = sink

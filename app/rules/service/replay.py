@@ -38,7 +38,8 @@ from multiprocessing import get_context
 from app.core.errors import InvalidParameter, NotFound
 from app.core.sharding import shard_of
 from app.core.timeutil import as_utc, iso, shift_clamped
-from app.rules.logic.evaluator import CameraRules, Event
+from app.rules.logic.evaluator import CameraRules
+from app.rules.logic.records import Event
 from app.rules.site.schema import Camera, SiteConfig
 from app.rules.store.db import EventStore
 from app.rules.store.framelog import LoggedFrame, decode

@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import datetime as dt
 import pickle
+from collections.abc import Sequence
 from multiprocessing.connection import Connection
 from typing import Any
 
 from app.core.types import Detection
-from app.rules.logic.evaluator import CameraRules, CompiledRule, Event
+from app.rules.logic.compiled import CompiledRule
+from app.rules.logic.evaluator import CameraRules
+from app.rules.logic.records import Event
 from app.rules.site.schema import Camera, SiteConfig, TrackerConfig
 
 # what one evaluated frame sends back: transitions as (kind, event, zone index, rule index,
@@ -47,7 +50,7 @@ class _State:
         return out, dict(cam.zone_counts), cam.frame_time, list(cam.frame_tracks), cam.last_t, grown
 
 
-def as_tuples(detections: list[Detection] | tuple[Detection, ...]) -> list[tuple]:
+def as_tuples(detections: Sequence[Detection]) -> list[tuple]:
     """Detections as plain tuples for the pipe: pickling a slotted dataclass goes through its
     ``__getstate__``, several times the cost of a tuple of numbers, once per object per frame."""
     return [(d.class_id, d.class_name, d.confidence, d.x1, d.y1, d.x2, d.y2) for d in detections]

@@ -34,12 +34,14 @@ import multiprocessing as mp
 import threading
 import uuid
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from app.core.sharding import shard_of
 from app.core.timeutil import UTC
 from app.core.types import Detection
-from app.rules.logic.evaluator import CameraRules, CompiledZone, Event, Transition
+from app.rules.logic.compiled import CompiledZone, Transition
+from app.rules.logic.evaluator import CameraRules, CameraState
+from app.rules.logic.records import Event
 from app.rules.service.shard_worker import READY, Reply, as_tuples, receive, send, serve
 from app.rules.site.schema import Camera, SiteConfig
 
@@ -207,7 +209,17 @@ class Shard:
         self.conn.close()
 
 
-class ShardPool:
+class Shards(Protocol):
+    """Where the camera table's rule states are made: ``ShardPool`` (worker processes) or ``InProcess``."""
+
+    shards: list[Shard]
+
+    def camera(self, camera: Camera, site: SiteConfig) -> CameraState: ...
+
+    def stop(self) -> None: ...
+
+
+class ShardPool(Shards):
     """``workers`` shards; a camera's shard is a stable hash of its id (the same in every process and run)."""
 
     def __init__(self, workers: int, answer_within_s: float = 30.0,
@@ -228,7 +240,7 @@ class ShardPool:
             shard.stop()
 
 
-class InProcess:
+class InProcess(Shards):
     """CAMPUSGUARD_RULES_WORKERS=1: every camera's rule state in the service's process (no shards)."""
 
     shards: list[Shard] = []
@@ -245,8 +257,8 @@ def shard_pool(workers: int, answer_within_s: float = 30.0,
     return ShardPool(workers, answer_within_s, on_restart) if workers > 1 else InProcess()
 
 
-class ShardedCamera:
-    """A camera whose rule state lives in a worker; the interface of ``CameraRules`` the service uses."""
+class ShardedCamera(CameraState):
+    """A camera whose rule state lives in a worker: the ``CameraState`` of ``CameraRules``, kept in its shard."""
 
     def __init__(self, camera: Camera, site: SiteConfig, shard: Shard) -> None:
         self.camera, self.id, self._shard = camera, camera.id, shard

@@ -17,14 +17,14 @@ from typing import Any, Protocol
 
 from app.core.background import Periodic
 from app.core.timeutil import utcnow
-from app.rules.logic.evaluator import CameraRules
+from app.rules.logic.evaluator import CameraState
 from app.rules.logic.table import CameraTable
 from app.rules.site.schema import SiteConfig
 from app.rules.site.writer import SiteFile, version_of
 
 log = logging.getLogger("campusguard.rules")
 
-Reloaded = Callable[[SiteConfig, list[CameraRules], int], None]  # (config, retired states, kept count)
+Reloaded = Callable[[SiteConfig, list[CameraState], int], None]  # (config, retired states, kept count)
 
 
 class SiteListener(Protocol):

@@ -16,7 +16,7 @@ from typing import Any
 from app.rules.delivery.mqtt import MqttBridge, NoMqtt
 from app.rules.evidence.clips import ClipRecorder, NoClips
 from app.rules.evidence.latest import LatestFrames
-from app.rules.logic.evaluator import CameraRules
+from app.rules.logic.evaluator import CameraState
 from app.rules.logic.table import CameraTable
 from app.rules.service.events import EventSink
 from app.rules.service.fleetwriter import FleetWriter
@@ -37,7 +37,7 @@ class Retire:
     def __init__(self, sink: EventSink, series: RulesSeries) -> None:
         self.sink, self.series = sink, series
 
-    def __call__(self, cam: CameraRules) -> int:
+    def __call__(self, cam: CameraState) -> int:
         with cam.lock:
             transitions = cam.close_all()
         for tr in transitions:
@@ -67,7 +67,7 @@ class Reloaded:
         self.table, self.retire, self.declare, self.health = table, retire, declare, health
         self.latest, self.clips, self.fleet_writer, self.views, self.mqtt = latest, clips, fleet_writer, views, mqtt
 
-    def __call__(self, config: SiteConfig, retired: list[CameraRules], kept: int) -> None:
+    def __call__(self, config: SiteConfig, retired: list[CameraState], kept: int) -> None:
         for cam in retired:
             self.retire(cam)
         keep = set(self.table.ids())

@@ -39,7 +39,7 @@ from app.core.types import Detection
 from app.rules.delivery.mqtt import MqttBridge, NoMqtt
 from app.rules.evidence.snapshots import Snapshots
 from app.rules.logic.cameras import CAMERA_ZONE
-from app.rules.logic.evaluator import Event, EventRecord
+from app.rules.logic.records import Event, EventRecord
 from app.rules.logic.view import ViewCheckError, ViewMonitor, ViewTransition, render_transition
 from app.rules.service.events import EventSink
 from app.rules.service.series import RulesSeries

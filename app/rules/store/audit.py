@@ -20,11 +20,13 @@ from typing import Any
 from sqlalchemy import delete, select
 from sqlalchemy.engine import Engine
 
-from app.core.audit import AuditEntry
+from app.core.audit import AuditEntry, AuditTrail
+from app.core.metrics import Metrics
 from app.core.timeutil import iso
 from app.rules.store.buffer import BufferedSink
 from app.rules.store.errors import StoreUnavailable, describe, is_outage
 from app.rules.store.schema import audit_table as t
+from app.rules.store.series import StoreSeries
 
 log = logging.getLogger("campusguard.audit")
 
@@ -69,15 +71,15 @@ class AuditRepo:
             return int(conn.execute(delete(t).where(t.c.at < cutoff)).rowcount or 0)
 
 
-class StoreAudit:
+class StoreAudit(AuditTrail):
     """The audit trail of a server with an event store."""
 
     enabled = True
 
     def __init__(self, repo: AuditRepo, *, store_up: Callable[[], bool] = lambda: True, capacity: int = 10_000,
-                 flush_s: float = 0.5, metrics=None) -> None:
+                 flush_s: float = 0.5, metrics: Metrics) -> None:
         self.repo = repo
-        self.metrics = metrics
+        self.metrics = StoreSeries.of(metrics)
         self.store_up = store_up  # the event writer's view: the table exists once migrations ran
         self.buffer: BufferedSink[AuditEntry] = BufferedSink(
             "audit-trail", repo.append, capacity=capacity, batch=100, interval_s=flush_s,
@@ -111,5 +113,5 @@ class StoreAudit:
 
     def _dropped(self, n: int) -> None:
         log.error("audit buffer full: dropped the %d oldest record(s) (they are in the log)", n)
-        if self.metrics is not None and n:
+        if n:
             self.metrics.audit_dropped.inc(n)

@@ -25,14 +25,16 @@ import logging
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
+from app.core.metrics import Metrics
 from app.core.types import Detection
 from app.rules.store.buffer import BufferedSink
 from app.rules.store.db import EventStore
 from app.rules.store.schema import from_us, to_us
+from app.rules.store.series import StoreSeries
 
 log = logging.getLogger("campusguard.rules.framelog")
 HEADER = struct.Struct("<BH")  # bytes per float (4 or 8), number of detections
@@ -90,14 +92,28 @@ def decode(row: Any) -> LoggedFrame:
                        tuple(None if t == NO_TRACK else int(t) for t in tracks), bool(row["fresh"]))
 
 
-class FrameLog:
+class FrameLogPort(Protocol):
+    """What the rules service uses of the detection log: ``FrameLog``, or ``NoFrameLog`` when it is off."""
+
+    @property
+    def buffered(self) -> int:
+        """Frames waiting to be written."""
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+    def add(self, frame: LoggedFrame) -> None: ...
+
+
+class FrameLog(FrameLogPort):
     """The bounded buffer of frames to log (app/rules/store/buffer.py), written in batches
     by its thread, off the frame path."""
 
     def __init__(self, store: EventStore, *, capacity: int = 50_000, batch: int = 500, flush_s: float = 1.0,
-                 store_up: Callable[[], bool] = lambda: True, metrics=None) -> None:
+                 store_up: Callable[[], bool] = lambda: True, metrics: Metrics) -> None:
         self.store = store
-        self.metrics = metrics
+        self.metrics = StoreSeries.of(metrics)
         self.store_up = store_up  # the event writer's view: no point writing before migrations ran
         self.buffer: BufferedSink[LoggedFrame] = BufferedSink(
             "detection-log", self._write, capacity=capacity, batch=batch, interval_s=flush_s,
@@ -128,11 +144,11 @@ class FrameLog:
         self.store.frames.log([encode(f) for f in frames])
 
     def _dropped(self, n: int) -> None:
-        if n and self.metrics is not None:
+        if n:
             self.metrics.detection_log_dropped.inc(n)
 
 
-class NoFrameLog:
+class NoFrameLog(FrameLogPort):
     """The detection log when ``detection_log`` is off: frames are not kept."""
 
     buffered = 0

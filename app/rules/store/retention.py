@@ -33,9 +33,11 @@ from pathlib import Path
 from typing import Protocol
 
 from app.core.background import Periodic
+from app.core.metrics import Metrics
 from app.core.timeutil import utcnow
 from app.rules.store.db import EventStore
 from app.rules.store.errors import is_outage
+from app.rules.store.series import StoreSeries
 
 log = logging.getLogger("campusguard.rules.retention")
 COLUMNS = {".jpg": "snapshot", ".mp4": "clip"}  # evidence file suffix -> the event column pointing at it
@@ -59,15 +61,15 @@ class RetentionOptions:
 
 
 class RetentionSweeper:
-    def __init__(self, store: EventStore, evidence: EvidenceFolder, options: RetentionOptions = RetentionOptions(),
-                 metrics=None) -> None:
+    def __init__(self, store: EventStore, evidence: EvidenceFolder, options: RetentionOptions,
+                 metrics: Metrics) -> None:
         self.store = store
         self.evidence = evidence
         self.frames_retain = dt.timedelta(days=options.frames_retain_days)
         self.audit_retain = dt.timedelta(days=options.audit_retain_days)
         self.retain = dt.timedelta(days=options.retain_days)
         self.budget_bytes = options.budget_bytes
-        self.metrics = metrics
+        self.metrics = StoreSeries.of(metrics)
         self._job = Periodic("retention-sweep", self.sweep, options.interval_s, on_error=self._failed)
 
     def start(self) -> None:
@@ -124,8 +126,7 @@ class RetentionSweeper:
                     removed.append(path)
             for suffix, column in COLUMNS.items():
                 self.store.events.clear_files(column, [p.stem for p in removed if p.suffix == suffix])
-        if self.metrics is not None:
-            self.metrics.snapshot_bytes.set(used)
+        self.metrics.snapshot_bytes.set(used)
         return len(removed)
 
     @staticmethod
@@ -139,6 +140,6 @@ class RetentionSweeper:
             return 0
 
     def _count(self, kind: str, n: int) -> None:
-        if self.metrics is not None and n:
+        if n:
             self.metrics.retention_deleted.labels(kind).inc(n)
 

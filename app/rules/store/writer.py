@@ -21,10 +21,12 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from app.core.metrics import Metrics
 from app.rules.store.buffer import BufferedSink
 from app.rules.store.db import EventStore
 from app.rules.store.errors import StoreUnavailable, describe, is_outage
 from app.rules.store.migrate import MigrationError
+from app.rules.store.series import StoreSeries
 
 log = logging.getLogger("campusguard.rules.store")
 
@@ -34,10 +36,10 @@ Write = tuple[dict[str, Any], list[tuple[str, str, bytes]]]
 class EventWriter:
     """Owns the event store's health: ``up``, ``error`` and the buffer of pending writes."""
 
-    def __init__(self, store: EventStore, *, capacity: int = 10_000, retry_s: float = 2.0, metrics=None,
+    def __init__(self, store: EventStore, *, capacity: int = 10_000, retry_s: float = 2.0, metrics: Metrics,
                  on_stored=None) -> None:
         self.store = store
-        self.metrics = metrics
+        self.metrics = StoreSeries.of(metrics)
         self.on_stored = on_stored  # called after buffered writes reach the store (wake the outbox)
         self.up = False
         self.error: str | None = "not connected yet"
@@ -132,24 +134,20 @@ class EventWriter:
 
     def _dropped(self, n: int) -> None:
         log.error("event buffer full (%d): dropped the %d oldest write(s)", self.buffer.capacity, n)
-        if self.metrics is not None:
-            self.metrics.event_buffer_dropped.inc(n)
+        self.metrics.event_buffer_dropped.inc(n)
 
     def _gauge(self, depth: int) -> None:
-        if self.metrics is not None:
-            self.metrics.event_buffer_depth.set(depth)
+        self.metrics.event_buffer_depth.set(depth)
 
     def _down(self, error: str) -> None:
         self.up, self.error = False, error
-        if self.metrics is not None:
-            self.metrics.event_store_up.labels(self.store.dialect).set(0)
+        self.metrics.event_store_up.labels(self.store.dialect).set(0)
 
     def _set_up(self) -> None:
         if not self.up and self.error != "not connected yet":
             log.info("event store %s is reachable again", self.store.safe_url)
         self.up, self.error = True, None
-        if self.metrics is not None:
-            self.metrics.event_store_up.labels(self.store.dialect).set(1)
+        self.metrics.event_store_up.labels(self.store.dialect).set(1)
 
     def _migrate(self) -> None:
         if not self._migrated:

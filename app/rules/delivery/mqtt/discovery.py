@@ -23,34 +23,15 @@ where they find nothing to clear after the first time.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from app.core.jsonutil import dumps
+from app.rules.delivery.mqtt.topics import Message, Topics
 
 if TYPE_CHECKING:
-    from app.rules.site.schema import SiteConfig
+    from app.rules.site.schema import Camera, RuleBase, SiteConfig, Zone
 
-Message = tuple[str, bytes, bool]  # (topic, payload, retain), as app/rules/delivery/mqtt.py publishes them
-
-
-class Topics(Protocol):
-    """The topic names discovery needs (app.rules.delivery.mqtt.Topics; no import: mqtt imports this)."""
-
-    node: str
-    discovery_prefix: str
-    availability: str
-
-    def discovery(self, object_id: str) -> str: ...
-
-    def status(self, camera: str) -> str: ...
-
-    def source(self, camera: str) -> str: ...
-
-    def state(self, camera: str, zone: str, rule: str) -> str: ...
-
-    def event(self, camera: str, rule: str) -> str: ...
-
-    def view_problem(self, camera: str) -> str: ...
+    Entity = tuple[Camera, Zone | str | None, RuleBase | None]  # (camera, zone or "view", rule)
 
 ESCAPES = {"_": "__", ".": "_-d", ":": "_-c"}
 UNESCAPES = {"d": ".", "c": ":"}
@@ -106,10 +87,10 @@ def legacy_object_id(*names: str) -> str:
     return "_".join("".join(c if c.isalnum() or c in "_-" else "_" for c in n) for n in names)
 
 
-def entities(config: SiteConfig) -> list[tuple[tuple[str, ...], object]]:
+def entities(config: SiteConfig) -> list[tuple[tuple[str, ...], Entity]]:
     """(names, (camera, zone, rule)) of every entity: a camera's status, its view (with view
     checks on; zone ``"view"`` marks it, rule None), each camera/zone/rule."""
-    out: list[tuple[tuple[str, ...], object]] = []
+    out: list[tuple[tuple[str, ...], Entity]] = []
     for camera in config.cameras:
         out.append(((camera.id, "status"), (camera, None, None)))
         if camera.view_checks.enabled:
@@ -127,13 +108,13 @@ def discovery_messages(topics: Topics, config: SiteConfig) -> list[Message]:
         return []
     out: list[Message] = []
     availability = [{"topic": topics.availability}]
-    for names, (camera, zone, rule) in entities(config):  # type: ignore[misc]
+    for names, (camera, zone, rule) in entities(config):
         device = {"identifiers": [f"{topics.node}_{object_id(camera.id)}"], "name": camera.name or camera.id,
                   "manufacturer": "CampusGuard", "model": "CampusGuard Detector"}
         if zone is None:
             entity = {"name": f"{camera.name or camera.id} camera", "device_class": "connectivity",
                       "state_topic": topics.status(camera.id), "payload_on": "online", "payload_off": "offline"}
-        elif rule is None:  # the camera's view checks
+        elif rule is None or isinstance(zone, str):  # the camera's view checks
             entity = {"name": f"{camera.name or camera.id} view", "device_class": "problem",
                       "state_topic": topics.view_problem(camera.id), "payload_on": "ON", "payload_off": "OFF",
                       "json_attributes_topic": topics.event(camera.id, "camera_view"),
