@@ -22,11 +22,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from app.core.redact import redact_url
 from app.ingest.command import ffmpeg_binary
 from app.ingest.frames import FrameFormat
 from app.ingest.mailbox import FrameSink, Sender
-from app.ingest.source import SourceSpec, resolve_all
+from app.ingest.source import Resolved, SourceSpec, resolve_all
 from app.ingest.states import CameraState, CameraStats, StateListener
 from app.ingest.watchdog import STABLE_AFTER_S, CameraRunner
 
@@ -48,12 +47,12 @@ class UpdateSummary:
 class _Camera:
     """A running camera: its resolved source, counters, reader thread and sender."""
 
-    def __init__(self, camera_id: str, spec: SourceSpec, url: str, sink: FrameSink, output: FrameFormat,
+    def __init__(self, camera_id: str, spec: SourceSpec, source: Resolved, sink: FrameSink, output: FrameFormat,
                  listener: StateListener | None, stable_after_s: float) -> None:
-        self.spec, self.url = spec, url
-        self.stats = CameraStats(camera_id, redact_url(url), spec.fps, listener)
+        self.spec, self.url = spec, source
+        self.stats = CameraStats(camera_id, source.shown, spec.fps, listener)  # the template, redacted
         self.sender = Sender(camera_id, sink, self.stats)
-        self.runner = CameraRunner(camera_id, spec, url, output, self.sender.offer, self.stats,
+        self.runner = CameraRunner(camera_id, spec, source, output, self.sender.offer, self.stats,
                                    stable_after_s=stable_after_s)
 
     def start(self) -> None:

@@ -26,13 +26,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from app.core.redact import redact_url, url_secrets
 from app.ingest.classify import explain
 from app.ingest.command import build_command, describe_command
 from app.ingest.frames import Frame, FrameFormat
 from app.ingest.framing import FramingError
 from app.ingest.reader import FfmpegRun, RawFrame
-from app.ingest.source import SourceSpec
+from app.ingest.source import Resolved, SourceSpec
 from app.ingest.states import CameraStats, SourceState
 
 log = logging.getLogger(__name__)
@@ -54,14 +53,14 @@ class RunOutcome:
 class CameraRunner:
     """One camera's reader thread (ffmpeg, watchdog, backoff); frames go to ``on_frame``."""
 
-    def __init__(self, camera_id: str, spec: SourceSpec, url: str, output: FrameFormat,
+    def __init__(self, camera_id: str, spec: SourceSpec, source: Resolved, output: FrameFormat,
                  on_frame: Callable[[Frame], None], stats: CameraStats, *,
                  stable_after_s: float = STABLE_AFTER_S) -> None:
         self.camera_id, self.spec, self.output, self.on_frame = camera_id, spec, output, on_frame
         self.stats, self.stable_after_s = stats, stable_after_s
-        self._url = url
-        self._secrets = url_secrets(url)
-        self.shown_url = redact_url(url)
+        self._url = source.url  # for ffmpeg only
+        self._secrets = list(source.secrets)
+        self.shown_url = source.shown  # built from the template: ${NAME}, never a value
         self._stop = threading.Event()
         self._run: FfmpegRun | None = None
         self._thread = threading.Thread(target=self._loop, name=f"ingest-read-{camera_id}", daemon=True)
