@@ -281,7 +281,7 @@ def api_options(settings: Settings) -> ApiOptions:
     return ApiOptions(defaults=detect_defaults(settings), device=settings.device,
                       max_body_bytes=settings.max_body_bytes, max_batch_images=settings.max_batch_images,
                       public_routes=frozenset(settings.public_routes), body_read_timeout_s=settings.body_read_timeout_s,
-                      replica_id=replica_id(settings))
+                      replica_id=replica_id(settings), bind_frames_to_key_cameras=settings.bind_frames_to_key_cameras)
 
 
 # --- rules ----------------------------------------------------------------------------------
@@ -389,7 +389,8 @@ def build_sources(metrics: Metrics) -> SourceBook:
 def ingest_options(settings: Settings) -> IngestOptions:
     from app.ingest.embedded import IngestOptions
 
-    return IngestOptions(mode=settings.ingest, secrets_dir=settings.secrets_dir, detect=detect_defaults(settings))
+    return IngestOptions(mode=settings.ingest, secrets_dir=settings.secrets_dir, detect=detect_defaults(settings),
+                         max_pixels=settings.ingest_max_pixels, max_readers=settings.ingest_max_readers)
 
 
 def check_site(settings: Settings) -> None:
