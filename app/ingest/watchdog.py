@@ -153,9 +153,10 @@ class CameraRunner:
                         return RunOutcome(SourceState.STALLED, f"no frame for {self.spec.stall_after_s:g} s",
                                           self._streamed(first_accepted))
                     state, said = explain(run.lines())
-                    # connected but nothing decodable (garbage, a picture over -max_pixels): bad_stream
-                    state = state if state in (SourceState.BAD_STREAM, SourceState.AUTH_FAILED) \
-                        else SourceState.UNREACHABLE
+                    if state is None:  # ffmpeg complained about what it got (garbage it cannot decode)
+                        state = SourceState.BAD_STREAM if said else SourceState.UNREACHABLE
+                    elif state is not SourceState.AUTH_FAILED and state is not SourceState.BAD_STREAM:
+                        state = SourceState.UNREACHABLE
                     return RunOutcome(state, f"no frame within {self.spec.stall_after_s:g} s"
                                       f" of connecting{f' ({said})' if said else ''}", 0.0)
             return RunOutcome(SourceState.BACKOFF, "stopped", self._streamed(first_accepted))

@@ -5,7 +5,11 @@ never an 800 MiB run."""
 
 from __future__ import annotations
 
+import os
 import subprocess
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -107,3 +111,45 @@ def test_the_cap_and_the_bound_are_settings():
     assert (s.ingest_max_pixels, s.ingest_max_readers) == (DEFAULT_MAX_PIXELS, 64)
     with pytest.raises(ValueError):
         Settings(ingest_max_pixels=10)
+
+
+class _Garbage(BaseHTTPRequestHandler):
+    """A "camera" that answers 200 with a well-formed MJPEG stream whose pictures are garbage
+    (what a hostile host, or a broken encoder, sends): ffmpeg keeps reading and never decodes."""
+
+    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        self.send_response(200)
+        self.send_header("Content-Type", "multipart/x-mixed-replace; boundary=frame")
+        self.end_headers()
+        try:
+            for _ in range(100):
+                jpeg = b"\xff\xd8\xff\xdb" + os.urandom(8_192) + b"\xff\xd9"
+                self.wfile.write(b"--frame\r\nContent-Type: image/jpeg\r\nContent-Length: "
+                                 + str(len(jpeg)).encode() + b"\r\n\r\n" + jpeg + b"\r\n")
+                time.sleep(0.1)
+        except OSError:
+            pass
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+@pytest.mark.streams
+def test_a_garbage_stream_is_bad_stream_not_unreachable():
+    if not ffmpeg_available():
+        pytest.skip("ffmpeg is not installed")
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Garbage)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    recorder = Recorder()
+    supervisor = Supervisor(recorder.sink_for, output=FrameFormat.JPEG, listener=recorder.listener)
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/video.mjpg"
+        supervisor.start({"junk-cam": SourceSpec(url=url, stall_after_s=3)})
+        assert wait_for(lambda: supervisor.states()["junk-cam"].state not in
+                        (SourceState.CONNECTING, SourceState.STREAMING), 30)
+        seen = supervisor.states()["junk-cam"]
+        assert seen.state is SourceState.BAD_STREAM, seen
+        assert recorder.count("junk-cam") == 0
+    finally:
+        supervisor.stop()
+        server.shutdown()
