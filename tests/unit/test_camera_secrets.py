@@ -5,7 +5,11 @@ options from one list."""
 
 from __future__ import annotations
 
+import logging
+import shutil
+import socket
 import textwrap
+import time
 
 import httpx
 import pytest
@@ -13,9 +17,11 @@ import pytest
 from app.api.camera_summary import summarize
 from app.core.redact import redact_text, redact_url, url_secrets
 from app.ingest.command import input_options
+from app.ingest.mailbox import SinkResult
 from app.ingest.report import StateReporter
 from app.ingest.source import SourceSpec, resolve_source
 from app.ingest.states import CameraStats
+from app.ingest.supervisor import Supervisor
 from app.rules.site.loader import SiteConfigError, parse_site_text
 
 PW = "hunter2-pw"
@@ -133,3 +139,31 @@ def test_other_arguments_are_refused_with_the_field_named(args, words):
         parse_site_text(site("rtsp://10.0.0.5/x", input_args=str(args).replace("'", '"')))
     assert info.value.errors[0].startswith("cameras[0].source.input_args: ")
     assert words in info.value.errors[0], info.value.errors[0]
+
+
+def test_the_watchdogs_log_lines_and_state_show_the_template(tmp_path, caplog):
+    """A real ffmpeg refused by a closed port: its error line repeats the filled-in URL; neither
+    the state (what GET /cameras and the gateway's report show) nor a log line holds the token."""
+    if shutil.which("ffmpeg") is None:
+        pytest.skip("ffmpeg is not installed")
+    token = "TOKEN-abcdef-123"
+    (tmp_path / "UNIFI_TOKEN").write_text(token)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]  # closed once the block ends: connection refused
+    spec = SourceSpec(url=f"rtsp://127.0.0.1:{port}/${{UNIFI_TOKEN}}", stall_after_s=5)
+    supervisor = Supervisor(lambda cid: (lambda frame: SinkResult.sent()), secrets_dir=tmp_path)
+    try:
+        with caplog.at_level(logging.DEBUG, logger="app.ingest"):
+            supervisor.start({"gate-cam": spec})
+            deadline = time.monotonic() + 30
+            while supervisor.states()["gate-cam"].last_error is None and time.monotonic() < deadline:
+                time.sleep(0.1)
+        seen = supervisor.states()["gate-cam"]
+    finally:
+        supervisor.stop()
+    assert seen.last_error is not None and seen.state.value == "unreachable", seen
+    assert seen.source == f"rtsp://127.0.0.1:{port}/${{UNIFI_TOKEN}}"
+    assert token not in str(seen.as_dict())
+    lines = [r.getMessage() for r in caplog.records]
+    assert any("${UNIFI_TOKEN}" in line for line in lines) and not any(token in line for line in lines), lines
