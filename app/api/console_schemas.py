@@ -11,6 +11,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from app.api.schemas import Health
+from app.api.source_schemas import ShownError, ShownUrl
 
 
 class AuthInfo(BaseModel):
@@ -112,11 +113,11 @@ class StreamSummary(BaseModel):
     """What a tile shows of a camera's stream (the full state is in GET /cameras)."""
 
     state: str = Field(description="connecting, streaming, stalled, ... (docs/cameras.md, States)")
-    source: str = Field(description="The stream's URL as shown anywhere (no user info, no query string)")
+    source: ShownUrl = Field(description="The stream's URL as shown anywhere (no user info, no query string)")
     since: dt.datetime | None = None
     reconnects: int = 0
     input_fps: float = Field(0.0, description="Frames per second read, to one decimal")
-    last_error: str | None = None
+    last_error: ShownError | None = None
     reported_by: str | None = Field(None, description="The gateway that reports it; null: this replica pulls it")
 
 

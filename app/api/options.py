@@ -16,3 +16,4 @@ class ApiOptions:
     public_routes: frozenset[str] = frozenset({"/health/live", "/health/ready"})
     body_read_timeout_s: float = 30.0
     replica_id: str = "replica"  # named in GET /status (CAMPUSGUARD_REPLICA_ID, or the host name)
+    bind_frames_to_key_cameras: bool = False  # a key's cameras: (keys file) bind POSTed frames' camera_id too

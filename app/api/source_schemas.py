@@ -20,6 +20,9 @@ SourceStateName = Literal["connecting", "streaming", "stalled", "auth_failed", "
 Reason = Annotated[str, StringConstraints(pattern=r"^[a-z0-9_]{1,64}$")]
 ShownUrl = Annotated[str, StringConstraints(max_length=2048), AfterValidator(clean_text), AfterValidator(redact_url)]
 ShownError = Annotated[str, StringConstraints(max_length=2000), AfterValidator(clean_text), AfterValidator(redact_text)]
+GATEWAY_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$"
+MAX_TTL_S = 600  # a dead gateway shows as unknown within 10 min at most (3 x --report-every-s normally)
+MAX_CLOCK_SKEW_S = 300  # a report's reported_at this far from the server's clock is refused
 
 
 class SourceFields(BaseModel):
@@ -55,8 +58,8 @@ class SourceReport(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    gateway: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")] = Field(
+    gateway: Annotated[str, StringConstraints(pattern=GATEWAY_NAME)] = Field(
         description="The gateway's name (--gateway-id, default its host name)")
-    reported_at: dt.datetime
-    ttl_s: float = Field(gt=0, le=3600, description="After this long without a report the state shows unknown")
+    reported_at: dt.datetime = Field(description=f"With a time zone, within {MAX_CLOCK_SKEW_S} s of the server's clock")
+    ttl_s: float = Field(ge=1, le=MAX_TTL_S, description="After this long without a report the state shows unknown")
     source: SourceIn

@@ -25,8 +25,9 @@ FOREIGN_VARIABLES: dict[str, str] = {
     "CAMPUSGUARD_IMAGE": "image tag of the ROCm service in docker compose (deploy/.env)",
     "CAMPUSGUARD_CUDA_IMAGE": "image tag of the NVIDIA service in docker compose (deploy/.env)",
 }
-# the test suite's own variables (tests/conftest.py); `campusguard gateway`'s options (app/ingest/gateway.py)
-FOREIGN_PREFIXES: tuple[str, ...] = ("CAMPUSGUARD_TEST_", "CAMPUSGUARD_GATEWAY_")
+# the test suite's own variables (tests/conftest.py); `campusguard gateway`'s options (app/ingest/gateway.py);
+# camera credentials for the site file's ${VAR} (app/core/secrets.py: the only environment names it reads)
+FOREIGN_PREFIXES: tuple[str, ...] = ("CAMPUSGUARD_TEST_", "CAMPUSGUARD_GATEWAY_", "CAMPUSGUARD_CAMERA_")
 # Names people plausibly guess, for which spelling distance finds the wrong setting.
 GUESSES: dict[str, str] = {
     "MAX_QUEUE": "queue_size", "QUEUE": "queue_size", "QUEUE_LENGTH": "queue_size", "MAX_QUEUE_SIZE": "queue_size",

@@ -154,6 +154,7 @@ class Settings(BaseSettings):
         default_factory=list, description="Comma list of [role:]key (viewer, operator, camera, admin; bare = admin)")
     api_keys_file: Path | None = Field(None, description="YAML keys file: [{name, role, key | sha256}], re-read on change")
     api_keys_watch_s: float = Field(2.0, ge=0, description="Seconds between checks of the keys file; 0 = SIGHUP only")
+    bind_frames_to_key_cameras: bool = Field(False, description="Frames only for the cameras of the key's cameras:")
     auth_fail_limit: int = Field(10, ge=1, description="Wrong keys from one address within auth_fail_window_s "
                                  "before it is blocked")
     auth_fail_window_s: float = Field(60.0, gt=0, description="Window in which wrong keys are counted per address")
@@ -194,6 +195,8 @@ class Settings(BaseSettings):
                                "data_dir/snapshots)")
     ingest: Literal["embedded", "off"] = Field("embedded", description="embedded: pull the site file's camera sources "
                                                "in this process; off: gateways pull them (docs/cameras.md)")
+    ingest_max_pixels: int = Field(16_777_216, ge=4096, le=268_435_456, description="Largest camera picture; else bad_stream")
+    ingest_max_readers: int = Field(64, ge=1, le=4096, description="Camera streams one process pulls at most")
     webhook_urls: Annotated[list[str], NoDecode] = Field(default_factory=list, description="Event webhooks (comma list)")
     webhook_secret: SecretStr = Field(SecretStr(""), description="HMAC-SHA256 key for X-CampusGuard-Signature")
     webhook_timeout_s: float = Field(5.0, gt=0)

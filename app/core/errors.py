@@ -161,6 +161,18 @@ class ViewCheckConflict(ServiceError):
     status, code = 409, "view_not_checked"
 
 
+class ReportConflict(ServiceError):
+    """Another gateway's report of this camera is still fresh: one camera, one gateway."""
+
+    status, code = 409, "reported_by_another_gateway"
+
+
+class CameraNotAllowed(Forbidden):
+    """The key's ``cameras:`` (keys file) do not include this camera."""
+
+    code = "camera_not_allowed"
+
+
 class DeadlineExceeded(ServiceError):
     """The request waited longer than its deadline before inference started."""
 

@@ -3,11 +3,14 @@
 ``CAMPUSGUARD_API_KEYS_FILE`` names a YAML list, one entry per key::
 
     - {name: alice, role: admin, sha256: 9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08}
-    - {name: gate-gateway, role: camera, key: a-long-random-secret-of-16-or-more-characters}
+    - {name: gate-gateway, role: camera, key: a-long-random-secret-of-16-or-more-characters, cameras: ["gate-*"]}
 
 ``sha256`` (what ``campusguard keys new`` prints) lets the server check a key without ever
 holding it; ``key`` is accepted for files that are secrets themselves (a Kubernetes Secret).
 The ``name`` is what logs, event reviews and the audit trail show: never the key.
+``cameras`` (optional, fnmatch-style patterns of camera ids) are the cameras a key may
+report streams for and, with ``CAMPUSGUARD_BIND_FRAMES_TO_KEY_CAMERAS``, send frames for;
+without it a key may use every camera.
 
 Rotation: give the new key to its holder, add its line, wait until nobody uses the old one
 (the access log shows names), remove the old line. The file is checked every ``watch_s``
@@ -33,7 +36,7 @@ import yaml
 
 from app.core.background import Periodic
 from app.core.errors import ConfigError
-from app.core.roles import ANONYMOUS, ROLES, KeyEntry, Keyring
+from app.core.roles import ANONYMOUS, EVERY_CAMERA, ROLES, KeyEntry, Keyring
 
 log = logging.getLogger("campusguard.keys")
 MAX_FILE_BYTES = 1024 * 1024
@@ -41,7 +44,9 @@ MIN_KEY_LENGTH = 16  # a file key is typed by nobody: no reason for a short one
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@+ -]{0,63}")
 RESERVED_NAMES = frozenset({ANONYMOUS, "system"})
 HEX64 = re.compile(r"[0-9a-fA-F]{64}")
-FIELDS = frozenset({"name", "role", "key", "sha256"})
+FIELDS = frozenset({"name", "role", "key", "sha256", "cameras"})
+CAMERA_PATTERN = re.compile(r"[A-Za-z0-9_.:*?\[\]!-]{1,64}")
+MAX_CAMERA_PATTERNS = 256
 
 
 class KeysFileError(ConfigError):
@@ -99,7 +104,7 @@ def _entry(item: Any, i: int, problems: list[str]) -> KeyEntry | None:
     name = item.get("name")
     label = f"entry {i}" + (f" ({name})" if isinstance(name, str) and NAME.fullmatch(name) else "")
     if unknown:
-        problems.append(f"{label}: unknown field(s) {', '.join(unknown)} (allowed: name, role, key, sha256)")
+        problems.append(f"{label}: unknown field(s) {', '.join(unknown)} (allowed: name, role, key, sha256, cameras)")
     if not isinstance(name, str) or not NAME.fullmatch(name):
         problems.append(f"{label}: name must be 1-64 characters: letters, digits, space and _ . @ + - "
                         "(a letter or digit first)")
@@ -115,10 +120,15 @@ def _entry(item: Any, i: int, problems: list[str]) -> KeyEntry | None:
         problems.append(f"{label}: key must be a string of at least {MIN_KEY_LENGTH} characters")
     elif sha is not None and (not isinstance(sha, str) or not HEX64.fullmatch(sha)):
         problems.append(f"{label}: sha256 must be 64 hex digits (campusguard keys new prints it)")
+    cameras = item.get("cameras", EVERY_CAMERA)
+    if not isinstance(cameras, (list, tuple)) or not 0 < len(cameras) <= MAX_CAMERA_PATTERNS or not all(
+            isinstance(c, str) and CAMERA_PATTERN.fullmatch(c) for c in cameras):
+        problems.append(f"{label}: cameras must be a list of 1-{MAX_CAMERA_PATTERNS} camera ids or patterns "
+                        "(fnmatch: * ? [..]; 1-64 characters of A-Z a-z 0-9 _ . : -)")
     if len(problems) > before:
         return None
     value = hashlib.sha256(key.encode()).digest() if key is not None else bytes.fromhex(sha)
-    return KeyEntry(name, role, value)
+    return KeyEntry(name, role, value, tuple(cameras))
 
 
 def new_key(role: str, name: str) -> tuple[str, str]:

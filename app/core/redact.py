@@ -16,7 +16,10 @@ the path (a webhook's ``/hooks/<token>``) and the query string (``?token=``). So
   (``redact_url``: user info and query never shown), and ffmpeg's error lines, which repeat
   the URL and parts of it, go through ``redact_text`` with the source's ``url_secrets``.
   Everything before the LAST ``@`` of the authority counts as user info, so a password with
-  an unescaped ``/``, ``?``, ``#`` or ``@`` is hidden too.
+  an unescaped ``/``, ``?``, ``#`` or ``@`` is hidden too. ffmpeg reads ``rtsp:/user:pw@host``
+  and ``rtsp:user:pw@host`` as ``rtsp://user:pw@host`` (it skips up to two ``/`` after the
+  scheme), so these forms are masked the same way (and shown in the ``scheme://`` form); the
+  site file refuses them anyway (app/rules/site/source.py).
 
 Everything that names a URL calls one of these three; nothing formats a configured URL itself.
 """
@@ -90,14 +93,30 @@ _URL_IN_TEXT = re.compile(r"\b([A-Za-z][A-Za-z0-9+.-]{1,15})://[^\s'\"<>]*")
 _MIN_SECRET = 3  # shorter values would blank out ordinary words
 
 
+# scheme:, scheme:/ or scheme:// (what ffmpeg's av_url_split skips before the authority)
+_SCHEME_HEAD = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*):(/{0,2})")
+
+
+def _split_scheme(text: str) -> tuple[str, str, str] | None:
+    """(scheme, slashes, rest) of a URL in any form ffmpeg accepts; None without a scheme."""
+    match = _SCHEME_HEAD.match(text)
+    if match is None:
+        return None
+    return match.group(1), match.group(2), text[match.end():]
+
+
 def redact_url(url: str) -> str:
     """``scheme://***@host:port/path``: the user info becomes ``***`` (shown only when there
-    was some, so "no credentials" stays visible), query and fragment are dropped."""
+    was some, so "no credentials" stays visible), query and fragment are dropped. A URL
+    written ``scheme:/user:pw@host`` or ``scheme:user:pw@host`` (ffmpeg reads both as
+    ``scheme://``) is masked too; ``file:relative/path`` is shown as written."""
     text = url.strip()
-    scheme, sep, rest = text.partition("://")
-    if not sep:
-        # file:relative/path, or not a URL at all: nothing that could hold a secret but a query
+    parts = _split_scheme(text)
+    if parts is None or (parts[1] != "//" and (parts[0].lower() == "file" or "@" not in parts[2])):
+        # file:relative/path, a URL without user info, or not a URL at all: nothing that could
+        # hold a secret but a query
         return text.split("?", 1)[0].split("#", 1)[0]
+    scheme, _, rest = parts
     userinfo = "@" in rest
     if userinfo:
         rest = rest[rest.rfind("@") + 1:]
@@ -107,13 +126,14 @@ def redact_url(url: str) -> str:
 
 
 def url_secrets(url: str) -> list[str]:
-    """The values inside ``url`` that must never be shown: the password (as written and
-    percent-decoded) and query values, for scrubbing free text that repeats them."""
+    """The values inside ``url`` that must never be shown: the user info's password (as
+    written and percent-decoded, in every form ffmpeg reads) and query values, for scrubbing
+    free text that repeats them."""
     found: list[str] = []
-    _, sep, rest = url.strip().partition("://")
-    if sep and "@" in rest:
-        userinfo = rest[:rest.rfind("@")]
-        password = userinfo.partition(":")[2]
+    parts = _split_scheme(url.strip())
+    if parts is not None and "@" in parts[2]:
+        userinfo = parts[2][:parts[2].rfind("@")]
+        password = userinfo.partition(":")[2] or userinfo  # no ":": the user info is a token
         found += [password, unquote(password)]
     with_query = urlsplit(url.strip())
     found += [value for _, value in parse_qsl(with_query.query, keep_blank_values=False)]
@@ -128,9 +148,12 @@ def _redact_match(match: re.Match[str]) -> str:
 
 
 def redact_text(text: str, secrets: Iterable[str] = ()) -> str:
-    """Every URL in ``text`` redacted, then every known secret (and its percent-encoded
-    form) replaced by ``***``: ffmpeg prints the input URL, and may print parts of it."""
+    """Every URL in ``text`` redacted, ``password=...``-style pairs masked, then every known
+    secret (and its percent-encoded form) replaced by ``***``: ffmpeg prints the input URL,
+    and may print parts of it; a gateway's ``last_error`` may quote a camera's reply."""
     out = _URL_IN_TEXT.sub(_redact_match, text)
+    if "=" in out or ":" in out:
+        out = _PASSWORD_PAIR.sub(lambda m: f"{m.group(1)}{m.group(2)}{MASK}", out)
     for secret in sorted({s for s in secrets if len(s) >= _MIN_SECRET}, key=len, reverse=True):
         for form in {secret, quote(secret, safe="")}:
             out = out.replace(form, "***")

@@ -21,9 +21,10 @@ import hashlib
 import hmac
 from collections.abc import Iterable
 from dataclasses import dataclass
+from fnmatch import fnmatchcase
 from typing import Literal
 
-from app.core.errors import Forbidden, InsufficientRole, Unauthorized
+from app.core.errors import CameraNotAllowed, Forbidden, InsufficientRole, Unauthorized
 
 Permission = Literal["read", "review", "detect", "admin"]
 Role = Literal["viewer", "operator", "camera", "admin"]
@@ -37,6 +38,7 @@ ROLE_PERMISSIONS: dict[str, frozenset[str]] = {
 ROLES: tuple[str, ...] = tuple(ROLE_PERMISSIONS)
 DEFAULT_ROLE = "admin"
 ANONYMOUS = "anonymous"  # the caller's name when no key is needed (auth off, or a public route)
+EVERY_CAMERA: tuple[str, ...] = ("*",)  # a key without ``cameras:`` (and every CAMPUSGUARD_API_KEYS key)
 ACTIONS: dict[str, str] = {  # "role viewer may not <action> (needs admin)"
     "read": "read events, cameras, site and status",
     "review": "review events or accept camera views",
@@ -79,14 +81,27 @@ class KeyEntry:
     name: str
     role: str
     digest: bytes
+    cameras: tuple[str, ...] = EVERY_CAMERA  # fnmatch-style patterns of camera ids (keys file ``cameras:``)
 
 
 @dataclass(frozen=True, slots=True)
 class Principal:
-    """Who is calling, as far as the keys tell."""
+    """Who is calling, as far as the keys tell; ``cameras``: the camera ids (fnmatch-style
+    patterns, case-sensitive) whose streams it may report and, where the operator binds
+    frames (``CAMPUSGUARD_BIND_FRAMES_TO_KEY_CAMERAS``), whose frames it may send."""
 
     name: str
     role: str
+    cameras: tuple[str, ...] = EVERY_CAMERA
+
+    def may_use_camera(self, camera_id: str) -> bool:
+        return any(fnmatchcase(camera_id, pattern) for pattern in self.cameras)
+
+    def check_camera(self, camera_id: str) -> None:
+        """403 ``camera_not_allowed`` unless the key's ``cameras:`` include ``camera_id``."""
+        if not self.may_use_camera(camera_id):
+            raise CameraNotAllowed(f"key {self.name} may not use camera {camera_id[:64]!r} "
+                                   "(its cameras: in the keys file)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,7 +135,7 @@ class Keyring:
                 found = entry
         if found is None:
             raise Forbidden("the API key is not valid")
-        return Principal(found.name, found.role)
+        return Principal(found.name, found.role, found.cameras)
 
     def role_of(self, supplied: str | None) -> str:
         return self.identify(supplied).role

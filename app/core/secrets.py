@@ -5,7 +5,11 @@ Why files: a value in an environment variable shows in ``docker inspect``, in
 mounted read-only (``/run/secrets/...``). So each secret-bearing setting has a ``_FILE``
 twin that names a file holding the value (``CAMPUSGUARD_EVENTS_DB_URL_FILE``, ...), and a
 ``${VAR}`` in the site file (a camera URL's credentials) is read from
-``CAMPUSGUARD_SECRETS_DIR/VAR`` or, failing that, from the environment.
+``CAMPUSGUARD_SECRETS_DIR/VAR`` or, failing that, from the environment variable ``VAR`` when
+its name starts with ``CAMPUSGUARD_CAMERA_``. Only names meant for camera credentials: the
+site file is edited by people who must not read the service's own settings
+(``${CAMPUSGUARD_API_KEYS}`` would show the admin key in a camera's URL), nor anything else
+of its environment.
 
 Every error names the variable or the file, never the value: nothing here ever puts a
 secret into a message, and so into a log line.
@@ -23,6 +27,8 @@ from app.core.errors import ConfigError
 MAX_SECRET_BYTES = 64 * 1024  # a URL, a key or a certificate fits; a wrongly named log file does not
 _VAR = re.compile(r"\$\{([^}]*)\}")
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+CAMERA_ENV_PREFIX = "CAMPUSGUARD_CAMERA_"  # the only environment variables a ${VAR} may read
+SERVICE_PREFIX = "CAMPUSGUARD_"  # the service's own settings: never a ${VAR}, not even from the secrets dir
 
 
 class SecretError(ConfigError):
@@ -68,16 +74,29 @@ def resolve_file_settings(data: dict, names: tuple[str, ...], prefix: str) -> di
     return data
 
 
+def check_var_name(name: str) -> None:
+    """SecretError unless ``${name}`` may be filled in: letters, digits and ``_`` (so it cannot
+    reach outside the secrets directory), and not one of the service's own settings
+    (``CAMPUSGUARD_*`` other than ``CAMPUSGUARD_CAMERA_*``)."""
+    if not _NAME.fullmatch(name):
+        raise SecretError(f"${{{name[:64]}}} is not a variable name (letters, digits and _, not first a digit)")
+    upper = name.upper()
+    if upper.startswith(SERVICE_PREFIX) and not upper.startswith(CAMERA_ENV_PREFIX):
+        raise SecretError(f"${{{name[:64]}}} names one of the service's own settings: a ${{VAR}} is a file of "
+                          f"CAMPUSGUARD_SECRETS_DIR or an environment variable named {CAMERA_ENV_PREFIX}*")
+
+
 def resolve_vars(text: str, environ: Mapping[str, str], secrets_dir: str | os.PathLike[str] | None,
                  encode: Callable[[int, str], str] | None = None) -> str:
     """``text`` with every ``${NAME}`` replaced: the file ``secrets_dir/NAME`` when it exists,
-    else ``environ[NAME]``; anything else is a SecretError naming NAME (and never a value).
+    else ``environ[NAME]`` when NAME starts with ``CAMPUSGUARD_CAMERA_``; anything else is a
+    SecretError naming NAME (and never a value).
 
     For the site file's credentials (camera source URLs): ``rtsp://${GATE_USER}:${GATE_PW}@10.0.0.5/stream``.
     ``$${`` stands for a literal ``${``. Names are ``[A-Za-z_][A-Za-z0-9_]*``, so a reference
-    cannot reach outside ``secrets_dir``. ``encode(position, value)``, when given, turns each
-    value into what is inserted at that position of ``text`` (a URL's user info percent-encodes
-    a password, app/ingest/source.py).
+    cannot reach outside ``secrets_dir``, and never a setting of the service (``check_var_name``).
+    ``encode(position, value)``, when given, turns each value into what is inserted at that
+    position of ``text`` (a URL's user info percent-encodes a password, app/ingest/source.py).
     """
     directory = Path(secrets_dir) if secrets_dir else None
     parts: list[str] = []
@@ -89,8 +108,7 @@ def resolve_vars(text: str, environ: Mapping[str, str], secrets_dir: str | os.Pa
             pos = match.end()
             continue
         name = match.group(1)
-        if not _NAME.fullmatch(name):
-            raise SecretError(f"${{{name[:64]}}} is not a variable name (letters, digits and _, not first a digit)")
+        check_var_name(name)
         parts.append(text[pos:start])
         value = _lookup(name, environ, directory)
         parts.append(encode(start, value) if encode is not None else value)
@@ -102,7 +120,10 @@ def resolve_vars(text: str, environ: Mapping[str, str], secrets_dir: str | os.Pa
 def _lookup(name: str, environ: Mapping[str, str], directory: Path | None) -> str:
     if directory is not None and (directory / name).is_file():
         return read_secret_file(directory / name, f"${{{name}}}")
-    if name in environ:
+    from_env = name.startswith(CAMERA_ENV_PREFIX)
+    if from_env and name in environ:
         return environ[name]
-    where = f"no file {directory / name} and no" if directory is not None else "no CAMPUSGUARD_SECRETS_DIR set and no"
-    raise SecretError(f"${{{name}}} is not defined: {where} environment variable {name}")
+    where = f"no file {directory / name}" if directory is not None else "no CAMPUSGUARD_SECRETS_DIR set"
+    env = f"no environment variable {name}" if from_env else \
+        f"the environment fills only names that start with {CAMERA_ENV_PREFIX}"
+    raise SecretError(f"${{{name}}} is not defined: {where} and {env}")

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.core.background import Periodic
+from app.core.errors import ReportConflict
 
 log = logging.getLogger("campusguard.sources")
 
@@ -38,6 +39,7 @@ class _Report:
     received: float  # monotonic
     ttl_s: float
     source: dict[str, Any]
+    key: str = ""  # the name of the key that sent it (app/core/roles.py): a gateway's name is only declared
 
 
 class SourceBook:
@@ -75,15 +77,27 @@ class SourceBook:
         """The embedded ingest says a camera's state changed (None: it stopped pulling it)."""
         self._announce(camera_id, state if state is not None else self._shown_state(camera_id))
 
-    def report(self, camera_id: str, gateway: str, ttl_s: float, source: dict[str, Any]) -> None:
-        """A gateway's report of one camera (PUT /cameras/{id}/source)."""
+    def report(self, camera_id: str, gateway: str, ttl_s: float, source: dict[str, Any], key: str = "") -> None:
+        """A gateway's report of one camera (PUT /cameras/{id}/source). ``ReportConflict`` (409)
+        while another gateway's report of it is fresh: a second key must not turn a dead
+        camera green (issue 42, finding 5); once that report is stale, the new gateway takes over."""
         with self._lock:
-            self._reports[camera_id] = _Report(gateway, self._clock(), ttl_s, dict(source, camera_id=camera_id))
+            held = self._reports.get(camera_id)
+            if held is not None and (held.gateway, held.key) != (gateway, key) and self._fresh(held):
+                raise ReportConflict(f"gateway {held.gateway} reports this camera (its report is fresh for "
+                                     f"{held.ttl_s:g} s); one camera is pulled by one gateway")
+            self._reports[camera_id] = _Report(gateway, self._clock(), ttl_s, dict(source, camera_id=camera_id),
+                                               key)
         self._announce(camera_id, self._shown_state(camera_id))
 
-    def withdraw(self, camera_id: str) -> bool:
-        """The gateway stopped pulling the camera (DELETE); False when there was no report."""
+    def withdraw(self, camera_id: str, key: str | None = None, gateway: str | None = None) -> bool:
+        """The gateway stopped pulling the camera (DELETE); False when there was no report.
+        ``ReportConflict`` when a fresh report came from another key (``key``) or gateway (``gateway``)."""
         with self._lock:
+            held = self._reports.get(camera_id)
+            if held is not None and self._fresh(held) and (
+                    (key is not None and held.key != key) or (gateway is not None and held.gateway != gateway)):
+                raise ReportConflict(f"gateway {held.gateway} reports this camera; only it withdraws its report")
             found = self._reports.pop(camera_id, None) is not None
         if found:
             self._announce(camera_id, self._shown_state(camera_id))
@@ -131,6 +145,9 @@ class SourceBook:
         except Exception:  # the book must answer even if the ingest is half stopped
             log.exception("reading the local source states failed")
             return {}
+
+    def _fresh(self, report: _Report) -> bool:
+        return self._clock() - report.received <= report.ttl_s
 
     def _shown(self, report: _Report) -> dict[str, Any]:
         age = self._clock() - report.received

@@ -14,6 +14,8 @@ from collections.abc import Iterable
 from app.ingest.states import SourceState
 
 _PATTERNS: list[tuple[SourceState, re.Pattern[str]]] = [
+    # a picture over -max_pixels (CAMPUSGUARD_INGEST_MAX_PIXELS) first: the decode errors after it say less
+    (SourceState.BAD_STREAM, re.compile(r"exceeds specified max pixel count", re.I)),
     (SourceState.AUTH_FAILED, re.compile(
         r"\b401\b|unauthori[sz]ed|authori[sz]ation failed|\b403\b|forbidden", re.I)),
     (SourceState.UNREACHABLE, re.compile(
@@ -25,6 +27,9 @@ _PATTERNS: list[tuple[SourceState, re.Pattern[str]]] = [
         r"invalid data found when processing input|unsupported codec|decoder .* not found"
         r"|could not find codec parameters|no decoder|unspecified size|moov atom not found"
         r"|protocol not found|does not contain any stream|invalid argument|not supported"
+        # garbage that does not decode
+        r"|picture size \d+x\d+ is invalid|invalid image size|error while decoding"
+        r"|could not find ref with poc|no jpeg data found|invalid frame dimensions"
         # hardware decode asked for and not available: ffmpeg does not fall back by itself
         r"|no device available for decoder|device creation failed|device setup failed|cannot load libcuda", re.I)),
 ]

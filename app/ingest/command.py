@@ -9,7 +9,9 @@ decode and scaling for free, the Frigate/Viseron pattern):
 - ``fps`` before ``scale``: only the sampled frames are scaled;
 - HTTP sources (MJPEG) carry no timestamps, so they are stamped with the wall clock for
   the ``fps`` filter to sample correctly; ``file:`` sources are read in real time and loop;
-- output as multipart JPEG (``mpjpeg``) or raw YUV 4:2:0 (``yuv4mpegpipe``), both self-framed.
+- output as multipart JPEG (``mpjpeg``) or raw YUV 4:2:0 (``yuv4mpegpipe``), both self-framed;
+- ``-max_pixels`` on the decoder: the camera network is not trusted, and a JPEG that declares
+  16000x16000 made one ffmpeg take ~800 MiB; larger pictures fail to decode (``bad_stream``).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from app.ingest.source import SourceSpec, file_path
 
 VAAPI_DEVICE = "/dev/dri/renderD128"
 JPEG_QUALITY = 3  # ffmpeg's mjpeg -q:v scale (2 best .. 31 worst): ~95 % JPEG quality
+DEFAULT_MAX_PIXELS = 16_777_216  # 4096 x 4096: every real camera's main stream up to 4K (CAMPUSGUARD_INGEST_MAX_PIXELS)
 
 
 class FfmpegMissing(RuntimeError):
@@ -35,11 +38,12 @@ def ffmpeg_binary() -> str:
     return found
 
 
-def input_options(url: str, spec: SourceSpec, stall_backstop_s: float) -> list[str]:
-    """Options placed before ``-i``: protocol, timeouts, hardware decode, the camera's own."""
+def input_options(url: str, spec: SourceSpec, stall_backstop_s: float,
+                  max_pixels: int = DEFAULT_MAX_PIXELS) -> list[str]:
+    """Options placed before ``-i``: protocol, timeouts, the pixel cap, hardware decode, the camera's own."""
     scheme = url.split(":", 1)[0].lower()
     timeout_us = str(int(stall_backstop_s * 1_000_000))
-    opts: list[str] = ["-fflags", "+discardcorrupt+genpts"]
+    opts: list[str] = ["-fflags", "+discardcorrupt+genpts", "-max_pixels", str(max_pixels)]
     if scheme in ("rtsp", "rtsps"):
         opts += ["-rtsp_transport", spec.transport, "-timeout", timeout_us]
     elif scheme in ("http", "https"):
@@ -60,13 +64,13 @@ def video_filter(spec: SourceSpec) -> str:
 
 
 def build_command(url: str, spec: SourceSpec, output: FrameFormat, *,
-                  stall_backstop_s: float | None = None) -> list[str]:
+                  stall_backstop_s: float | None = None, max_pixels: int = DEFAULT_MAX_PIXELS) -> list[str]:
     """The argv for one reader; ``url`` is the resolved URL (it holds the credentials, so
     the argv itself is never logged: see ``describe_command``)."""
     backstop = stall_backstop_s if stall_backstop_s is not None else spec.stall_after_s + 10
     source = str(file_path(url)) if url.lower().startswith("file:") else url
     cmd = [ffmpeg_binary(), "-hide_banner", "-nostdin", "-nostats", "-loglevel", "error",
-           *input_options(url, spec, backstop)]
+           *input_options(url, spec, backstop, max_pixels)]
     cmd += ["-i", source, "-an", "-sn", "-dn", "-vf", video_filter(spec)]
     if output is FrameFormat.JPEG:
         cmd += ["-c:v", "mjpeg", "-q:v", str(JPEG_QUALITY), "-f", "mpjpeg", "pipe:1"]

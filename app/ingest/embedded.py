@@ -32,12 +32,12 @@ from app.core.sources import SourceBook
 from app.flow.frame import FrameFlow
 from app.inference.pipeline import DetectParams
 from app.ingest.asyncsink import AsyncSink
-from app.ingest.command import FfmpegMissing, ffmpeg_binary
+from app.ingest.command import DEFAULT_MAX_PIXELS, FfmpegMissing, ffmpeg_binary
 from app.ingest.frames import Frame, FrameFormat
 from app.ingest.mailbox import SinkResult
 from app.ingest.source import SourceError, resolve_site, sources_of
 from app.ingest.states import CameraState
-from app.ingest.supervisor import Supervisor
+from app.ingest.supervisor import DEFAULT_MAX_READERS, Supervisor, check_readers
 from app.rules.site.loader import SiteConfigError
 from app.rules.site.schema import SiteConfig
 
@@ -52,13 +52,19 @@ class IngestOptions:
     secrets_dir: Path | None = None
     detect: DetectParams = DetectParams()
     stop_timeout_s: float = 10.0
+    max_pixels: int = DEFAULT_MAX_PIXELS  # CAMPUSGUARD_INGEST_MAX_PIXELS
+    max_readers: int = DEFAULT_MAX_READERS  # CAMPUSGUARD_INGEST_MAX_READERS
 
 
 def check_sources(config: SiteConfig, secrets_dir: Path | None, path: Path | str,
-                  environ: Mapping[str, str]) -> None:
+                  environ: Mapping[str, str], max_readers: int = DEFAULT_MAX_READERS) -> None:
     """Refuse a site file this process could not pull (SiteConfigError, field named): a
-    ``${VAR}`` set nowhere, or sources without ffmpeg installed."""
+    ``${VAR}`` set nowhere, more sources than ``max_readers``, or sources without ffmpeg."""
     resolve_site(config, environ, secrets_dir, path)
+    try:
+        check_readers(len(sources_of(config)), max_readers)
+    except SourceError as exc:
+        raise SiteConfigError(path, [str(exc)]) from None
     if sources_of(config):
         try:
             ffmpeg_binary()
@@ -111,7 +117,7 @@ class EmbeddedIngest(Ingest):
     # --- SiteListener ----------------------------------------------------------------------
     def check(self, config: SiteConfig) -> None:
         """Refuse a site file this process could not pull (``check_sources``)."""
-        check_sources(config, self.options.secrets_dir, self.site_path, self.environ)
+        check_sources(config, self.options.secrets_dir, self.site_path, self.environ, self.options.max_readers)
 
     def applied(self, config: SiteConfig) -> None:
         """Start new cameras, restart changed ones, stop removed ones (their ffmpeg is gone
@@ -134,7 +140,8 @@ class EmbeddedIngest(Ingest):
         self.check(config)
         self.supervisor = Supervisor(lambda _cid: AsyncSink(loop, self.feed), output=FrameFormat.RGB,
                                      listener=self._changed, environ=self.environ,
-                                     secrets_dir=self.options.secrets_dir)
+                                     secrets_dir=self.options.secrets_dir, max_pixels=self.options.max_pixels,
+                                     max_readers=self.options.max_readers)
         self.book.set_local(self.states)
         sources = sources_of(config)
         if sources:

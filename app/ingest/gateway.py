@@ -28,12 +28,12 @@ from app.core.logs import configure_logging
 from app.core.redact import redact_url
 from app.core.secrets import SecretError, read_secret_file
 from app.core.sharding import shard_of
-from app.ingest.command import FfmpegMissing
+from app.ingest.command import DEFAULT_MAX_PIXELS, FfmpegMissing
 from app.ingest.frames import FrameFormat
 from app.ingest.httpsink import HttpSink, parse_shard
 from app.ingest.report import StateReporter
 from app.ingest.source import SourceError, SourceSpec, resolve_site, sources_of
-from app.ingest.supervisor import Supervisor
+from app.ingest.supervisor import DEFAULT_MAX_READERS, Supervisor
 from app.rules.site.loader import load_site_config
 
 log = logging.getLogger("app.ingest.gateway")
@@ -84,6 +84,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="a file named VAR here fills ${VAR} in source URLs (before the environment; "
                              "default: $CAMPUSGUARD_SECRETS_DIR)")
     parser.add_argument("--report-every-s", type=float, default=10.0, help="source state report interval")
+    parser.add_argument("--max-pixels", type=int, default=env("CAMPUSGUARD_INGEST_MAX_PIXELS") or DEFAULT_MAX_PIXELS,
+                        help="largest picture a stream may declare; larger: bad_stream "
+                             "(default: $CAMPUSGUARD_INGEST_MAX_PIXELS or 4096x4096)")
+    parser.add_argument("--max-readers", type=int, default=env("CAMPUSGUARD_INGEST_MAX_READERS") or DEFAULT_MAX_READERS,
+                        help="streams this gateway pulls at most; more is refused "
+                             "(default: $CAMPUSGUARD_INGEST_MAX_READERS or 64)")
     parser.add_argument("--timeout-s", type=float, default=10.0, help="HTTP timeout per frame")
     parser.add_argument("--gateway-id", default=None, help="name in state reports (default: host name)")
     parser.add_argument("--heartbeat-file", type=Path, default=env("CAMPUSGUARD_GATEWAY_HEARTBEAT_FILE"),
@@ -136,6 +142,7 @@ def run(args: argparse.Namespace) -> int:
 
     reporter: StateReporter | None = None
     supervisor = Supervisor(sink_for, output=FrameFormat.JPEG, secrets_dir=args.secrets_dir,
+                            max_pixels=args.max_pixels, max_readers=args.max_readers,
                             listener=lambda state: reporter.notify(state) if reporter else None)
     reporter = StateReporter(args.service, key, supervisor.states, gateway_id=args.gateway_id,
                              interval_s=args.report_every_s)

@@ -47,6 +47,7 @@ class FfmpegRun:
         self.parser: FrameParser = MpjpegParser() if output is FrameFormat.JPEG else Y4mParser()
         self.stderr_tail: collections.deque[str] = collections.deque(maxlen=STDERR_LINES)
         self._err_partial = b""
+        self.over_cap: str | None = None  # ffmpeg's first "exceeds max pixel count" line (kept past the tail)
         self.proc: subprocess.Popen | None = None
         self._selector = selectors.DefaultSelector()
         self._open = 0
@@ -102,7 +103,15 @@ class FfmpegRun:
         for line in lines:
             text = line.decode("utf-8", errors="replace").strip()
             if text:
-                self.stderr_tail.append(redact_text(text, self.secrets)[:500])
+                shown = redact_text(text, self.secrets)[:500]
+                self.stderr_tail.append(shown)
+                if self.over_cap is None and "exceeds specified max pixel count" in text:
+                    self.over_cap = shown
+
+    def lines(self) -> list[str]:
+        """ffmpeg's last lines, after the line saying a picture was over the pixel cap, if any:
+        repeated decode errors would push it out of the tail, and it is the one that says why."""
+        return ([self.over_cap] if self.over_cap is not None else []) + list(self.stderr_tail)
 
     def returncode(self) -> int | None:
         return self.proc.poll() if self.proc else None

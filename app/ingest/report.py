@@ -95,7 +95,7 @@ class StateReporter:
         for camera_id, state in states.items():
             if only is not None and camera_id not in only:
                 continue
-            body = {"gateway": self.gateway_id, "reported_at": now, "ttl_s": 3 * self.interval_s,
+            body = {"gateway": self.gateway_id, "reported_at": now, "ttl_s": min(max(3 * self.interval_s, 1.0), 600.0),
                     "source": state.as_dict()}
             ok &= self._send("PUT", camera_id, body)
             self._reported.add(camera_id)
@@ -113,7 +113,8 @@ class StateReporter:
 
     def _send(self, method: str, camera_id: str, body: dict | None) -> bool:
         try:
-            response = self._client.request(method, source_route(camera_id), json=body)
+            params = {"gateway": self.gateway_id} if method == "DELETE" else None
+            response = self._client.request(method, source_route(camera_id), json=body, params=params)
         except httpx.HTTPError:
             return False
         return response.status_code < 300 or (method == "DELETE" and response.status_code == 404)

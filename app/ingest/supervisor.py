@@ -22,15 +22,26 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from app.core.redact import redact_url
-from app.ingest.command import ffmpeg_binary
+from app.ingest.command import DEFAULT_MAX_PIXELS, ffmpeg_binary
 from app.ingest.frames import FrameFormat
 from app.ingest.mailbox import FrameSink, Sender
-from app.ingest.source import SourceSpec, resolve_all
+from app.ingest.source import Resolved, SourceError, SourceSpec, resolve_all
 from app.ingest.states import CameraState, CameraStats, StateListener
 from app.ingest.watchdog import STABLE_AFTER_S, CameraRunner
 
 log = logging.getLogger(__name__)
+
+DEFAULT_MAX_READERS = 64  # CAMPUSGUARD_INGEST_MAX_READERS: each reader is an ffmpeg of 50-200 MiB
+
+
+def check_readers(count: int, max_readers: int) -> None:
+    """SourceError when one process would pull more streams than ``max_readers``: a gateway's
+    memory is sized for its cameras (docs/cameras.md), so more are refused, not squeezed in."""
+    if count > max_readers:
+        raise SourceError("cameras", f"{count} camera sources in this process, more than "
+                                     f"CAMPUSGUARD_INGEST_MAX_READERS ({max_readers}): raise it (each reader is "
+                                     "an ffmpeg of 50-200 MiB) or split the cameras over more gateways (--shard)")
+
 
 SinkFactory = Callable[[str], FrameSink]
 """camera id -> the sink for that camera's frames (called once per camera start)."""
@@ -48,13 +59,13 @@ class UpdateSummary:
 class _Camera:
     """A running camera: its resolved source, counters, reader thread and sender."""
 
-    def __init__(self, camera_id: str, spec: SourceSpec, url: str, sink: FrameSink, output: FrameFormat,
-                 listener: StateListener | None, stable_after_s: float) -> None:
-        self.spec, self.url = spec, url
-        self.stats = CameraStats(camera_id, redact_url(url), spec.fps, listener)
+    def __init__(self, camera_id: str, spec: SourceSpec, source: Resolved, sink: FrameSink, output: FrameFormat,
+                 listener: StateListener | None, stable_after_s: float, max_pixels: int) -> None:
+        self.spec, self.url = spec, source
+        self.stats = CameraStats(camera_id, source.shown, spec.fps, listener)  # the template, redacted
         self.sender = Sender(camera_id, sink, self.stats)
-        self.runner = CameraRunner(camera_id, spec, url, output, self.sender.offer, self.stats,
-                                   stable_after_s=stable_after_s)
+        self.runner = CameraRunner(camera_id, spec, source, output, self.sender.offer, self.stats,
+                                   stable_after_s=stable_after_s, max_pixels=max_pixels)
 
     def start(self) -> None:
         self.sender.start()
@@ -74,11 +85,13 @@ class Supervisor:
 
     def __init__(self, sink_for: SinkFactory, *, output: FrameFormat = FrameFormat.JPEG,
                  listener: StateListener | None = None, environ: Mapping[str, str] | None = None,
-                 secrets_dir: Path | None = None, stable_after_s: float = STABLE_AFTER_S) -> None:
+                 secrets_dir: Path | None = None, stable_after_s: float = STABLE_AFTER_S,
+                 max_pixels: int = DEFAULT_MAX_PIXELS, max_readers: int = DEFAULT_MAX_READERS) -> None:
         self.sink_for, self.output, self.listener = sink_for, output, listener
         self.environ = environ if environ is not None else os.environ
         self.secrets_dir = secrets_dir
         self.stable_after_s = stable_after_s
+        self.max_pixels, self.max_readers = max_pixels, max_readers
         self._cameras: dict[str, _Camera] = {}
         self._lock = threading.Lock()
         self._stopped = False
@@ -91,6 +104,7 @@ class Supervisor:
 
     def update(self, sources: Mapping[str, SourceSpec]) -> UpdateSummary:
         """Reconcile with ``sources``: start new cameras, restart changed ones, stop removed ones."""
+        check_readers(len(sources), self.max_readers)
         urls = resolve_all(sources, self.environ, self.secrets_dir)  # raises before any change
         with self._lock:
             if self._stopped:
@@ -103,7 +117,7 @@ class Supervisor:
             self._stop_cameras([current.pop(cid) for cid in removed + changed])
             for cid in changed + added:
                 camera = _Camera(cid, sources[cid], urls[cid], self.sink_for(cid), self.output, self.listener,
-                                 self.stable_after_s)
+                                 self.stable_after_s, self.max_pixels)
                 current[cid] = camera
                 camera.start()
         summary = UpdateSummary(tuple(added), tuple(changed), tuple(removed))

@@ -26,13 +26,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from app.core.redact import redact_url, url_secrets
 from app.ingest.classify import explain
-from app.ingest.command import build_command, describe_command
+from app.ingest.command import DEFAULT_MAX_PIXELS, build_command, describe_command
 from app.ingest.frames import Frame, FrameFormat
 from app.ingest.framing import FramingError
 from app.ingest.reader import FfmpegRun, RawFrame
-from app.ingest.source import SourceSpec
+from app.ingest.source import Resolved, SourceSpec
 from app.ingest.states import CameraStats, SourceState
 
 log = logging.getLogger(__name__)
@@ -54,14 +53,14 @@ class RunOutcome:
 class CameraRunner:
     """One camera's reader thread (ffmpeg, watchdog, backoff); frames go to ``on_frame``."""
 
-    def __init__(self, camera_id: str, spec: SourceSpec, url: str, output: FrameFormat,
+    def __init__(self, camera_id: str, spec: SourceSpec, source: Resolved, output: FrameFormat,
                  on_frame: Callable[[Frame], None], stats: CameraStats, *,
-                 stable_after_s: float = STABLE_AFTER_S) -> None:
+                 stable_after_s: float = STABLE_AFTER_S, max_pixels: int = DEFAULT_MAX_PIXELS) -> None:
         self.camera_id, self.spec, self.output, self.on_frame = camera_id, spec, output, on_frame
-        self.stats, self.stable_after_s = stats, stable_after_s
-        self._url = url
-        self._secrets = url_secrets(url)
-        self.shown_url = redact_url(url)
+        self.stats, self.stable_after_s, self.max_pixels = stats, stable_after_s, max_pixels
+        self._url = source.url  # for ffmpeg only
+        self._secrets = list(source.secrets)
+        self.shown_url = source.shown  # built from the template: ${NAME}, never a value
         self._stop = threading.Event()
         self._run: FfmpegRun | None = None
         self._thread = threading.Thread(target=self._loop, name=f"ingest-read-{camera_id}", daemon=True)
@@ -119,7 +118,7 @@ class CameraRunner:
             backoff = min(backoff * 2, self.spec.max_backoff_s)
 
     def _run_once(self) -> RunOutcome:
-        argv = build_command(self._url, self.spec, self.output)
+        argv = build_command(self._url, self.spec, self.output, max_pixels=self.max_pixels)
         run = FfmpegRun(argv, self.output, self._secrets)
         log.debug("camera %s: %s", self.camera_id, describe_command(argv, self._url, self.shown_url))
         self._run = run
@@ -135,6 +134,11 @@ class CameraRunner:
                     return RunOutcome(SourceState.BAD_STREAM, f"unreadable output from ffmpeg: {exc}",
                                       self._streamed(first_accepted))
                 now = time.monotonic()
+                large = next((f for f in frames if f.width * f.height > self.max_pixels), None)
+                if large is not None:  # ffmpeg's -max_pixels is on the decoder; the pipe is checked too
+                    return RunOutcome(SourceState.BAD_STREAM, f"a frame of {large.width}x{large.height} is over "
+                                      f"CAMPUSGUARD_INGEST_MAX_PIXELS ({self.max_pixels})",
+                                      self._streamed(first_accepted))
                 if frames:
                     read_at = frames[-1].read_at
                     gap = read_at - prev_read if prev_read is not None else 0.0  # the first read is a burst
@@ -148,8 +152,12 @@ class CameraRunner:
                     if prev_read is not None:
                         return RunOutcome(SourceState.STALLED, f"no frame for {self.spec.stall_after_s:g} s",
                                           self._streamed(first_accepted))
-                    said = explain(run.stderr_tail)[1]
-                    return RunOutcome(SourceState.UNREACHABLE, f"no frame within {self.spec.stall_after_s:g} s"
+                    state, said = explain(run.lines())
+                    if state is None:  # ffmpeg complained about what it got (garbage it cannot decode)
+                        state = SourceState.BAD_STREAM if said else SourceState.UNREACHABLE
+                    elif state is not SourceState.AUTH_FAILED and state is not SourceState.BAD_STREAM:
+                        state = SourceState.UNREACHABLE
+                    return RunOutcome(state, f"no frame within {self.spec.stall_after_s:g} s"
                                       f" of connecting{f' ({said})' if said else ''}", 0.0)
             return RunOutcome(SourceState.BACKOFF, "stopped", self._streamed(first_accepted))
         finally:
@@ -176,7 +184,7 @@ class CameraRunner:
 
     def _ended(self, run: FfmpegRun, first_accepted: float | None) -> RunOutcome:
         status = run.stop()
-        lines = list(run.stderr_tail)
+        lines = run.lines()
         state, said = explain(lines)
         error = said or f"ffmpeg exited with status {status}"
         state = state or SourceState.BACKOFF

@@ -94,7 +94,7 @@ def api_options(settings: Settings) -> ApiOptions:
     return ApiOptions(defaults=detect_defaults(settings), device=settings.device,
                       max_body_bytes=settings.max_body_bytes, max_batch_images=settings.max_batch_images,
                       public_routes=frozenset(settings.public_routes), body_read_timeout_s=settings.body_read_timeout_s,
-                      replica_id=replica_id(settings))
+                      replica_id=replica_id(settings), bind_frames_to_key_cameras=settings.bind_frames_to_key_cameras)
 
 
 def replica_id(settings: Settings) -> str:

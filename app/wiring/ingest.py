@@ -24,7 +24,8 @@ if TYPE_CHECKING:
 def ingest_options(settings: Settings) -> IngestOptions:
     from app.ingest.embedded import IngestOptions
 
-    return IngestOptions(mode=settings.ingest, secrets_dir=settings.secrets_dir, detect=detect_defaults(settings))
+    return IngestOptions(mode=settings.ingest, secrets_dir=settings.secrets_dir, detect=detect_defaults(settings),
+                         max_pixels=settings.ingest_max_pixels, max_readers=settings.ingest_max_readers)
 
 
 def check_site(settings: Settings) -> None:

@@ -78,15 +78,18 @@ def test_site_file_errors_name_camera_and_field(tmp_path):
 
 
 def test_resolve_from_environment_and_secrets_dir(tmp_path):
-    spec = SourceSpec(url="rtsp://${CAM_USER}:${CAM_PASSWORD}@10.0.0.5:554/ch/${CHANNEL}")
+    spec = SourceSpec(url="rtsp://${CAMPUSGUARD_CAMERA_USER}:${CAM_PASSWORD}@10.0.0.5:554/ch/${CAMPUSGUARD_CAMERA_CH}")
     (tmp_path / "CAM_PASSWORD").write_text("p@ss:w/rd?#1\n")
-    url = resolve(spec, {"CAM_USER": "guard", "CHANNEL": "102"}, tmp_path)
+    env = {"CAMPUSGUARD_CAMERA_USER": "guard", "CAMPUSGUARD_CAMERA_CH": "102"}
+    url = resolve(spec, env, tmp_path)
     # the password is percent-encoded in the user info (ffmpeg decodes it); the path is as given
     assert url == "rtsp://guard:p%40ss%3Aw%2Frd%3F%231@10.0.0.5:554/ch/102"
     # one rule for every secret (app/core/secrets.py): the secrets directory wins over the environment
-    assert resolve(spec, {"CAM_USER": "g", "CAM_PASSWORD": "env", "CHANNEL": "1"}, tmp_path).startswith(
-        "rtsp://g:p%40ss")
-    assert resolve(spec, {"CAM_USER": "g", "CAM_PASSWORD": "env", "CHANNEL": "1"}).startswith("rtsp://g:env@")
+    spec = SourceSpec(url="rtsp://${CAMPUSGUARD_CAMERA_USER}:${CAMPUSGUARD_CAMERA_PW}@10.0.0.5/x")
+    (tmp_path / "CAMPUSGUARD_CAMERA_PW").write_text("from-file")
+    env = {"CAMPUSGUARD_CAMERA_USER": "g", "CAMPUSGUARD_CAMERA_PW": "env"}
+    assert resolve(spec, env, tmp_path).startswith("rtsp://g:from-file@")
+    assert resolve(spec, env).startswith("rtsp://g:env@")
     # $${ is a literal ${ (not a variable)
     assert resolve(SourceSpec(url="rtsp://cam/a$${b}"), {}) == "rtsp://cam/a${b}"
 
@@ -103,7 +106,7 @@ def test_unset_variable_names_the_variable_and_field(tmp_path):
     assert info.value.field == "cameras[gate-cam].source.url"
 
 
-def test_resolve_site_names_each_camera_field_and_only_the_shard():
+def test_resolve_site_names_each_camera_field_and_only_the_shard(tmp_path):
     config = parse_site_text(textwrap.dedent("""
         cameras:
           - id: plaza-cam
@@ -112,18 +115,24 @@ def test_resolve_site_names_each_camera_field_and_only_the_shard():
           - id: lot-cam
             source: {url: "rtsp://${LOT_USER}:${LOT_PW}@10.0.0.6/x"}
     """))
+    (tmp_path / "LOT_USER").write_text("u")
     with pytest.raises(SiteConfigError) as info:
-        resolve_site(config, {"LOT_USER": "u"}, None, "site.yaml")
+        resolve_site(config, {"LOT_USER": "u"}, tmp_path, "site.yaml")
     assert [e.split(":")[0] for e in info.value.errors] == ["cameras[1].source.url", "cameras[2].source.url"]
     assert "${GATE_PW} is not defined" in info.value.errors[0] and "${LOT_PW}" in info.value.errors[1]
-    assert resolve_site(config, {"GATE_PW": "pw"}, None, only={"gate-cam"}) == {"gate-cam": "rtsp://admin:pw@10.0.0.5/x"}
+    (tmp_path / "GATE_PW").write_text("pw")
+    assert resolve_site(config, {}, tmp_path, only={"gate-cam"}) == {"gate-cam": "rtsp://admin:pw@10.0.0.5/x"}
 
 
 def test_a_whole_url_variable_is_checked_once_filled_in():
-    spec = SourceSpec(url="${CAM_URL}")
-    assert resolve(spec, {"CAM_URL": "rtsps://cam.local/live"}) == "rtsps://cam.local/live"
+    spec = SourceSpec(url="${CAMPUSGUARD_CAMERA_URL}")
+    assert resolve(spec, {"CAMPUSGUARD_CAMERA_URL": "rtsps://cam.local/live"}) == "rtsps://cam.local/live"
     with pytest.raises(SourceError, match="unsupported scheme 'smb'"):
-        resolve(spec, {"CAM_URL": "smb://u:pw@nas/x"})
+        resolve(spec, {"CAMPUSGUARD_CAMERA_URL": "smb://u:pw@nas/x"})
+    # filled in, the URL is held to the scheme:// form too; the error shows the template, not the value
+    with pytest.raises(SourceError, match="write the URL as rtsp://") as info:
+        resolve(spec, {"CAMPUSGUARD_CAMERA_URL": "rtsp:/admin:hunter2@10.0.0.5/x"})
+    assert "hunter2" not in str(info.value) and "${CAMPUSGUARD_CAMERA_URL}" in str(info.value)
 
 
 @pytest.mark.parametrize("url, shown", [

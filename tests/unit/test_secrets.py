@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from app.config import Settings, load_settings, unknown_variables
-from app.core.secrets import SecretError, read_secret_file, resolve_vars
+from app.core.secrets import CAMERA_ENV_PREFIX, SecretError, read_secret_file, resolve_vars
 from tests.support.logwatch import WATCH
 
 PASSWORD = "db-password-from-a-file-42"
@@ -30,6 +30,7 @@ def test_file_settings_from_the_environment_are_known_names(tmp_path):
              "CAMPUSGUARD_API_KEYS_FILE", "CAMPUSGUARD_SECRETS_DIR", "CAMPUSGUARD_AUTH", "CAMPUSGUARD_AUDIT_RETAIN_DAYS"]
     assert unknown_variables(names) == []
     assert "did you mean CAMPUSGUARD_API_KEYS_FILE" in unknown_variables(["CAMPUSGUARD_API_KEY_FILE"])[0]
+    assert unknown_variables(["CAMPUSGUARD_CAMERA_GATE_PW"]) == []  # a camera credential for ${VAR}, not a typo
 
 
 def test_file_setting_errors_name_the_variable_not_the_value(tmp_path, monkeypatch):
@@ -57,18 +58,35 @@ def test_file_setting_errors_name_the_variable_not_the_value(tmp_path, monkeypat
 
 def test_resolve_vars_from_the_secrets_dir_then_the_environment(tmp_path):
     (tmp_path / "GATE_PW").write_text(PASSWORD + "\n")
-    env = {"GATE_USER": "cam", "GATE_PW": "from-env"}
-    url = resolve_vars("rtsp://${GATE_USER}:${GATE_PW}@10.0.0.5/stream?x=$${LITERAL}", env, tmp_path)
+    env = {"CAMPUSGUARD_CAMERA_GATE_USER": "cam", "GATE_PW": "from-env", "CAMPUSGUARD_CAMERA_PW": "camera-env"}
+    url = resolve_vars("rtsp://${CAMPUSGUARD_CAMERA_GATE_USER}:${GATE_PW}@10.0.0.5/stream?x=$${LITERAL}", env,
+                       tmp_path)
     assert url == f"rtsp://cam:{PASSWORD}@10.0.0.5/stream?x=${{LITERAL}}"
-    assert resolve_vars("rtsp://${GATE_PW}@h", env, None) == "rtsp://from-env@h"
+    assert resolve_vars("rtsp://${CAMPUSGUARD_CAMERA_PW}@h", env, None) == "rtsp://camera-env@h"
     assert resolve_vars("no references", {}, None) == "no references"
-    with pytest.raises(SecretError, match=r"\$\{LOT_PW\} is not defined: no file .*LOT_PW and no environment") as err:
+    with pytest.raises(SecretError, match=r"\$\{LOT_PW\} is not defined: no file .*LOT_PW and the environment") as err:
         resolve_vars("rtsp://${LOT_PW}@h ${GATE_PW}", env, tmp_path)
     assert PASSWORD not in err.value.message
     with pytest.raises(SecretError, match="is not a variable name"):
         resolve_vars("${../etc/passwd}", env, tmp_path)
     with pytest.raises(SecretError, match="no CAMPUSGUARD_SECRETS_DIR set"):
         resolve_vars("${NOPE}", {}, None)
+
+
+@pytest.mark.parametrize("name", ["GATE_PW", "HOME", "AWS_SECRET_ACCESS_KEY", "POSTGRES_PASSWORD"])
+def test_resolve_vars_reads_only_camera_variables_from_the_environment(name):
+    """Issue 42 finding 2: ${VAR} names a camera credential, never the server's own environment."""
+    with pytest.raises(SecretError, match=f"only names that start with {CAMERA_ENV_PREFIX}") as err:
+        resolve_vars(f"rtsp://cam/${{{name}}}", {name: PASSWORD}, None)
+    assert PASSWORD not in err.value.message
+
+
+@pytest.mark.parametrize("name", ["CAMPUSGUARD_API_KEYS", "CAMPUSGUARD_EVENTS_DB_URL", "campusguard_webhook_secret"])
+def test_resolve_vars_never_reads_a_setting_of_the_service(tmp_path, name):
+    (tmp_path / name).write_text(PASSWORD)  # not even from the secrets dir
+    with pytest.raises(SecretError, match="names one of the service's own settings") as err:
+        resolve_vars(f"rtsp://cam/${{{name}}}", {name: PASSWORD, name.upper(): PASSWORD}, tmp_path)
+    assert PASSWORD not in err.value.message
 
 
 def test_secrets_dir_must_be_a_directory(tmp_path):

@@ -11,7 +11,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import Response
 
-from app.api.deps import Detect, EngineDep, FlowDep, OptionsDep
+from app.api.deps import Detect, EngineDep, FlowDep, OptionsDep, PrincipalDep
 from app.api.images import parse_upload
 from app.api.options import ApiOptions
 from app.api.schemas import (
@@ -70,7 +70,12 @@ async def frame_of(
         "`_ . : -` (the site file's rule)"))] = None,
     timestamp: Annotated[IsoDatetime | None, Query(description=(
         "Capture time, ISO 8601 (naive = UTC); server time if absent"))] = None,
+    *, options: OptionsDep, caller: PrincipalDep,
 ) -> Frame:
+    """With ``CAMPUSGUARD_BIND_FRAMES_TO_KEY_CAMERAS`` a key sends frames only for the cameras of
+    its ``cameras:`` (keys file): 403 ``camera_not_allowed`` otherwise."""
+    if camera_id is not None and options.bind_frames_to_key_cameras:
+        caller.check_camera(camera_id)
     return Frame(camera_id, timestamp)
 
 

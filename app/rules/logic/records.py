@@ -30,7 +30,7 @@ class EventRecord(TypedDict):
     """An event as it travels: in /detect replies, the store, webhooks and snapshots.
 
     A snapshot (plain JSON types), not the live ``Event``, which later frames keep updating
-    from another thread. ``app.api.events.EventOut`` documents the same shape in OpenAPI.
+    from another thread. ``app.api.schemas.EventOut`` documents the same shape in OpenAPI.
     """
 
     id: str

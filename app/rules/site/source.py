@@ -7,7 +7,11 @@ a dry run. A bad block is refused with the field named (``cameras[0].source.fps:
 What is *not* done here: filling in ``${VAR}``. The URL is kept as written, and only the
 process that pulls the stream (the embedded ingest, or ``campusguard gateway``) fills it in
 (app/ingest/source.py, through app/core/secrets.py), so a detection replica with ingest off
-never needs the camera passwords. ``$${`` stands for a literal ``${``.
+never needs the camera passwords. ``$${`` stands for a literal ``${``. What *is* checked
+here: a URL only in the ``scheme://`` form (ffmpeg also reads ``rtsp:/user:pw@host`` and
+``rtsp:user:pw@host``, forms that hide user info from a careless reader), a ``${VAR}`` only
+for camera credentials (never a service setting, app/core/secrets.py) and ``input_args``
+only from the list of input options (app/rules/site/input_args.py).
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_serializer, field_validator
 
 from app.core.redact import redact_url
+from app.core.secrets import SecretError, check_var_name
+from app.rules.site.input_args import check_input_args
 
 SCHEMES = ("rtsp", "rtsps", "http", "https", "file")
 VARIABLE = re.compile(r"(?<!\$)\$\{([^}]*)\}")  # ${NAME}, not $${ (a literal)
@@ -31,12 +37,20 @@ def scheme_of(url: str) -> str | None:
 
 
 def check_scheme(url: str) -> None:
-    """ValueError (URL shown redacted) unless ``url`` has one of SCHEMES."""
+    """ValueError (URL shown redacted) unless ``url`` has one of SCHEMES, written
+    ``scheme://`` (or the documented ``file:relative/path``)."""
     scheme = scheme_of(url)
     if scheme not in SCHEMES:
         shown = f"'{scheme}'" if scheme else "no scheme"
         raise ValueError(f"unsupported scheme {shown} in {redact_url(url)!r}: use one of "
                          + ", ".join(f"{s}://" for s in SCHEMES))
+    rest = url[len(scheme) + 1:]
+    if rest.startswith("//"):
+        return
+    if scheme == "file" and not rest.startswith("/"):
+        return  # file:relative/path (docs/cameras.md)
+    raise ValueError(f"write the URL as {scheme}://... ({redact_url(url)!r} is in a form ffmpeg reads as "
+                     f"{scheme}://, but that hides its user info; file:relative/path is the one exception)")
 
 
 class SourceSpec(BaseModel):
@@ -52,7 +66,8 @@ class SourceSpec(BaseModel):
     transport: Literal["tcp", "udp"] = Field("tcp", description="RTSP transport")
     max_width: int = Field(1280, ge=64, le=7680, description="frames wider than this are scaled down in ffmpeg")
     hwaccel: Literal["none", "vaapi", "cuda"] = Field("none", description="hardware decode (AMD/Intel VAAPI, NVIDIA)")
-    input_args: tuple[str, ...] = Field((), max_length=32, description="extra ffmpeg input options, for odd cameras")
+    input_args: tuple[str, ...] = Field((), max_length=32, description="extra ffmpeg input options, for odd cameras: "
+                                        "options of docs/cameras.md's list, each with its value")
     stall_after_s: float = Field(20.0, ge=1, le=3600, description="restart when no frame came for this long")
     max_backoff_s: float = Field(30.0, ge=1, le=3600, description="longest wait between restarts")
 
@@ -65,9 +80,13 @@ class SourceSpec(BaseModel):
         for name in VARIABLE.findall(value):
             if not NAME.fullmatch(name):
                 raise ValueError(f"invalid variable ${{{name[:64]}}}: a name is letters, digits and _")
+            try:
+                check_var_name(name)
+            except SecretError as exc:
+                raise ValueError(exc.message) from None
         if "${" in VARIABLE.sub("", value).replace("$${", ""):
             raise ValueError("unclosed '${' (write variables as ${NAME})")
-        if not VARIABLE.match(value):  # a whole-URL variable is checked once filled in
+        if not VARIABLE.match(value):  # a URL that starts with a variable is checked once filled in
             check_scheme(value)
         return value
 
@@ -83,6 +102,7 @@ class SourceSpec(BaseModel):
         for arg in value:
             if not arg or len(arg) > 256 or any(ch in arg for ch in "\x00\r\n"):
                 raise ValueError("each input argument is 1-256 characters on one line")
+        check_input_args(value)
         return value
 
     @property
