@@ -4,7 +4,8 @@
 the key), so the server never holds the secret. Standard output is two lines, the secret
 then the line, for scripts (or `--json`); the explanation goes to standard error. With
 `--append FILE` the line is added to the keys file (validated first, written atomically,
-mode 0600 for a new file) and only the secret is printed. A running server picks the change
+mode 0600 for a new file; an existing file keeps its owner and mode, so root appending to
+the replicas' 0400 file leaves it theirs) and only the secret is printed. A running server picks the change
 up within CAMPUSGUARD_API_KEYS_WATCH_S (or at once on SIGHUP).
 """
 
@@ -44,14 +45,25 @@ def _new(args: argparse.Namespace) -> int:
         print(f"campusguard keys new: error: {exc}", file=sys.stderr)
         return 2
     if args.append is not None:
-        existing = args.append.read_bytes() if args.append.exists() else b""
+        try:
+            existing = args.append.read_bytes() if args.append.exists() else None
+        except OSError as exc:
+            print(f"campusguard keys new: error: cannot read {args.append}: {exc.strerror}", file=sys.stderr)
+            return 2
+        new = existing is None
+        existing = existing or b""
         updated = existing + (b"" if not existing or existing.endswith(b"\n") else b"\n") + line.encode() + b"\n"
         try:
             parse_keys_file(updated, args.append)  # a duplicate name or a broken file: nothing is written
         except KeysFileError as exc:
             print(f"campusguard keys new: error: {exc.message}", file=sys.stderr)
             return 2
-        atomic_write(args.append, updated, mode=(args.append.stat().st_mode & 0o777) if existing else 0o600)
+        try:
+            _write_keeping_owner(args.append, updated, new)
+        except OSError as exc:
+            print(f"campusguard keys new: error: cannot write {args.append}: {exc.strerror}; nothing was changed "
+                  "(run it as root or as the file's owner)", file=sys.stderr)
+            return 2
     if args.json:
         print(json.dumps({"name": args.name, "role": args.role, "key": key,
                           "sha256": hashlib.sha256(key.encode()).hexdigest(), "line": line}))
@@ -61,6 +73,16 @@ def _new(args: argparse.Namespace) -> int:
     if args.append is None:
         print(line)
     return 0
+
+
+def _write_keeping_owner(path: Path, data: bytes, new: bool) -> None:
+    """A new keys file is 0600 and ours; an existing one keeps its owner and mode (the
+    replicas' user must still read it after root appended a line)."""
+    if new:
+        atomic_write(path, data, mode=0o600)
+        return
+    st = path.stat()
+    atomic_write(path, data, mode=st.st_mode & 0o777, owner=(st.st_uid, st.st_gid))
 
 
 def _explain(args: argparse.Namespace, line: str) -> None:

@@ -17,11 +17,18 @@ def temp_path(path: Path) -> Path:
     return path.with_name(f".{path.name}.{os.getpid()}.tmp")
 
 
-def atomic_write(path: Path, data: bytes, mode: int | None = None) -> None:
-    """Write ``data`` to ``path`` atomically (``mode``: the file's permissions, else the umask's)."""
+def atomic_write(path: Path, data: bytes, mode: int | None = None, owner: tuple[int, int] | None = None) -> None:
+    """Write ``data`` to ``path`` atomically (``mode``: the file's permissions, else the umask's).
+
+    ``owner`` (uid, gid): the new file's owner, e.g. the replaced file's, so that a file root
+    rewrites for a service user stays that user's; PermissionError (nothing written) when this
+    process may not give it away.
+    """
     tmp = temp_path(path)
     try:
         tmp.write_bytes(data)
+        if owner is not None and owner != (os.stat(tmp).st_uid, os.stat(tmp).st_gid):
+            os.chown(tmp, *owner)
         if mode is not None:
             os.chmod(tmp, mode)
         os.replace(tmp, path)

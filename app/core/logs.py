@@ -56,7 +56,9 @@ class TextFormatter(logging.Formatter):
 
 # uvicorn's access log is replaced by ours; ultralytics is chatty; httpx and httpcore log every
 # request's full URL at INFO, which for a webhook is its user info and path token: a secret.
-QUIET_LOGGERS = ("uvicorn.access", "ultralytics", "httpx", "httpcore")
+# Alembic logs its plugins and every migration's multi-line docstring at INFO: the store logs one
+# line instead ("event store migrated from X to Y", app/rules/store/migrate.py).
+QUIET_LOGGERS = ("uvicorn.access", "ultralytics", "httpx", "httpcore", "alembic")
 
 
 def quiet_third_party_loggers() -> None:

@@ -6,8 +6,11 @@
 # Idempotent: files that exist are kept (only their owner and mode are set again), so it is
 # safe to run after every upgrade, and it is how a replaced file (a real certificate) gets the
 # right owner. Writes into deploy/secrets/ (git-ignored; SECRETS_DIR to move it) and sets
-# SECRETS_DIR in deploy/.env (created from .env.example if missing): docker compose refuses to
-# start until it is set. Nothing secret is printed; read a file with `sudo cat`.
+# SECRETS_DIR in deploy/.env (created from .env.example if missing, and left owned by you, the
+# user who ran sudo): docker compose refuses to start until it is set. Nothing secret is
+# printed; read a file with `sudo cat`. POSTGRES_USER, POSTGRES_DB, POSTGRES_HOST and
+# POSTGRES_SSLMODE come from the environment, else deploy/.env (as compose reads them); a kept
+# events-db-url that no longer matches them is reported, never rewritten.
 #
 #   api-keys.yaml           the service's keys file (CAMPUSGUARD_API_KEYS_FILE): an `admin` key
 #                           for you and a `camera` key for the gateways; add more with
@@ -28,21 +31,46 @@ set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/secrets-lib.sh"
 require_root
-dir=$(secrets_dir)
 env_file="${ENV_FILE:-$here/../.env}"
-db_user="${POSTGRES_USER:-campusguard}"
-db_name="${POSTGRES_DB:-campusguard}"
-db_host="${POSTGRES_HOST:-postgres}"
-sslmode="${POSTGRES_SSLMODE:-prefer}"
+# deploy/.env's owner: the invoking user's (sudo), so that the next steps (gpu-env.sh >> deploy/.env,
+# editing it) need no sudo; a file someone else owns stays theirs
+env_owner=""
+[ ! -f "$env_file" ] || env_owner=$(stat -c %u:%g "$env_file")
+case "$env_owner" in ""|0:*) env_owner="${SUDO_UID:+$SUDO_UID:${SUDO_GID:-$SUDO_UID}}" ;; esac
+give_env_file() { [ -z "$env_owner" ] || [ "$(id -u)" != 0 ] || chown "$env_owner" "$env_file"; }
+[ -f "$env_file" ] || { cp "$here/../.env.example" "$env_file" && chmod 0600 "$env_file" && give_env_file; }
+# The database settings as compose sees them: the environment first, then deploy/.env
+db_user=$(setting POSTGRES_USER campusguard "$env_file")
+db_name=$(setting POSTGRES_DB campusguard "$env_file")
+db_host=$(setting POSTGRES_HOST postgres "$env_file")
+sslmode=$(setting POSTGRES_SSLMODE prefer "$env_file")
 case "$sslmode" in
     disable|allow|prefer|require|verify-ca|verify-full) ;;
     *) echo "init-secrets.sh: POSTGRES_SSLMODE: '$sslmode' is not a libpq sslmode" >&2; exit 1 ;;
 esac
+for name in POSTGRES_USER:"$db_user" POSTGRES_DB:"$db_name" POSTGRES_HOST:"$db_host"; do
+    case "${name#*:}" in
+        ""|*[!A-Za-z0-9._-]*)
+            echo "init-secrets.sh: ${name%%:*}: '${name#*:}': use letters, digits, '.', '_' and '-' only (it goes into a URL)" >&2
+            exit 1 ;;
+    esac
+done
+dir=$(secrets_dir)
 
 echo "== secrets in $dir"
 random_hex 32 | create "$dir/postgres-password" "$POSTGRES_OWNER" 0400
-printf 'postgresql+psycopg://%s:%s@%s:5432/%s?sslmode=%s\n' "$db_user" "$(cat "$dir/postgres-password")" \
-    "$db_host" "$db_name" "$sslmode" | create "$dir/events-db-url" "$DETECTOR_OWNER" 0400
+db_url=$(printf 'postgresql+psycopg://%s:%s@%s:5432/%s?sslmode=%s' "$db_user" "$(cat "$dir/postgres-password")" \
+    "$db_host" "$db_name" "$sslmode")
+if [ -s "$dir/events-db-url" ] && [ "$(cat "$dir/events-db-url")" != "$db_url" ]; then
+    # kept (a secret is never replaced behind the operator's back), but it no longer matches
+    echo "init-secrets.sh: warning: $dir/events-db-url does not match the settings:" >&2
+    echo "   it holds  $(mask_password < "$dir/events-db-url")" >&2
+    echo "   settings  $(printf '%s\n' "$db_url" | mask_password) (POSTGRES_USER, POSTGRES_DB, POSTGRES_HOST," >&2
+    echo "             POSTGRES_SSLMODE from the environment or $env_file; the password from postgres-password)" >&2
+    echo "   to use the settings: sudo rm $dir/events-db-url and run this script again (the database keeps" >&2
+    echo "   the user and database it was first created with: the postgres-data volume)" >&2
+fi
+printf '%s\n' "$db_url" | create "$dir/events-db-url" "$DETECTOR_OWNER" 0400
 random_hex 32 | create "$dir/camera-key" "$DETECTOR_OWNER" 0400
 {
     echo "# CampusGuard keys file (CAMPUSGUARD_API_KEYS_FILE), made by deploy/scripts/init-secrets.sh."
@@ -69,11 +97,11 @@ for f in "$dir/cameras"/*; do
 done
 
 # compose reads SECRETS_DIR from deploy/.env: its `:?` guard names this script until it is set
-[ -f "$env_file" ] || cp "$here/../.env.example" "$env_file"
 if grep -q '^SECRETS_DIR=' "$env_file"; then
     sed -i "s#^SECRETS_DIR=.*#SECRETS_DIR=$dir#" "$env_file"
 else
     printf 'SECRETS_DIR=%s\n' "$dir" >> "$env_file"
 fi
 chmod 0600 "$env_file"
+give_env_file   # sed -i made a new file, root's
 echo "== SECRETS_DIR=$dir in $env_file; the admin key: sudo grep 'name: admin' $dir/api-keys.yaml"

@@ -54,3 +54,19 @@ create() {
     mv -f "$tmp" "$1"
     echo "   created  $1"
 }
+
+# setting NAME DEFAULT ENV_FILE: NAME as docker compose sees it: the environment first, then
+# the file's last `NAME=value` line (quotes and a trailing ` # comment` removed), else DEFAULT.
+setting() {
+    value=$(printenv "$1" || true)
+    if [ -z "$value" ] && [ -f "$3" ]; then
+        value=$(sed -n "s/^[[:space:]]*\(export[[:space:]]\{1,\}\)\{0,1\}$1[[:space:]]*=[[:space:]]*//p" "$3" | tail -n 1 |
+            sed -e 's/[[:space:]]\{1,\}#.*$//' -e 's/[[:space:]]*$//' -e "s/^'\(.*\)'$/\1/" -e 's/^"\(.*\)"$/\1/')
+    fi
+    printf '%s\n' "${value:-$2}"
+}
+
+# mask_password: a URL on stdin with the password of its user info shown as ***.
+mask_password() {
+    sed 's#^\([a-z+]*://[^:/@]*\):[^@]*@#\1:***@#'
+}

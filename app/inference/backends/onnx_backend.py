@@ -143,7 +143,7 @@ class OnnxDetector:
             # A server's cores are shared with decoding, letterboxing and the event loop:
             # intra-op threads that spin between runs burn them (measured: 2 spinning threads
             # on a busy 2-core host ran at 0.46x the speed and 1.7x the CPU per image of 2 that
-            # sleep; docs/benchmarks.md, "Thread budget").
+            # sleep; docs/benchmarks.md, "Where the time goes, after each change").
             opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
         options = [migraphx_options(index or 0, migraphx_fp16, cache_dir, model_path, max_batch_size, ort.__version__)
                    if p == MIGRAPHX else ({"device_id": str(index or 0)} if p in GPU_PROVIDERS else {})
