@@ -36,7 +36,9 @@ ONNX_PROVIDER_ALIASES = {"migraphx": "MIGraphXExecutionProvider", "rocm": "ROCME
                          "tensorrt": "TensorrtExecutionProvider", "cpu": "CPUExecutionProvider"}
 MQTT_URL = TypeAdapter(Annotated[AnyUrl, UrlConstraints(allowed_schemes=["mqtt", "mqtts"], host_required=True)])
 _DEVICE_RE = re.compile(r"^(cpu|cuda(:\d+)?)$")
-FILE_SETTINGS = ("events_db_url", "webhook_secret", "mqtt_url")  # each has a <name>_file twin (app/core/secrets.py)
+# each has a <name>_file twin (app/core/secrets.py; tests/unit/test_secret_settings.py checks none is missing)
+FILE_SETTINGS = ("events_db_url", "webhook_secret", "mqtt_url", "mqtt_password")
+MIN_SHARED_SECRET = 16  # like an API key: a webhook secret is typed by nobody, so no reason for a short one
 
 
 def normalize_device(value: str) -> str:
@@ -166,6 +168,7 @@ class Settings(BaseSettings):
     events_db_url_file: Path | None = Field(None, description="File holding CAMPUSGUARD_EVENTS_DB_URL")
     webhook_secret_file: Path | None = Field(None, description="File holding CAMPUSGUARD_WEBHOOK_SECRET")
     mqtt_url_file: Path | None = Field(None, description="File holding CAMPUSGUARD_MQTT_URL")
+    mqtt_password_file: Path | None = Field(None, description="File holding CAMPUSGUARD_MQTT_PASSWORD")
     public_routes: Annotated[list[str], NoDecode] = Field(
         default_factory=lambda: ["/health/live", "/health/ready"],
         description="Routes answering without a key when keys are set (comma list of route paths)")
@@ -280,6 +283,17 @@ class Settings(BaseSettings):
         if url.path not in (None, "", "/") or url.query:
             raise ValueError("mqtt_url takes no path or query (set topics with mqtt_topic_prefix)")
         return str(value).strip()
+
+    @field_validator("webhook_secret")
+    @classmethod
+    def _webhook_secret(cls, value: SecretStr) -> SecretStr:
+        """Empty is off (URLs without it stop startup below); set, at least 16 characters, blanks not
+        counted: " " or "x" signs deliveries with a key anyone can guess (the _FILE twin lands here too)."""
+        text = value.get_secret_value()
+        if text and len(text.strip()) < MIN_SHARED_SECRET:
+            raise ValueError(f"the webhook secret (CAMPUSGUARD_WEBHOOK_SECRET or the file of its _FILE twin) must be "
+                             f"at least {MIN_SHARED_SECRET} characters, not counting blanks (openssl rand -hex 32)")
+        return value
 
     @field_validator("mqtt_topic_prefix", "mqtt_discovery_prefix")
     @classmethod

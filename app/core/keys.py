@@ -15,8 +15,9 @@ without it a key may use every camera.
 Rotation: give the new key to its holder, add its line, wait until nobody uses the old one
 (the access log shows names), remove the old line. The file is checked every ``watch_s``
 (and read at once on SIGHUP): a changed file is validated as a whole and swapped in one
-step, so both keys work meanwhile and a removed key stops working within seconds. A file
-that is invalid or unreadable is refused, logged once, and the running keys stay.
+step once it has held still for one check, so both keys work meanwhile and a removed key
+stops working within seconds. A file that is invalid, unreadable, empty (in the watcher) or
+not a regular file is refused, logged once, and the running keys stay.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ import yaml
 from app.core.background import Periodic
 from app.core.errors import ConfigError
 from app.core.roles import ANONYMOUS, EVERY_CAMERA, ROLES, KeyEntry, Keyring
+from app.core.smallfile import FileIdentity, FileRefused, file_identity, read_regular
 
 log = logging.getLogger("campusguard.keys")
 MAX_FILE_BYTES = 1024 * 1024
@@ -176,6 +178,8 @@ class KeySource:
         self._file: tuple[KeyEntry, ...] = ()
         self._loaded = ""  # SHA-256 of the content in force
         self._refused = ""  # of a content refused (not retried until the file changes again)
+        self._refused_identity: FileIdentity | None = None  # of a file refused: not even read again until it changes
+        self._pending = ""  # a changed content seen once: applied when the next check sees it unchanged
         self._lock = threading.Lock()
         self.keyring = Keyring(env.entries, required=env.required or self.path is not None)
         if self.path is not None:
@@ -200,22 +204,60 @@ class KeySource:
         return tuple((e.name, e.role) for e in self._file)
 
     def check(self) -> bool:
-        """Reload when the file's content changed (the watcher, every ``watch_s``); whether it did."""
+        """Reload when the file's content changed (the watcher, every ``watch_s``); whether it did.
+
+        An editor or ``cp`` writes a file in steps, and a half-written keys file (empty, or a
+        YAML list cut after some entries) is often valid: applied, it would refuse keys that
+        are in both the old and the new file, and the throttle would count those as wrong
+        keys. So a changed file is applied only once it has held still for one check (as the
+        site-file watcher does), and an empty read is refused here (``[]`` removes every
+        key on purpose; SIGHUP still applies an empty file). A refused file is remembered by
+        its identity (device, inode, size, mtime) and not read again until it changes."""
         if self.path is None:
             return False
-        try:
-            data = self.path.read_bytes()
-        except OSError:
-            data = None
-        seen = hashlib.sha256(data).hexdigest() if data is not None else "unreadable"
+        seen, data = self._peek()
         if seen in (self._loaded, self._refused):
+            self._pending = ""
+            return False
+        if seen != self._pending:  # changed since the last check: wait one check for it to hold still
+            self._pending = seen
+            return False
+        self._pending = ""
+        if data is not None and not data.strip():
+            self._refuse_empty()
             return False
         try:
-            self.reload("file_changed")
+            self.reload("file_changed", data)
         except KeysFileError as exc:
             log.error("keys file changed but was refused; the running keys stay in force: %s", exc.message)
             return False
         return True
+
+    def _peek(self) -> tuple[str, bytes | None]:
+        """What the file holds now, as the digest of its content (or a marker when it cannot
+        be read) and the content; a file with a refused identity is not read again."""
+        assert self.path is not None
+        try:
+            if file_identity(self.path) == self._refused_identity:
+                return self._refused, None
+            data, _ = read_regular(self.path, MAX_FILE_BYTES)
+        except FileRefused as exc:
+            return f"refused:{exc.identity}", None
+        except OSError:
+            return "unreadable", None
+        return hashlib.sha256(data).hexdigest(), data
+
+    def _refuse_empty(self) -> None:
+        assert self.path is not None
+        with self._lock:
+            self._refused = hashlib.sha256(b"").hexdigest()
+            try:
+                self._refused_identity = file_identity(self.path)
+            except OSError:
+                self._refused_identity = None
+        self.on_outcome("file_changed", "refused")
+        log.error("keys file %s is empty: refused, the running keys stay in force (a file being written? to remove "
+                  "every key on purpose write [] into it)", self.path)
 
     def reload_or_log(self, trigger: str = "signal") -> bool:
         """``reload`` for signal handlers: log instead of raising."""
@@ -226,18 +268,19 @@ class KeySource:
             return False
         return True
 
-    def reload(self, trigger: str = "signal") -> KeyChange | None:
-        """Read and validate the whole file, then swap it in; KeysFileError keeps the running keys."""
+    def reload(self, trigger: str = "signal", data: bytes | None = None) -> KeyChange | None:
+        """Read (or take ``data``, what the watcher just read) and validate the whole file, then
+        swap it in; KeysFileError keeps the running keys."""
         if self.path is None:
             return None
         with self._lock:
             before = self.names
             try:
-                self._file, self._loaded = self._read()
+                self._file, self._loaded = self._read(data)
             except KeysFileError:
                 self.on_outcome(trigger, "refused")
                 raise
-            self._refused = ""
+            self._refused, self._refused_identity = "", None
             self._swap()
             change = KeyChange(str(self.path), trigger, before, self.names)
         self.on_outcome(trigger, "ok")
@@ -246,19 +289,28 @@ class KeySource:
         self.on_change(change)
         return change
 
-    def _read(self) -> tuple[tuple[KeyEntry, ...], str]:
+    def _read(self, data: bytes | None = None) -> tuple[tuple[KeyEntry, ...], str]:
         assert self.path is not None
-        try:
-            data = self.path.read_bytes()
-        except OSError as exc:
-            self._refused = "unreadable"
-            raise KeysFileError(f"CAMPUSGUARD_API_KEYS_FILE: cannot read {self.path}: "
-                                f"{exc.strerror or exc.__class__.__name__}") from None
+        what = "CAMPUSGUARD_API_KEYS_FILE"
+        if data is None:
+            try:  # a regular file of at most MAX_FILE_BYTES only: /dev/zero, a FIFO stop here (app/core/smallfile.py)
+                data, _ = read_regular(self.path, MAX_FILE_BYTES)
+            except FileRefused as exc:
+                self._refused, self._refused_identity = f"refused:{exc.identity}", exc.identity
+                raise KeysFileError(f"{what}: {self.path} {exc.reason}") from None
+            except OSError as exc:
+                self._refused = "unreadable"
+                raise KeysFileError(f"{what}: cannot read {self.path}: "
+                                    f"{exc.strerror or exc.__class__.__name__}") from None
         seen = hashlib.sha256(data).hexdigest()
         try:
             entries = parse_keys_file(data, self.path)
         except KeysFileError:
             self._refused = seen
+            try:
+                self._refused_identity = file_identity(self.path)
+            except OSError:
+                self._refused_identity = None
             raise
         return entries, seen
 

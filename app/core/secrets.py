@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from app.core.errors import ConfigError
+from app.core.smallfile import FileRefused, read_regular
 
 MAX_SECRET_BYTES = 64 * 1024  # a URL, a key or a certificate fits; a wrongly named log file does not
 _VAR = re.compile(r"\$\{([^}]*)\}")
@@ -39,15 +40,15 @@ class SecretError(ConfigError):
 
 def read_secret_file(path: str | os.PathLike[str], what: str) -> str:
     """The content of a secret file with one trailing newline removed (``echo x > file``
-    writes one). ``what`` names the setting in the error (``CAMPUSGUARD_WEBHOOK_SECRET_FILE``)."""
+    writes one). ``what`` names the setting in the error (``CAMPUSGUARD_WEBHOOK_SECRET_FILE``).
+    Only a regular file of at most MAX_SECRET_BYTES is read (app/core/smallfile.py)."""
     path = Path(path)
-    try:
-        with path.open("rb") as fh:
-            data = fh.read(MAX_SECRET_BYTES + 1)
+    try:  # a regular file only, its size checked first: /dev/zero or a FIFO must not hang or fill memory
+        data, _ = read_regular(path, MAX_SECRET_BYTES)
+    except FileRefused as exc:
+        raise SecretError(f"{what}: {path} {exc.reason}") from None
     except OSError as exc:
         raise SecretError(f"{what}: cannot read {path}: {exc.strerror or exc.__class__.__name__}") from None
-    if len(data) > MAX_SECRET_BYTES:
-        raise SecretError(f"{what}: {path} is larger than {MAX_SECRET_BYTES} bytes; is it the right file?")
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:

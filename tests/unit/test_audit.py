@@ -109,6 +109,7 @@ def test_a_wrong_key_on_an_admin_route_is_recorded_and_a_keys_file_reload_too(en
     assert as_(env, wrong, "10.0.0.9").post("/admin/reload").status_code == 403
     assert as_(env, wrong, "10.0.0.9").get("/events").status_code == 403  # not an admin route: counted, not audited
     env.keys.write_text(f"- {{name: alice, role: admin, sha256: {sha(ALICE)}}}\n")  # bob leaves
+    assert state_of(env.app).gate.keys.check() is False  # changed: applied once it held still for one check
     assert state_of(env.app).gate.keys.check() is True
     assert as_(env, BOB, "10.0.0.6").get("/events").status_code == 403
     got = as_(env, ALICE, "10.0.0.5").get("/audit")

@@ -13,7 +13,7 @@ import threading
 import pytest
 
 from app.core.errors import Forbidden
-from app.core.keys import KeySource, KeysFileError, new_key, parse_keys_file
+from app.core.keys import KeysFileError, KeySource, new_key, parse_keys_file
 from app.core.roles import Keyring
 from tests.conftest import REPO
 from tests.support.logwatch import WATCH
@@ -81,10 +81,11 @@ def test_rotation_add_then_remove_without_restart(tmp_path):
         source.keyring.identify(BOB)
     assert source.check() is False  # unchanged: nothing to do
     path.write_text(path.read_text() + f"- {{name: bob, role: operator, sha256: {sha(BOB)}}}\n")
+    assert source.check() is False  # changed: applied once it has held still for one check
     assert source.check() is True
     assert source.keyring.identify(ALICE).name == "alice" and source.keyring.identify(BOB).name == "bob"  # both live
     path.write_text(f"- {{name: bob, role: operator, sha256: {sha(BOB)}}}\n")
-    assert source.check() is True
+    assert source.check() is False and source.check() is True
     with pytest.raises(Forbidden):
         source.keyring.identify(ALICE)
     assert source.keyring.identify(BOB).role == "operator"
@@ -161,7 +162,8 @@ def test_keys_new_and_check_commands(tmp_path):
     appended = run_cli("new", "--role", "viewer", "--name", "erin", "--append", str(path))
     assert appended.returncode == 0 and len(appended.stdout.splitlines()) == 1
     WATCH.remember(appended.stdout.strip())
-    assert source.check() and source.keyring.identify(appended.stdout.strip()).name == "erin"
+    assert not source.check() and source.check()  # applied once the file held still for one check
+    assert source.keyring.identify(appended.stdout.strip()).name == "erin"
     again = run_cli("new", "--role", "viewer", "--name", "erin", "--append", str(path))
     assert again.returncode == 2 and "'erin' is used twice" in again.stderr
     checked = run_cli("check", str(path))

@@ -11,11 +11,12 @@ import datetime as dt
 from typing import Annotated
 
 from fastapi import APIRouter, Query
-from pydantic import BaseModel, Field
+from pydantic import AfterValidator, BaseModel, Field
 
 from app.api.deps import Admin, AuditDep
 from app.api.schemas import error_responses
 from app.core.audit import ACTIONS
+from app.core.text import clean_text
 
 router = APIRouter(tags=["audit"], dependencies=[Admin], responses=error_responses(401, 403, 429))
 MAX_CURSOR = 2**62  # beyond any id; bigger values overflow the database's integer
@@ -46,8 +47,11 @@ async def audit_page(
     audit: AuditDep,
     cursor: Annotated[str | None, Query(pattern=r"^[0-9]{1,19}$", description="`next_cursor` of the previous page")] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
-    action: Annotated[str | None, Query(max_length=32, description="Only this action")] = None,
-    actor: Annotated[str | None, Query(max_length=128, description="Only this key name")] = None,
+    # NUL or a lone surrogate: 422 here, not a database error (a 500 on PostgreSQL)
+    action: Annotated[str | None, Query(max_length=32, description="Only this action"),
+                      AfterValidator(clean_text)] = None,
+    actor: Annotated[str | None, Query(max_length=128, description="Only this key name"),
+                     AfterValidator(clean_text)] = None,
 ) -> AuditPage:
     """Every change a person made (zone edits, reloads, camera resets, event reviews, keys-file
     reloads) and every refused admin attempt, with the key's name, the client address, a short

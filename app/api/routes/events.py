@@ -20,7 +20,7 @@ from app.api.schemas import CleanText, EventOut, EventPage, EventReview, error_r
 from app.core.audit import summarize
 from app.core.errors import InvalidParameter, NotFound, shorten
 from app.core.roles import ANONYMOUS
-from app.core.text import is_event_id
+from app.core.text import is_event_id, text_problem
 from app.core.timeutil import IsoDatetime, as_utc, iso
 
 router = APIRouter(tags=["events"], dependencies=[Read], responses=error_responses(401, 403, 404, 429))
@@ -74,11 +74,12 @@ def decode_cursor(token: str | None) -> tuple[datetime, str] | None:
     try:
         started, event_id = json.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
         when = as_utc(datetime.fromisoformat(started.replace("Z", "+00:00")))
-        if not isinstance(event_id, str) or len(event_id) > 64:
+        if not isinstance(event_id, str) or len(event_id) > 64 or text_problem(event_id):  # NUL, lone surrogate: 422
             raise ValueError("bad id")
         return when, event_id
     except Exception:
-        raise InvalidParameter(f"cursor {shorten(token)} is not a cursor this server gave out") from None
+        shown = "" if text_problem(token) else f" {shorten(token)}"  # a NUL or lone surrogate is not echoed back
+        raise InvalidParameter(f"cursor{shown} is not a cursor this server gave out") from None
 
 
 @router.get("/events/{event_id}", response_model=EventOut, summary="Get one event")
