@@ -24,7 +24,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from app.core.metrics import LATENCY_BUCKETS, STAGES
-from tests.conftest import free_port
+from tests.support.net import free_port
 from tests.deploy.conftest import (
 
     PROMETHEUS_CONFIG, PROMETHEUS_SYNTHETIC, TARGET_LABELS, alert_queries, alert_rules,

@@ -21,9 +21,9 @@ import numpy as np
 import pytest
 import yaml
 
-from tests.conftest import free_port
 from tests.deploy.router_util import running_router
 from tests.integration.test_rules_v2_e2e import SIZE, frames
+from tests.support.net import free_port
 
 pytestmark = pytest.mark.server
 

@@ -14,7 +14,6 @@ import hmac
 import json
 import shutil
 import signal
-import socket
 import time
 from pathlib import Path
 
@@ -26,15 +25,10 @@ import yaml
 from app.rules.site.loader import load_site_config
 from app.rules.logic.geometry import Polygon
 from tests.support.rules_util import EXAMPLE_SITE, Receiver
+from tests.support.net import free_port
 
 SECRET = "e2e-secret"
 CAMERA = "plaza-cam"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def plaza_polygon() -> Polygon:

@@ -21,7 +21,7 @@ from app.rules.service.facade import RulesService
 from app.wiring import build_rules
 from app.wiring import mqtt_options
 from tests.support.mqtt_broker import Mosquitto, Subscriber, find_mosquitto
-from tests.conftest import free_port
+from tests.support.net import free_port
 from tests.support.rules_util import H, W, at, people
 from tests.support.viewcheck import Camera, tape
 

@@ -26,7 +26,7 @@ from app.core.roles import Keyring
 from app.rules.store.errors import StoreUnavailable
 from app.rules.service.facade import RulesService
 from app.wiring import build_rules
-from tests.conftest import free_port
+from tests.support.net import free_port
 from tests.support.rules_util import EXAMPLE_SITE, H, W, Receiver, at, people
 from tests.unit.test_rules_webhooks import sample, wait_for
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import socket
 import time
 
 import pytest
@@ -14,14 +13,9 @@ from app.core.jsonutil import dumps
 from app.rules.delivery.outbox import backoff_s
 from app.rules.delivery.webhooks import WebhookOptions, WebhookWorker, sign, verify
 from tests.support.rules_util import Receiver, outbox_rows
+from tests.support.net import free_port
 
 SECRET = b"s3cret"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def enqueue(store: EventStore, url: str, event_id: str, state: str = "started") -> bytes:
