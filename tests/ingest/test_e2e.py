@@ -27,7 +27,7 @@ import pytest
 import yaml
 
 from tests.conftest import start_server
-from tests.ingest.conftest import wait_for
+from tests.support.wait import wait_for
 from tests.support.streams import RtspServer, children_named, process_alive
 
 pytestmark = [pytest.mark.streams, pytest.mark.server]

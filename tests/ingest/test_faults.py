@@ -8,7 +8,7 @@ import time
 import pytest
 
 from app.ingest.source import SourceSpec
-from tests.ingest.conftest import wait_for
+from tests.support.wait import wait_for
 from tests.support.streams import RtspServer, process_alive
 
 pytestmark = pytest.mark.streams

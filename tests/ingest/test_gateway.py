@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from app.core.sharding import shard_of
-from tests.ingest.conftest import wait_for
+from tests.support.wait import wait_for
 from tests.support.recording_service import RecordingService
 from tests.support.streams import children_named, process_alive
 

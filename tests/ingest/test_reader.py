@@ -12,7 +12,7 @@ import pytest
 
 from app.ingest.frames import FrameFormat
 from app.ingest.source import SourceSpec
-from tests.ingest.conftest import wait_for
+from tests.support.wait import wait_for
 from tests.support.streams import RtspServer
 
 pytestmark = pytest.mark.streams

@@ -15,7 +15,8 @@ from app.rules.store.db import EventStore
 from app.rules.store.errors import describe
 from app.rules.store.writer import EventWriter
 from tests.support.rules_util import Receiver, outbox_rows
-from tests.unit.test_rules_webhooks import enqueue, free_port, wait_for
+from tests.unit.test_rules_webhooks import enqueue, free_port
+from tests.support.wait import wait_for
 
 SECRETS = ("hunter2", "T0KEN", "sig=abc", "PATHSECRET")
 

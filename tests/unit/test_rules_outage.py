@@ -28,7 +28,8 @@ from app.rules.service.facade import RulesService
 from app.wiring import build_rules
 from tests.support.net import free_port
 from tests.support.rules_util import EXAMPLE_SITE, H, W, Receiver, at, people
-from tests.unit.test_rules_webhooks import sample, wait_for
+from tests.unit.test_rules_webhooks import sample
+from tests.support.wait import wait_for
 
 
 def crowd_event(svc: RulesService, base: float) -> list[dict]:

@@ -14,6 +14,7 @@ from app.rules.delivery.outbox import backoff_s
 from app.rules.delivery.webhooks import WebhookOptions, WebhookWorker, sign, verify
 from tests.support.rules_util import Receiver, outbox_rows
 from tests.support.net import free_port
+from tests.support.wait import wait_for
 
 SECRET = b"s3cret"
 
@@ -27,15 +28,6 @@ def enqueue(store: EventStore, url: str, event_id: str, state: str = "started") 
     payload = dumps({"type": f"event.{state}", "idempotency_key": key, "event": event})
     store.events.record(event, [(url, key, payload)])
     return payload
-
-
-def wait_for(cond, timeout=15.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def sample(metrics: Metrics, name: str, **labels) -> float:
