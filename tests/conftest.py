@@ -10,7 +10,6 @@ import contextlib
 import logging
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -23,6 +22,7 @@ import pytest
 from tests.support.faults import FaultSwitch
 from app.core.logs import quiet_third_party_loggers
 from tests.support.logwatch import WATCH, watch_settings
+from tests.support.net import free_port
 
 os.environ.setdefault("YOLO_OFFLINE", "1")
 # Four workers share two cores, and each starts servers and CLIs with torch's OpenMP threads. By
@@ -165,12 +165,6 @@ def openvino_cache(tmp_path_factory) -> Path:
     """One model cache for every OpenVINO test of the session: each IR (weights, shape,
     precision, calibration frames) is built once."""
     return tmp_path_factory.mktemp("openvino-cache")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @dataclass

@@ -16,9 +16,9 @@ import httpx
 import pytest
 
 from tests.browser.conftest import screenshot
-from tests.conftest import free_port
 from tests.support.console_util import serve, site_app, write_big_site
 from tests.support.inprocess import png
+from tests.support.net import free_port
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(180)]
 N = 300

@@ -12,9 +12,9 @@ import httpx
 import numpy as np
 import pytest
 
-from tests.conftest import free_port
 from tests.support.console_util import serve
 from tests.support.inprocess import IMGSZ, FakeDetector, inprocess_app, png
+from tests.support.net import free_port
 from tests.support.shadow import fake_lane
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(120)]

@@ -22,9 +22,9 @@ from pathlib import Path
 
 import httpx
 
-from tests.conftest import free_port
 from tests.deploy.conftest import DEPLOY, NGINX_CONF, require_tool
 from tests.deploy.secrets_util import as_me
+from tests.support.net import free_port
 
 REPLICAS = 8
 

@@ -20,9 +20,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.conftest import free_port
 from tests.deploy.conftest import K8S, load_yaml_all, require_tool
 from tests.deploy.nginx_util import wait_started
+from tests.support.net import free_port
 
 ROUTER_CONFIGMAP = K8S / "base" / "router-configmap.yaml"
 

@@ -12,6 +12,10 @@ from pathlib import Path
 
 from tests.deploy.conftest import DEPLOY
 
+# every file init-secrets.sh writes
+FILES = {"api-keys.yaml", "camera-key", "postgres-password", "events-db-url", "webhook-secret",
+         "grafana-admin-password", "tls.crt", "tls.key"}
+
 OWNERS = ("DETECTOR_OWNER", "POSTGRES_OWNER", "GRAFANA_OWNER", "NGINX_OWNER")
 
 

@@ -19,7 +19,7 @@ import pytest
 from tests.deploy.conftest import (
     COMPOSE, COMPOSE_NVIDIA, DEPLOY, detector_services, load_compose, merge_compose,
 )
-from tests.deploy.test_secrets import FILES
+from tests.deploy.secrets_util import FILES
 
 SECCOMP = DEPLOY / "seccomp/rocm-numa.json"
 UNCONFINED = DEPLOY / "docker-compose.seccomp-unconfined.yml"

@@ -25,12 +25,13 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from app.core.metrics import LATENCY_BUCKETS
 from app.inference.series import STAGES
-from tests.conftest import free_port
+from tests.support.net import free_port
 from tests.deploy.conftest import (
 
     PROMETHEUS_CONFIG, PROMETHEUS_SYNTHETIC, TARGET_LABELS, alert_queries, alert_rules,
     dashboard_queries, grafana_to_promql, hpa_queries, load_yaml, metric_names, require_tool, selector_labels, tool,
 )
+from tests.support.wait import wait_for
 
 pytestmark = pytest.mark.server  # module-scoped real servers (markers: tests/conftest.py)
 
@@ -184,16 +185,6 @@ def query(url: str, expr: str) -> list[dict]:
     return body["data"]["result"]
 
 
-def wait_for(predicate, timeout: float = 30.0, what: str = ""):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.5)
-
-
 def direct_count(server, route: str) -> float:
     for family in text_string_to_metric_families(scrape(server)):
         if family.name == "campusguard_request_duration_seconds":
@@ -202,8 +193,8 @@ def direct_count(server, route: str) -> float:
 
 
 def test_prometheus_reads_back_the_latency_histogram(prometheus, live_server, bus_jpg):
-    up = wait_for(lambda: [r for r in query(prometheus, 'up{job="campusguard"}') if r["value"][1] == "1"],
-                  what="the service to be scraped")
+    up = wait_for(lambda: [r for r in query(prometheus, 'up{job="campusguard"}') if r["value"][1] == "1"], step=0.5)
+    assert up, "timed out waiting for the service to be scraped"
     assert up[0]["metric"]["replica"] == "127.0.0.1", "the shipped relabelling sets replica"
     with live_server.client() as client:
         for camera in ("gate-east", "gate-west", CAMERA):
@@ -215,7 +206,7 @@ def test_prometheus_reads_back_the_latency_histogram(prometheus, live_server, bu
         result = query(prometheus, 'sum(campusguard_request_duration_seconds_count{job="campusguard",route="/detect"})')
         return result and float(result[0]["value"][1]) == expected
 
-    wait_for(count_in_prometheus, what=f"{expected} /detect requests in Prometheus")
+    assert wait_for(count_in_prometheus, step=0.5), f"timed out waiting for {expected} /detect requests in Prometheus"
     buckets = query(prometheus, 'campusguard_request_duration_seconds_bucket{job="campusguard",route="/detect"}')
     by_le = {b["metric"]["le"]: float(b["value"][1]) for b in buckets}
     assert sorted(float(le) for le in by_le) == sorted(LATENCY_BUCKETS) + [math.inf]
@@ -235,7 +226,9 @@ def test_alert_rules_evaluate_cleanly_on_real_series(prometheus):
         rules = [r for g in groups for r in g["rules"]]
         return {r["name"] for r in rules} == names and all(r["health"] == "ok" for r in rules) and rules
 
-    for rule in wait_for(rules_ok, what="every alert rule evaluated with health ok"):
+    rules = wait_for(rules_ok, step=0.5)
+    assert rules, "timed out waiting for every alert rule evaluated with health ok"
+    for rule in rules:
         assert not rule.get("lastError"), rule
     # nothing fires on a healthy replica (ready, fast enough on CPU for one image at a time)
     firing = [a for a in httpx.get(f"{prometheus}/api/v1/alerts", timeout=10).json()["data"]["alerts"]

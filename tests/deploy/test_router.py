@@ -21,11 +21,11 @@ import httpx
 import kubernetes_validate
 import pytest
 
-from tests.conftest import free_port
 from tests.deploy.conftest import K8S, NGINX_CONF, load_yaml_all
 from tests.deploy.router_util import router_files, running_router
 from tests.deploy.test_k8s import RENDERS, VERSIONS, named, render
 from tests.deploy.test_load_balancer import KEYED, Replica, post
+from tests.support.net import free_port
 
 
 @pytest.fixture(scope="module", params=sorted(RENDERS))

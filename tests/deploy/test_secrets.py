@@ -19,10 +19,7 @@ import yaml
 
 from app.core.keys import parse_keys_file
 from tests.deploy.conftest import DEPLOY
-from tests.deploy.secrets_util import init_secrets
-
-FILES = {"api-keys.yaml", "camera-key", "postgres-password", "events-db-url", "webhook-secret",
-         "grafana-admin-password", "tls.crt", "tls.key"}
+from tests.deploy.secrets_util import FILES, init_secrets
 
 
 def snapshot(folder) -> dict[str, tuple[bytes, int]]:

@@ -8,7 +8,6 @@ failure, otherwise the test is skipped (tests/conftest.py ``require_system_packa
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
@@ -85,16 +84,6 @@ class Recorder:
     def seen(self, camera_id: str) -> list[str]:
         with self.lock:
             return [s.state.value for s in self.states if s.camera_id == camera_id]
-
-
-def wait_for(predicate: Callable[[], bool], timeout: float, step: float = 0.1) -> bool:
-    """Poll ``predicate`` until it holds or ``timeout`` passes (never an assertion on speed)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(step)
-    return predicate()
 
 
 @pytest.fixture

@@ -27,8 +27,8 @@ import pytest
 import yaml
 
 from tests.conftest import start_server
-from tests.ingest.conftest import wait_for
 from tests.support.streams import RtspServer, children_named, process_alive
+from tests.support.wait import wait_for
 
 pytestmark = [pytest.mark.streams, pytest.mark.server]
 REPO = Path(__file__).resolve().parents[2]

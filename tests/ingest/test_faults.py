@@ -8,8 +8,8 @@ import time
 import pytest
 
 from app.ingest.source import SourceSpec
-from tests.ingest.conftest import wait_for
 from tests.support.streams import RtspServer, process_alive
+from tests.support.wait import wait_for
 
 pytestmark = pytest.mark.streams
 

@@ -17,9 +17,9 @@ import pytest
 import yaml
 
 from app.core.sharding import shard_of
-from tests.ingest.conftest import wait_for
 from tests.support.recording_service import RecordingService
 from tests.support.streams import children_named, process_alive
+from tests.support.wait import wait_for
 
 pytestmark = pytest.mark.streams
 REPO = Path(__file__).resolve().parents[2]

@@ -10,7 +10,7 @@ import time
 from app.ingest.frames import Frame
 from app.ingest.mailbox import Sender, SinkResult
 from app.ingest.states import CameraStats
-from tests.ingest.conftest import wait_for
+from tests.support.wait import wait_for
 
 
 def frame(n: int) -> Frame:

@@ -12,8 +12,8 @@ import pytest
 
 from app.ingest.frames import FrameFormat
 from app.ingest.source import SourceSpec
-from tests.ingest.conftest import wait_for
 from tests.support.streams import RtspServer
+from tests.support.wait import wait_for
 
 pytestmark = pytest.mark.streams
 

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from app.cli import main
-from tests.conftest import free_port
+from tests.support.net import free_port
 
 
 def test_bench_tiny_real_run(tmp_path, weights, dataset, onnx_cache):

@@ -18,10 +18,11 @@ import time
 import httpx
 import psutil
 
-from tests.conftest import free_port
 from tests.deploy.nginx_util import REPLICAS, running_edge
-from tests.integration.test_rules_e2e import CAMERA, drive_crowd, pick_frames, site_copy, wait_for
+from tests.integration.test_rules_e2e import CAMERA, drive_crowd, pick_frames, site_copy
+from tests.support.net import free_port
 from tests.support.rules_util import Receiver
+from tests.support.wait import wait_for
 
 
 def holder(servers, port: int):

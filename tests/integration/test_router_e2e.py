@@ -6,7 +6,7 @@ addresses 127.0.0.2 and 127.0.0.3 on one port, as pods share 8000. In front of t
 router exactly as deploy/k8s/base/router-configmap.yaml ships it (nginx.conf and the
 endpoints.sh loop that writes its upstream list; tests/deploy/router_util.py). Four cameras,
 two owned by each replica, walk a person down across a counting line and back up
-(tests/integration/test_rules_v2_e2e.py's frames), their frames interleaved: each camera counts
+(tests/integration/test_rules_loitering_crossing_e2e.py's frames), their frames interleaved: each camera counts
 exactly one crossing in and one out, all on its own replica, and the other replica never saw it.
 """
 
@@ -21,9 +21,9 @@ import numpy as np
 import pytest
 import yaml
 
-from tests.conftest import free_port
 from tests.deploy.router_util import running_router
-from tests.integration.test_rules_v2_e2e import SIZE, frames
+from tests.integration.test_rules_loitering_crossing_e2e import SIZE, frames
+from tests.support.net import free_port
 
 pytestmark = pytest.mark.server
 

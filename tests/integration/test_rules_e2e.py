@@ -14,7 +14,6 @@ import hmac
 import json
 import shutil
 import signal
-import socket
 import time
 from pathlib import Path
 
@@ -26,15 +25,11 @@ import yaml
 from app.rules.site.loader import load_site_config
 from app.rules.logic.geometry import Polygon
 from tests.support.rules_util import EXAMPLE_SITE, Receiver
+from tests.support.net import free_port
+from tests.support.wait import wait_for
 
 SECRET = "e2e-secret"
 CAMERA = "plaza-cam"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def plaza_polygon() -> Polygon:
@@ -121,15 +116,6 @@ def metric(text: str, name: str, **labels) -> float | None:
             if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()):
                 return s.value
     return None
-
-
-def wait_for(cond, timeout=30.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return True
-        time.sleep(0.1)
-    return False
 
 
 def check_clip(client, started: dict, src: np.ndarray, tmp_path: Path) -> None:

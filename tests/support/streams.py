@@ -17,20 +17,15 @@ import contextlib
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import threading
 import time
 from pathlib import Path
 
+from tests.support.net import free_port
+
 SYSTEM_PYTHON = "/usr/bin/python3"
 RTSP_SCRIPT = Path(__file__).with_name("rtsp_server.py")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def rtsp_server_available() -> bool:

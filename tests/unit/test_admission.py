@@ -11,8 +11,7 @@ import pytest
 from app.inference.admission import ServiceRate
 from app.core.errors import QueueFull
 from app.inference.pipeline import DetectParams
-from tests.support.fakes import FakeDetector, make_engine
-from tests.unit.test_engine import IMAGE
+from tests.support.fakes import IMAGE, FakeDetector, make_engine
 
 
 def test_unknown_rate_admits_everything():

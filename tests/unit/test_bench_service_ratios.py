@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from app.tooling.bench import service_ratios
 from app.tooling.bench.service_ratios import measure, server_step
 
 
@@ -75,25 +76,41 @@ class _Detect(http.server.BaseHTTPRequestHandler):
         pass
 
 
-def test_the_server_step_posts_the_frame_on_keep_alive_connections_and_counts_answers():
+class TickPerLook:
+    """A clock for ``server_step`` in place of wall time: each thread's clock starts at 0 and
+    advances one tick each time that thread reads it. The step reads the clock once for its
+    deadline and each client once per request, so a window of N ticks is exactly N requests per
+    client however slowly the threads start (a 0.3 s wall-clock window once saw none under load)."""
+
+    def __init__(self) -> None:
+        self.local = threading.local()
+
+    def perf_counter(self) -> float:
+        now = getattr(self.local, "now", 0)
+        self.local.now = now + 1
+        return float(now)
+
+
+def test_the_server_step_posts_the_frame_on_keep_alive_connections_and_counts_answers(monkeypatch):
+    monkeypatch.setattr(service_ratios, "time", TickPerLook())
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Detect)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     url = f"http://127.0.0.1:{server.server_address[1]}"
     try:
         _Detect.bodies, _Detect.paths, _Detect.peers = [], [], []
-        answered = server_step(url, b"\xff\xd8frame", 2)(0.3)
-        assert answered == len(_Detect.bodies) > 2 and set(_Detect.bodies) == {b"\xff\xd8frame"}
+        answered = server_step(url, b"\xff\xd8frame", 2)(3)
+        assert answered == len(_Detect.bodies) == 6 and set(_Detect.bodies) == {b"\xff\xd8frame"}
         assert len(set(_Detect.peers)) == 2  # one connection per client, kept alive across its requests
         _Detect.paths = []
-        server_step(url + "/edge/", b"\xff\xd8frame", 1)(0.1)
+        server_step(url + "/edge/", b"\xff\xd8frame", 1)(1)
         assert set(_Detect.paths) == {"/edge/detect"}  # the URL's path prefix is kept
         _Detect.status, _Detect.bodies = 500, []
         with pytest.raises(RuntimeError, match="2 of 2 clients failed: .* answered 500"):
-            server_step(url, b"\xff\xd8frame", 2)(0.3)  # no rate from failed requests
+            server_step(url, b"\xff\xd8frame", 2)(3)  # no rate from failed requests
         assert len(_Detect.bodies) == 2  # each client stopped at its error
         _Detect.status, _Detect.truncate = 200, True
         with pytest.raises(RuntimeError, match="2 of 2 clients failed: .*IncompleteRead"):
-            server_step(url, b"\xff\xd8frame", 2)(0.3)  # a broken answer is a failure, not a count
+            server_step(url, b"\xff\xd8frame", 2)(3)  # a broken answer is a failure, not a count
         with pytest.raises(ValueError, match="http or https"):
             server_step("ftp://127.0.0.1:1", b"x", 1)
     finally:

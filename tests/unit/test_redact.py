@@ -15,8 +15,10 @@ from app.rules.delivery.webhooks import WebhookOptions, WebhookWorker
 from app.rules.store.db import EventStore
 from app.rules.store.errors import describe
 from app.rules.store.writer import EventWriter
+from tests.support.net import free_port
 from tests.support.rules_util import Receiver, outbox_rows
-from tests.unit.test_rules_webhooks import enqueue, free_port, wait_for
+from tests.support.wait import wait_for
+from tests.unit.test_rules_webhooks import enqueue
 
 SECRETS = ("hunter2", "T0KEN", "sig=abc", "PATHSECRET")
 

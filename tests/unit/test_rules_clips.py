@@ -26,7 +26,7 @@ from app.core.timeutil import utcnow
 from app.inference.vision.mp4 import write_mp4
 from app.wiring import build_rules
 from tests.support.rules_util import EXAMPLE_SITE, H, W, at, people
-from tests.unit.test_rules_webhooks import wait_for
+from tests.support.wait import wait_for
 
 
 def noise(h: int = 360, w: int = 640, seed: int = 0) -> np.ndarray:

@@ -18,7 +18,8 @@ from app.rules.store.migrate import MigrationError, current_revision, head_revis
 from app.rules.store.errors import StoreUnavailable
 from app.rules.store.db import EventStore, make_engine
 from app.rules.store.schema import metadata
-from tests.conftest import REPO, free_port
+from tests.conftest import REPO
+from tests.support.net import free_port
 
 
 def pre_alembic_metadata() -> MetaData:

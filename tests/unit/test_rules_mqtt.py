@@ -21,8 +21,8 @@ from app.rules.delivery.mqtt.topics import Topics, event_messages, topic_part
 from app.rules.service.facade import RulesService
 from app.rules.store.db import EventStore
 from app.wiring import build_rules, mqtt_options
-from tests.conftest import free_port
 from tests.support.mqtt_broker import Mosquitto, Subscriber, find_mosquitto
+from tests.support.net import free_port
 from tests.support.rules_util import H, W, at, people
 from tests.support.viewcheck import Camera, tape
 

@@ -25,10 +25,11 @@ from app.core.roles import Keyring
 from app.rules.store.errors import StoreUnavailable
 from app.rules.service.facade import RulesService
 from app.wiring import build_rules
-from tests.conftest import free_port
+from tests.support.net import free_port
 from tests.support.rules_util import EXAMPLE_SITE, H, W, Receiver, at, people
 from tests.support.state import install_state
-from tests.unit.test_rules_webhooks import sample, wait_for
+from tests.support.wait import wait_for
+from tests.unit.test_rules_webhooks import sample
 
 
 def crowd_event(svc: RulesService, base: float) -> list[dict]:

@@ -12,7 +12,8 @@ import time
 from app.rules.store.db import EventStore
 from tests.conftest import REPO
 from tests.support.rules_util import Receiver
-from tests.unit.test_rules_webhooks import enqueue, wait_for, worker
+from tests.support.wait import wait_for
+from tests.unit.test_rules_webhooks import enqueue, worker
 
 DELIVERER = """
 import sys, time

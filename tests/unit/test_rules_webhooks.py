@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import socket
 import time
 
 import pytest
@@ -14,14 +13,10 @@ from app.core.jsonutil import dumps
 from app.rules.delivery.outbox import backoff_s
 from app.rules.delivery.webhooks import WebhookOptions, WebhookWorker, sign, verify
 from tests.support.rules_util import Receiver, outbox_rows
+from tests.support.net import free_port
+from tests.support.wait import wait_for
 
 SECRET = b"s3cret"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def enqueue(store: EventStore, url: str, event_id: str, state: str = "started") -> bytes:
@@ -33,15 +28,6 @@ def enqueue(store: EventStore, url: str, event_id: str, state: str = "started") 
     payload = dumps({"type": f"event.{state}", "idempotency_key": key, "event": event})
     store.events.record(event, [(url, key, payload)])
     return payload
-
-
-def wait_for(cond, timeout=15.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def sample(metrics: Metrics, name: str, **labels) -> float:
