@@ -332,8 +332,8 @@ class InferenceEngine:
                 continue
             if now > item.deadline:
                 self.metrics.rejected.labels("deadline_exceeded").inc()
-                item.resolve(error=DeadlineExceeded(
-                    f"waited {now - item.enqueued:.2f}s in the queue; the deadline is {self.limits.request_timeout_s}s"))
+                item.resolve(error=DeadlineExceeded(f"waited {now - item.enqueued:.2f}s in the queue; "
+                                                    f"the deadline is {self.limits.request_timeout_s}s"))
                 continue
             live.append(item)
         return live
@@ -357,7 +357,7 @@ class InferenceEngine:
                 item.resolve(error=InferenceFailed("the inference worker crashed; it is being restarted"))
             raise
         else:
-            for item, out in zip(batch, outputs):
+            for item, out in zip(batch, outputs, strict=True):  # one output per item
                 item.resolve(out)
         finally:
             lane.in_hand = []
