@@ -64,7 +64,8 @@ def parse_keys_file(data: bytes, path: Path | str = "keys file") -> tuple[KeyEnt
     except yaml.YAMLError as exc:  # the mark only: PyYAML's own message quotes the line, which may hold a key
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
-        raise KeysFileError(f"{path}: not valid YAML ({where}{getattr(exc, 'problem', None) or 'syntax error'})") from None
+        problem = getattr(exc, "problem", None) or "syntax error"
+        raise KeysFileError(f"{path}: not valid YAML ({where}{problem})") from None
     if doc is None:
         doc = []
     if not isinstance(doc, list):
@@ -115,9 +116,9 @@ def _entry(item: Any, i: int, problems: list[str]) -> KeyEntry | None:
         problems.append(f"{label}: key must be a string of at least {MIN_KEY_LENGTH} characters")
     elif sha is not None and (not isinstance(sha, str) or not HEX64.fullmatch(sha)):
         problems.append(f"{label}: sha256 must be 64 hex digits (campusguard keys new prints it)")
-    if len(problems) > before:
-        return None
-    value = hashlib.sha256(key.encode()).digest() if key is not None else bytes.fromhex(sha)
+    if len(problems) > before or not isinstance(name, str) or not isinstance(role, str):
+        return None  # the type checks repeat what the problems above said: they narrow name and role
+    value = hashlib.sha256(key.encode()).digest() if key is not None else bytes.fromhex(str(sha))
     return KeyEntry(name, role, value)
 
 

@@ -53,7 +53,8 @@ class Metrics:
         self.recent = RecentWindow()  # detection traffic of the last 15 min (GET /status), fed with request_latency
         r, ns = self.registry, NAMESPACE
         ProcessCollector(namespace=ns, registry=r)
-        self.requests = Counter("requests", "HTTP requests by route and status", ["route", "status"], namespace=ns, registry=r)
+        self.requests = Counter("requests", "HTTP requests by route and status", ["route", "status"],
+                                namespace=ns, registry=r)
         self.request_latency = Histogram("request_duration_seconds", "End-to-end request latency",
                                          ["route"], namespace=ns, registry=r, buckets=LATENCY_BUCKETS)
         self.stage_latency = Histogram("stage_duration_seconds", "Per-image latency of each pipeline stage",
@@ -64,7 +65,8 @@ class Metrics:
         self.queue_capacity = Gauge("queue_capacity", "Configured queue size", namespace=ns, registry=r)
         self._pipeline = _PipelineCollector()
         r.register(self._pipeline)
-        self.detections = Counter("detections", "Detections returned, by class", ["class_name"], namespace=ns, registry=r)
+        self.detections = Counter("detections", "Detections returned, by class", ["class_name"],
+                                  namespace=ns, registry=r)
         self.camera_detections = Counter("camera_detections", "Detections by camera and class (cameras capped)",
                                          ["camera_id", "class_name"], namespace=ns, registry=r)
         self.rejected = Counter("rejected_requests", "Requests refused before inference, by reason",
@@ -80,14 +82,16 @@ class Metrics:
                                              namespace=ns, registry=r)
         self.watchdog_trips = Counter("watchdog_trips", "Inferences that exceeded the watchdog limit",
                                       namespace=ns, registry=r)
-        self.ready = Gauge("ready", "1 when the model is loaded, warm and the worker is alive", namespace=ns, registry=r)
+        self.ready = Gauge("ready", "1 when the model is loaded, warm and the worker is alive",
+                           namespace=ns, registry=r)
         self.in_flight = Gauge("in_flight_requests", "Requests being handled", namespace=ns, registry=r)
         labels = ["device"]
         self.memory_used = Gauge("device_memory_used_bytes", "Device memory in use (tensors; RSS on CPU)",
                                  labels, namespace=ns, registry=r)
         self.memory_reserved = Gauge("device_memory_reserved_bytes", "Device memory reserved by the allocator",
                                      labels, namespace=ns, registry=r)
-        self.memory_total = Gauge("device_memory_total_bytes", "Device memory capacity", labels, namespace=ns, registry=r)
+        self.memory_total = Gauge("device_memory_total_bytes", "Device memory capacity", labels,
+                                  namespace=ns, registry=r)
         self.precision_fallback = Gauge("precision_fallback", "1 when the requested precision failed its gate and "
                                         "fp32 is served instead", ["requested"], namespace=ns, registry=r)
         self.precision_gate_passed = Gauge("precision_gate_passed", "1 when the precision passed its gate against fp32",
@@ -105,7 +109,8 @@ class Metrics:
                                     "file_changed) and outcome (ok, refused: the running config stayed)",
                                     ["trigger", "outcome"], namespace=ns, registry=r)
         self.site_file_changed = Gauge("site_file_changed", "1 while the site file on disk is not the running "
-                                       "config: a change refused as invalid, or one not loaded yet", namespace=ns, registry=r)
+                                       "config: a change refused as invalid, or one not loaded yet",
+                                       namespace=ns, registry=r)
         self.zone_objects = Gauge("zone_objects", "Objects currently inside each zone", ["camera_id", "zone"],
                                   namespace=ns, registry=r)
         self.rule_latency = Histogram("rule_evaluation_seconds", "Rule evaluation time per frame",
@@ -123,10 +128,12 @@ class Metrics:
                                           ["camera_id", "reason"], namespace=ns, registry=r)
         self.webhook_deliveries = Counter("webhook_deliveries", "Webhook delivery attempts by outcome",
                                           ["outcome"], namespace=ns, registry=r)
-        self.outbox_depth = Gauge("webhook_outbox_depth", "Events waiting for webhook delivery", namespace=ns, registry=r)
+        self.outbox_depth = Gauge("webhook_outbox_depth", "Events waiting for webhook delivery",
+                                  namespace=ns, registry=r)
         self.mqtt_deliveries = Counter("mqtt_deliveries", "MQTT outbox deliveries by outcome (delivered: every publish "
                                        "acknowledged)", ["outcome"], namespace=ns, registry=r)
-        self.mqtt_outbox_depth = Gauge("mqtt_outbox_depth", "Events waiting for MQTT delivery", namespace=ns, registry=r)
+        self.mqtt_outbox_depth = Gauge("mqtt_outbox_depth", "Events waiting for MQTT delivery",
+                                       namespace=ns, registry=r)
         self.event_store_up = Gauge("event_store_up", "1 when the event store database answers (rules on only)",
                                     ["backend"], namespace=ns, registry=r)
         self.event_buffer_depth = Gauge("event_buffer_depth", "Event writes held in memory while the store is down",
@@ -139,8 +146,8 @@ class Metrics:
         self.snapshot_bytes = Gauge("snapshot_bytes", "Disk used by event snapshots and clips (this replica)",
                                     namespace=ns, registry=r)
         self.retention_deleted = Counter("retention_deleted",
-                                         "Events, snapshot/clip files (kind=snapshots), logged frames (kind=frames) and "
-                                         "audit records (kind=audit) deleted by retention",
+                                         "Events, snapshot/clip files (kind=snapshots), logged frames (kind=frames) "
+                                         "and audit records (kind=audit) deleted by retention",
                                          ["kind"], namespace=ns, registry=r)
         self.event_buffer_dropped = Counter("event_buffer_dropped", "Event writes dropped because the buffer was full",
                                             namespace=ns, registry=r)
@@ -154,9 +161,11 @@ class Metrics:
         self.auth_blocks = Counter("auth_blocks", "Client addresses blocked after repeated wrong keys",
                                    namespace=ns, registry=r)
         self.key_reloads = Counter("key_reloads", "Keys-file reloads by trigger (file_changed, signal) and outcome "
-                                   "(ok, refused: the running keys stayed)", ["trigger", "outcome"], namespace=ns, registry=r)
+                                   "(ok, refused: the running keys stayed)", ["trigger", "outcome"],
+                                   namespace=ns, registry=r)
         self.audit_dropped = Counter("audit_dropped", "Audit records dropped because the buffer was full (the event "
-                                     "store was unreachable for long); each is still in the log", namespace=ns, registry=r)
+                                     "store was unreachable for long); each is still in the log",
+                                     namespace=ns, registry=r)
         for reason in AUTH_FAILURE_REASONS:  # every series from the first scrape: alerts see a 0 before a burst
             self.auth_failures.labels(reason)
         self._max_cameras = max_cameras
