@@ -348,7 +348,8 @@ class CameraRules:
         # whether the frame needs ByteTrack: identity rules (line crossing, dwell, min_frames) do; a camera
         # with only intrusion / crowd rules counts objects, which tracking never changes (tracker.skip_when_unneeded)
         self.tracked = bool(self.zones) and (not site.tracker.skip_when_unneeded or any(
-            r.counter is not None or r.dwell is not None or r.config.min_frames > 1 for z in self.zones for r in z.rules))
+            r.counter is not None or r.dwell is not None or r.config.min_frames > 1
+            for z in self.zones for r in z.rules))
         self.last_t: float | None = None
         self.zone_counts: dict[str, int] = {z.name: 0 for z in self.zones}
         self._tracker: CameraTracker | None = None
@@ -381,7 +382,7 @@ class CameraRules:
         self.frame_tracks = [next(tracks) if d.class_name in self.classes else None for d in detections]
         objects = [FrameObject(d, tid, foot_point(d.x1, d.y1, d.x2, d.y2, width, height),
                                box_area_fraction(d.x1, d.y1, d.x2, d.y2, width, height))
-                   for d, tid in zip(relevant, track_ids)]
+                   for d, tid in zip(relevant, track_ids, strict=True)]
 
         out: list[Transition] = []
         for zone in self.zones:
