@@ -28,17 +28,24 @@ from typing import TYPE_CHECKING, Protocol
 from app.core.jsonutil import dumps
 
 if TYPE_CHECKING:
-    from app.rules.site.schema import SiteConfig
+    from app.rules.site.schema import Camera, RuleBase, SiteConfig, Zone
 
 Message = tuple[str, bytes, bool]  # (topic, payload, retain), as app/rules/delivery/mqtt.py publishes them
+# (camera, zone, rule): the zone is "view" (rule None) for the camera's view sensor, None for its status
+Entity = tuple["Camera", "Zone | str | None", "RuleBase | None"]
 
 
 class Topics(Protocol):
     """The topic names discovery needs (app.rules.delivery.mqtt.Topics; no import: mqtt imports this)."""
 
-    node: str
-    discovery_prefix: str
-    availability: str
+    @property
+    def node(self) -> str: ...
+
+    @property
+    def discovery_prefix(self) -> str: ...
+
+    @property
+    def availability(self) -> str: ...
 
     def discovery(self, object_id: str) -> str: ...
 
@@ -106,10 +113,10 @@ def legacy_object_id(*names: str) -> str:
     return "_".join("".join(c if c.isalnum() or c in "_-" else "_" for c in n) for n in names)
 
 
-def entities(config: SiteConfig) -> list[tuple[tuple[str, ...], object]]:
+def entities(config: SiteConfig) -> list[tuple[tuple[str, ...], Entity]]:
     """(names, (camera, zone, rule)) of every entity: a camera's status, its view (with view
     checks on; zone ``"view"`` marks it, rule None), each camera/zone/rule."""
-    out: list[tuple[tuple[str, ...], object]] = []
+    out: list[tuple[tuple[str, ...], Entity]] = []
     for camera in config.cameras:
         out.append(((camera.id, "status"), (camera, None, None)))
         if camera.view_checks.enabled:
@@ -127,13 +134,13 @@ def discovery_messages(topics: Topics, config: SiteConfig) -> list[Message]:
         return []
     out: list[Message] = []
     availability = [{"topic": topics.availability}]
-    for names, (camera, zone, rule) in entities(config):  # type: ignore[misc]
+    for names, (camera, zone, rule) in entities(config):
         device = {"identifiers": [f"{topics.node}_{object_id(camera.id)}"], "name": camera.name or camera.id,
                   "manufacturer": "CampusGuard", "model": "CampusGuard Detector"}
         if zone is None:
             entity = {"name": f"{camera.name or camera.id} camera", "device_class": "connectivity",
                       "state_topic": topics.status(camera.id), "payload_on": "online", "payload_off": "offline"}
-        elif rule is None:  # the camera's view checks
+        elif rule is None or isinstance(zone, str):  # the camera's view checks (zone "view", no rule)
             entity = {"name": f"{camera.name or camera.id} view", "device_class": "problem",
                       "state_topic": topics.view_problem(camera.id), "payload_on": "ON", "payload_off": "OFF",
                       "json_attributes_topic": topics.event(camera.id, "camera_view"),

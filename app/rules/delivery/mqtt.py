@@ -35,7 +35,7 @@ import os
 import socket
 import ssl
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -85,7 +85,8 @@ class BrokerTarget:
         """``mqtt://[user[:pass]@]host[:1883]`` or ``mqtts://...[:8883]``; separate user/password win."""
         parts = urlsplit(url.strip())
         if parts.scheme not in ("mqtt", "mqtts") or not parts.hostname:
-            raise ConfigError(f"mqtt_url must look like mqtt://host:1883 or mqtts://host:8883, got {redact.target(url)}")
+            raise ConfigError("mqtt_url must look like mqtt://host:1883 or mqtts://host:8883, "
+                              f"got {redact.target(url)}")
         try:
             port = parts.port or (8883 if parts.scheme == "mqtts" else 1883)
         except ValueError:
@@ -150,7 +151,8 @@ def event_messages(topics: Topics, payload: bytes) -> list[Message]:
     sensor of their own: their state is the retained status and view/problem topics."""
     envelope = json.loads(payload)
     event = envelope["event"]
-    out: list[Message] = [(topics.events, payload, False), (topics.event(event["camera_id"], event["rule"]), payload, False)]
+    out: list[Message] = [(topics.events, payload, False),
+                          (topics.event(event["camera_id"], event["rule"]), payload, False)]
     if event["rule"] not in NO_RULE_SENSOR:
         on = envelope["type"] == "event.started"
         out.append((topics.state(event["camera_id"], event["zone"], event["rule"]), b"ON" if on else b"OFF", True))
@@ -165,7 +167,8 @@ class MqttPublisher:
     def __init__(self, target: BrokerTarget, topics: Topics, *, qos: int = 1, client_id: str = "",
                  ca_file: Path | None = None, ack_timeout_s: float = 5.0, reconnect_max_s: float = 10.0,
                  snapshot: Callable[[], Iterable[Message]] = lambda: ()) -> None:
-        self.target, self.topics, self.qos, self.ack_timeout_s, self.snapshot = target, topics, qos, ack_timeout_s, snapshot
+        self.target, self.topics, self.qos = target, topics, qos
+        self.ack_timeout_s, self.snapshot = ack_timeout_s, snapshot
         self.on_connected: Callable[[], None] = lambda: None  # the outbox worker: deliver what waited
         self.client_id = client_id or f"campusguard-{socket.gethostname()}-{os.getpid()}"
         self.client = mqtt.Client(CallbackAPIVersion.VERSION2, client_id=self.client_id, protocol=mqtt.MQTTv311)
@@ -390,7 +393,7 @@ class MqttBridge:
             self.publisher.set_state(topic, payload)
 
     def snapshot(self, config: SiteConfig, status: Callable[[str], str], counts: dict[str, dict[str, int]],
-                 open_rules: set[tuple[str, str, str]], view_problems: set[str] = frozenset()) -> list[Message]:
+                 open_rules: set[tuple[str, str, str]], view_problems: Collection[str] = frozenset()) -> list[Message]:
         """Everything retained, as of now: discovery, then per seen camera its status,
         occupancy, the ON/OFF of each rule and of its view (``view_problems``: cameras with an
         open view problem). Cameras this replica never saw are left alone (another replica
@@ -403,8 +406,8 @@ class MqttBridge:
             if state not in ("online", "offline"):
                 continue
             out.append((self.topics.status(camera.id), state.encode(), True))
-            for zone, n in counts.get(camera.id, {}).items():
-                out.append((self.topics.occupancy(camera.id, zone), str(n).encode(), True))
+            for zone_name, n in counts.get(camera.id, {}).items():
+                out.append((self.topics.occupancy(camera.id, zone_name), str(n).encode(), True))
             for zone in camera.zones:
                 for rule in zone.rules:
                     on = (camera.id, zone.name, rule.rule_name) in open_rules
