@@ -27,13 +27,14 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from app.commands.common import imgsz_arg
 from app.tooling.bench import report
 from app.tooling.bench.args import DEFAULT_WEIGHTS, csv_list, size_override, weights_override
-from app.tooling.bench.plan import make_plan, runs, runs_ultralytics, total_steps
+from app.tooling.bench.plan import Plan, make_plan, runs, runs_ultralytics, total_steps
 from app.tooling.bench.runner import Bench, load_images
 from app.tooling.bench.table import add_ratios, merge, write_outputs
 
@@ -51,7 +52,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="batch sizes for one model size, e.g. l=1,4 (repeatable)")
     parser.add_argument("--precisions", type=csv_list(str, ("fp32", "fp16", "bf16", "int8")), default=None,
                         help="default: fp32 on CPU, fp32,fp16 on a GPU; bf16 (openvino) and int8 (onnx, openvino: "
-                             "built and gated as the service does) on a CPU. A backend skips precisions it does not run")
+                             "built and gated as the service does) on a CPU. "
+                             "A backend skips precisions it does not run")
     parser.add_argument("--iterations", type=int, default=30, help="timed iterations per row (default 30)")
     parser.add_argument("--iterations-for", type=size_override(int), action="append", default=[],
                         metavar="SIZE=N", help="timed iterations for one model size (repeatable)")
@@ -97,8 +99,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
                        help="backend:precision of --stage service's servers and bare model calls, a comma list of "
                             f"{','.join(SERVICE_VARIANTS)} (default onnx:fp32,onnx:int8)")
     stage.add_argument("--anchor", action=argparse.BooleanOptionalAction, default=None,
-                       help="time the anchor in --stage service: Ultralytics predict on its own OpenVINO int8 export at "
-                            "the 16:9 shape, built once into --onnx-cache-dir (default: on with the openvino extra)")
+                       help="time the anchor in --stage service: Ultralytics predict on its own OpenVINO int8 export "
+                            "at the 16:9 shape, built once into --onnx-cache-dir (default: on with the openvino extra)")
     stage.add_argument("--calibration-images", type=int, default=64, help="int8 calibration frames (--stage service)")
     stage.add_argument("--stage-seconds", type=float, default=12.0, help="seconds per stage variant set (default 12)")
     stage.add_argument("--rounds", type=int, default=6, help="interleaved rounds (default 6)")
@@ -149,9 +151,9 @@ def run(args: argparse.Namespace) -> int:
         return run_stage(args)
     if args.render:
         saved = json.loads((args.out / "bench.json").read_text())
-        rows = saved["rows"]
-        add_ratios(rows)
-        write_outputs(args.out, rows, saved["meta"], plots=not args.no_plots)
+        saved_rows = saved["rows"]
+        add_ratios(saved_rows)
+        write_outputs(args.out, saved_rows, saved["meta"], plots=not args.no_plots)
         print((args.out / "bench.md").read_text())
         return 0
     plans = make_plan(args)
@@ -159,8 +161,8 @@ def run(args: argparse.Namespace) -> int:
     meta = report.environment() | {"command": report.command_line("bench", sys.argv[2:]) if len(sys.argv) > 1 else "",
                                    "warmup": args.warmup, "imgsz": args.imgsz, "images_folder": str(args.images),
                                    "images_cycled": len(images)}
-    previous = json.loads((args.out / "bench.json").read_text()) if args.append and (args.out / "bench.json").is_file() \
-        else None
+    saved_json = args.out / "bench.json"
+    previous = json.loads(saved_json.read_text()) if args.append and saved_json.is_file() else None
     rows: list[dict[str, Any]] = []
     bar = tqdm(total=total_steps(plans, args), unit="it", disable=args.no_progress, dynamic_ncols=True)
     bench = Bench(args, images, lambda: bar.update(1))
@@ -184,14 +186,18 @@ def run(args: argparse.Namespace) -> int:
         rows.append(row)
         save(plots=False)
 
+    def ultralytics_rows(plan: Plan) -> list[dict[str, Any]]:
+        return [bench.ultralytics_row(plan, describe)]
+
     try:
         for plan in plans:
             if runs_ultralytics(plan, args) and not bench.out_of_time(f"{plan.size}/ultralytics/{plan.precision}"):
-                bench.rows_of(lambda: [bench.ultralytics_row(plan, describe)], plan, "ultralytics", "torch", keep)
+                bench.rows_of(partial(ultralytics_rows, plan), plan, "ultralytics", "torch", keep)
             for backend in args.backends:
                 if runs(backend, plan.precision, args.device) and \
                         not bench.out_of_time(f"{plan.size}/{backend}/{plan.precision}"):
-                    bench.rows_of(lambda: bench.backend_rows(plan, backend, describe), plan, "library", backend, keep)
+                    bench.rows_of(partial(bench.backend_rows, plan, backend, describe), plan, "library", backend,
+                                  keep)
     finally:
         bar.close()
     files = save(plots=not args.no_plots)

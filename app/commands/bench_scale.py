@@ -13,7 +13,10 @@ import json
 import os
 import platform
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from app.tooling.pgcluster import PostgresCluster
 
 PARTS = ("events", "retention", "replay", "rules")
 
@@ -53,8 +56,8 @@ def run(args: argparse.Namespace) -> int:
     console = Console(stderr=True)
     results: dict[str, Any] = {"meta": {"measured_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
                                         "host": platform.node(), "cpus": os.cpu_count(),
-                                        "load_average": list(os.getloadavg()), "args": {k: str(v) for k, v in
-                                                                                       vars(args).items() if k != "_run"}}}
+                                        "load_average": list(os.getloadavg()),
+                                        "args": {k: str(v) for k, v in vars(args).items() if k != "_run"}}}
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console, disable=args.no_progress) as progress, _database(args) as url:
         results["meta"]["database"] = url.split("://", 1)[0]
@@ -94,7 +97,8 @@ def _measure(args: argparse.Namespace, parts: list[str], url: str, progress, res
         if "replay" in parts:
             start = end + dt.timedelta(days=2)
             task = progress.add_task(f"filling {args.frames:,} logged frames", total=args.frames)
-            scale_data.fill_frames(store, args.frames, args.frame_cameras, start, progress=lambda n: progress.advance(task, n))
+            scale_data.fill_frames(store, args.frames, args.frame_cameras, start,
+                                   progress=lambda n: progress.advance(task, n))
             seconds = args.frames // args.frame_cameras + 1
             task = progress.add_task("replay reads", total=args.frames)
             results["replay"] = scale.replay_reads(store, scale_data.camera_ids(args.frame_cameras), start,
@@ -110,7 +114,8 @@ def _measure(args: argparse.Namespace, parts: list[str], url: str, progress, res
     finally:
         store.close()
     if "rules" in parts:
-        task = progress.add_task("rules evaluation, 1 and 2 workers", total=len(scale_rules.VARIANTS) * args.rules_rounds)
+        task = progress.add_task("rules evaluation, 1 and 2 workers",
+                                 total=len(scale_rules.VARIANTS) * args.rules_rounds)
         rules = scale_rules.interleaved(args.rules_cameras, args.rules_frames, args.objects, args.rules_rounds,
                                         progress=lambda: progress.advance(task, 1))
         results["rules"], results["rules_summary"] = rules["runs"], rules["summary"]
@@ -121,7 +126,8 @@ class _database:
     """--db, or a database in a throw-away PostgreSQL cluster (stopped and deleted after)."""
 
     def __init__(self, args: argparse.Namespace) -> None:
-        self.url, self.cluster = args.db, None
+        self.url = args.db
+        self.cluster: PostgresCluster | None = None
 
     def __enter__(self) -> str:
         if self.url:
@@ -132,8 +138,8 @@ class _database:
         bin_dir = find_bin_dir()
         if bin_dir is None:
             raise ConfigError("no PostgreSQL server found (apt-get install postgresql), or pass --db URL")
-        self.cluster = PostgresCluster(bin_dir, free_port()).start()
-        return self.cluster.new_database()
+        cluster = self.cluster = PostgresCluster(bin_dir, free_port()).start()
+        return cluster.new_database()
 
     def __exit__(self, *exc: object) -> None:
         if self.cluster is not None:

@@ -36,6 +36,7 @@ def run(args: argparse.Namespace) -> int:
     from app.config import load_settings
     from app.core.errors import ConfigError
     from app.core.metrics import Metrics
+    from app.inference.shadow.lane import ShadowLane
     from app.inference.vision.decode import image_files
     from app.tooling.bench import report
     from app.tooling.bench.shadow_ab import per_round, run_round, spread, summarize
@@ -55,6 +56,8 @@ def run(args: argparse.Namespace) -> int:
     engine.warmup(settings.warmup_iters)
     engine.mark_ready()
     lane = wiring.build_shadow(settings, engine, metrics)
+    if not isinstance(lane, ShadowLane):  # --reference always names one; this is a wiring bug
+        raise ConfigError(f"no shadow lane was built for --reference {args.reference}")
     lane.start()
     rounds = []
     try:

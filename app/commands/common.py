@@ -23,7 +23,8 @@ def add_backend_options(parser: argparse.ArgumentParser, weights_required: bool 
     parser.add_argument("--weights", type=Path, default=None, required=weights_required,
                         help=".pt, .onnx or architecture .yaml (default: CAMPUSGUARD_WEIGHTS)")
     parser.add_argument("--device", default=None, help="cpu or cuda:N (default: CAMPUSGUARD_DEVICE or cpu)")
-    parser.add_argument("--imgsz", type=imgsz_arg, default=None, help="fixed input size: N (square) or HxW (default 640)")
+    parser.add_argument("--imgsz", type=imgsz_arg, default=None,
+                        help="fixed input size: N (square) or HxW (default 640)")
     parser.add_argument("--threads", type=int, default=None, help="CPU threads (default: all cores)")
     parser.add_argument("--precision", choices=["fp32", "fp16", "bf16", "int8"], default=None,
                         help="default: CAMPUSGUARD_PRECISION or fp32 (int8 is built from the weights and gated; "

@@ -6,6 +6,7 @@ import argparse
 import json
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
@@ -26,7 +27,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="also score every shape alone (all images letterboxed to it), besides the service way "
                              "(each image at its aspect's shape)")
     parser.add_argument("--decode", choices=("reduced", "full"), default=None,
-                        help="JPEG decode: reduced (DCT-scaled when the letterbox allows) or full (CAMPUSGUARD_DECODE_REDUCE)")
+                        help="JPEG decode: reduced (DCT-scaled when the letterbox allows) "
+                             "or full (CAMPUSGUARD_DECODE_REDUCE)")
     parser.add_argument("--upscale", type=int, default=None, metavar="WIDTH",
                         help="score camera-sized frames: each image up-scaled to WIDTH px (cubic, JPEG q90, in memory)")
     parser.add_argument("--json", action="store_true", help="print a JSON summary as the last stdout line")
@@ -56,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
     def keep(name: str, dets: list[Detection]) -> None:
         predictions[name] = [prediction(d) for d in dets]
 
-    saving = {"on_image": keep} if args.save_predictions is not None else {}
+    saving: dict[str, Any] = {"on_image": keep} if args.save_predictions is not None else {}
     results = [(label, evaluate(pipeline, dataset, batch_size=args.batch, progress=not args.no_progress,
                                 shape=shape, transform=transform, **(saving if shape is None else {})))
                for label, shape in runs]
@@ -77,7 +79,8 @@ def run(args: argparse.Namespace) -> int:
     Console(stderr=args.json).print(table)
     if args.json:
         first = results[0][1]
-        summary = {k: v for k, v in asdict(first).items() if k in {"backend", "provider", "images", "map50_95", "map50"}}
+        summary = {k: v for k, v in asdict(first).items()
+                   if k in {"backend", "provider", "images", "map50_95", "map50"}}
         summary |= {"precision": detector.precision, "decode": "reduced" if settings.decode_reduce else "full",
                     "per_shape": {label: round(r.map50_95, 4) for label, r in results[1:]}}
         print(json.dumps(summary))

@@ -66,15 +66,18 @@ def _run_int8(args: argparse.Namespace) -> int:
 
     if args.half or args.device != "cpu":
         raise ConfigError("--int8 makes a CPU model: drop --half and --device")
-    recipe = Recipe(method=args.calib_method, keep_fp32=tuple(p.strip() for p in args.keep_fp32.split(",") if p.strip()))
+    recipe = Recipe(method=args.calib_method,
+                    keep_fp32=tuple(p.strip() for p in args.keep_fp32.split(",") if p.strip()))
     result = export_int8(args.weights, args.out, calibration=args.calibration or DEFAULT_CALIBRATION,
                          calib_images=args.calib_images, max_drop=args.max_drop, imgsz=args.imgsz, batch=args.batch,
                          dynamic_batch=args.dynamic_batch, recipe=recipe, threads=args.threads,
                          progress=not args.no_progress, eval_data=args.eval_data)
     _print_summary(result)
     if not result.accepted:
+        fp32, int8 = result.fp32, result.int8
+        assert fp32 is not None and int8 is not None  # refused only when both were scored
         print(f"campusguard export: refused: the int8 model loses {result.drop:.4f} mAP50-95 against fp32 "
-              f"({result.fp32.map50_95:.4f} -> {result.int8.map50_95:.4f}), more than --max-drop {result.max_drop}; "
+              f"({fp32.map50_95:.4f} -> {int8.map50_95:.4f}), more than --max-drop {result.max_drop}; "
               f"no model written to {result.out}. Calibrate on more of your own frames (--calibration, "
               "--calib-images), keep more in fp32 (--keep-fp32), or accept the loss with a larger --max-drop.",
               file=sys.stderr)

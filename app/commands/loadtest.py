@@ -73,8 +73,9 @@ def run(args: argparse.Namespace) -> int:
     validate(args)
     payloads = load_jpegs(args.images)
     per_level = args.requests if args.requests is not None else int(math.ceil(args.duration))
-    meta = report.environment() | {"command": report.command_line("loadtest", sys.argv[2:]), "url": redact_url(args.url),
-                                   "images_folder": str(args.images), "images": len(payloads),
+    meta = report.environment() | {"command": report.command_line("loadtest", sys.argv[2:]),
+                                   "url": redact_url(args.url), "images_folder": str(args.images),
+                                   "images": len(payloads),
                                    "mode": "requests" if args.requests is not None else "duration",
                                    "per_level": args.requests if args.requests is not None else args.duration}
     bar = tqdm(total=per_level * len(args.concurrency), unit="req" if args.requests is not None else "s",

@@ -82,7 +82,8 @@ def detect_all(args: argparse.Namespace, precision: str) -> dict[str, list[list[
     from app.inference.accuracy import upscaled
 
     transform = upscaled(args.upscale) if args.upscale else (lambda data: data)
-    found = {p.name: as_boxes(dets) for p, dets in zip(paths, pipeline.detect([transform(p.read_bytes()) for p in paths]))}
+    detected = pipeline.detect([transform(p.read_bytes()) for p in paths])
+    found = {p.name: as_boxes(dets) for p, dets in zip(paths, detected, strict=True)}  # one list per image
     detector.close()
     return found
 
@@ -93,7 +94,7 @@ def served_detector(settings: Settings) -> Detector:
     from app import wiring
 
     provisioned = wiring.provision_detector(settings)
-    if provisioned.fallback:
+    if provisioned.verdict is not None and provisioned.fallback:
         provisioned.detector.close()
         raise ConfigError(f"{provisioned.verdict.summary}: the service would serve fp32 instead, so there is no "
                           f"{provisioned.requested} model to compare")
@@ -122,8 +123,8 @@ def run(args: argparse.Namespace) -> int:
         rows.append({"device": args.device, "backend": args.backend, "precision": precision} | result.as_dict())
     args.out.mkdir(parents=True, exist_ok=True)
     report.write_json(args.out / "parity.json", {"reference": reference.get("meta", {}), "rows": rows})
-    table = report.markdown_table(rows, [("device", "device", 0), ("backend", "backend", 0), ("precision", "precision", 0),
-                                         ("images", "images", 0),
+    table = report.markdown_table(rows, [("device", "device", 0), ("backend", "backend", 0),
+                                         ("precision", "precision", 0), ("images", "images", 0),
                                          ("reference_boxes", "CPU boxes", 0), ("boxes", "boxes", 0),
                                          ("recall", "recall", 3), ("box_precision", "box precision", 3),
                                          ("mean_iou", "mean IoU", 3), ("max_conf_diff", "max conf diff", 3),

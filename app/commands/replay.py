@@ -34,13 +34,15 @@ def when_arg(value: str) -> dt.datetime:
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--site", type=Path, required=True, help="the site YAML to try (validated like a reload)")
-    parser.add_argument("--since", type=when_arg, required=True, help="window start, ISO 8601 (2026-11-01 = midnight UTC)")
+    parser.add_argument("--since", type=when_arg, required=True,
+                        help="window start, ISO 8601 (2026-11-01 = midnight UTC)")
     parser.add_argument("--until", type=when_arg, default=None, help="window end, ISO 8601 (default: now)")
     parser.add_argument("--camera", action="append", default=None, metavar="ID",
                         help="only this camera (repeatable; default: every camera of the site file)")
     parser.add_argument("--db", default=None, help="event store URL (default: CAMPUSGUARD_EVENTS_DB_URL)")
-    parser.add_argument("--workers", type=_workers, default=1, help="replay the cameras in this many processes, split as "
-                        "the live rules shards split them (default 1)")
+    parser.add_argument("--workers", type=_workers, default=1,
+                        help="replay the cameras in this many processes, split as the live rules shards split them "
+                             "(default 1)")
     parser.add_argument("--json", action="store_true", help="print a JSON summary as the last line")
 
 
@@ -98,7 +100,8 @@ def print_comparison(result, console) -> None:
             [("+", r, s) for r in result.rules for s in r.only_replayed]
     diffs.sort(key=lambda d: (d[2].started_at, d[0]))
     for sign, r, span in diffs[:MAX_LISTED]:
-        console.print(f"{sign} {r.camera_id}/{r.zone}/{r.rule} {iso(span.started_at)} .. {iso(span.ended_at) or 'open'}",
+        ended = iso(span.ended_at) or "open"
+        console.print(f"{sign} {r.camera_id}/{r.zone}/{r.rule} {iso(span.started_at)} .. {ended}",
                       highlight=False, markup=False)
     if len(diffs) > MAX_LISTED:
         console.print(f"... and {len(diffs) - MAX_LISTED} more (--json lists them all)")

@@ -64,7 +64,9 @@ def serve(overrides: dict) -> int:
 
     app = create_app(settings, choice)
     config = uvicorn.Config(app, host=settings.host, port=settings.port, log_config=None, access_log=False,
-                            timeout_graceful_shutdown=settings.drain_timeout_s, lifespan="on",
+                            # uvicorn types it int but takes any number (asyncio.timeout): keep fractions
+                            timeout_graceful_shutdown=settings.drain_timeout_s,  # type: ignore[arg-type]
+                            lifespan="on",
                             proxy_headers=True, forwarded_allow_ips=settings.forwarded_allow_ips)
     server = uvicorn.Server(config)
     # uvicorn re-raises SIGTERM after its graceful shutdown; a no-op handler underneath makes

@@ -15,4 +15,5 @@ from app.config.settings import (
 )
 
 __all__ = ["DEFAULT_DATA_DIR", "DEFAULT_WEIGHTS", "ENV_FILE", "ENV_PREFIX", "FILE_SETTINGS", "FOREIGN_VARIABLES",
-           "ONNX_PROVIDER_ALIASES", "Settings", "load_settings", "normalize_device", "setting_names", "unknown_variables"]
+           "ONNX_PROVIDER_ALIASES", "Settings", "load_settings", "normalize_device", "setting_names",
+           "unknown_variables"]

@@ -32,8 +32,10 @@ FOREIGN_PREFIXES: tuple[str, ...] = ("CAMPUSGUARD_TEST_", "CAMPUSGUARD_GATEWAY_"
 GUESSES: dict[str, str] = {
     "MAX_QUEUE": "queue_size", "QUEUE": "queue_size", "QUEUE_LENGTH": "queue_size", "MAX_QUEUE_SIZE": "queue_size",
     "BATCH_SIZE": "max_batch_size", "BATCH": "max_batch_size", "MODEL": "weights", "MODEL_PATH": "weights",
-    "API_KEY": "api_keys", "KEYS": "api_keys", "KEYS_FILE": "api_keys_file", "API_KEY_FILE": "api_keys_file", "GPU": "device", "TIMEOUT": "request_timeout_s",
-    "FP16": "precision", "HALF": "precision", "INT8": "precision", "CONFIDENCE": "conf", "WORKERS": "preprocess_workers", "SITE": "site_config",
+    "API_KEY": "api_keys", "KEYS": "api_keys", "KEYS_FILE": "api_keys_file", "API_KEY_FILE": "api_keys_file",
+    "GPU": "device", "TIMEOUT": "request_timeout_s",
+    "FP16": "precision", "HALF": "precision", "INT8": "precision", "CONFIDENCE": "conf",
+    "WORKERS": "preprocess_workers", "SITE": "site_config",
 }
 
 

@@ -41,16 +41,19 @@ class TextFormatter(logging.Formatter):
         super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
 
     def format(self, record: logging.LogRecord) -> str:
-        if isinstance(record.args, tuple) and any(isinstance(a, str) for a in record.args):
+        args = record.args
+        if isinstance(args, tuple) and any(isinstance(a, str) for a in args):
             record = logging.makeLogRecord(record.__dict__)
-            record.args = tuple(escape_control(a) if isinstance(a, str) else a for a in record.args)
+            record.args = tuple(escape_control(a) if isinstance(a, str) else a for a in args)
         line = super().format(record)
         if getattr(record, "camera_id", None) is not None or getattr(record, "detections", None) is not None:
             camera = getattr(record, "camera_id", None)
             camera = escape_control(camera) if isinstance(camera, str) else camera
             line += f" camera={camera} detections={getattr(record, 'detections', None)}"
-        if getattr(record, "client", None) is not None:  # the access log: who, from where (a key's name, never a key)
-            line += f" client={escape_control(str(record.client))} key={escape_control(str(getattr(record, 'key', None) or '-'))}"
+        client = getattr(record, "client", None)
+        if client is not None:  # the access log: who, from where (a key's name, never a key)
+            key = getattr(record, "key", None) or "-"
+            line += f" client={escape_control(str(client))} key={escape_control(str(key))}"
         return line
 
 

@@ -35,7 +35,8 @@ UNPARSEABLE = "<unparseable URL>"
 _URL = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://[^\s'\"<>`]+")
 _USERINFO = re.compile(r"//([^/@:]*):[^@]*@")  # //user:password@
 _TRAILING = ".,;:!?)]}"  # punctuation that ends a sentence, not the URL
-_PASSWORD_PAIR = re.compile(r"(?i)\b(password|passwd|pwd|secret|token|api_key|apikey)(\s*[=:]\s*)('[^']*'|\"[^\"]*\"|[^\s&;,]+)")
+_PASSWORD_PAIR = re.compile(r"(?i)\b(password|passwd|pwd|secret|token|api_key|apikey)"
+                            r"(\s*[=:]\s*)('[^']*'|\"[^\"]*\"|[^\s&;,]+)")
 
 
 def _host_port(parts) -> str:

@@ -16,7 +16,7 @@ import re
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from app.core.sources import STATES, SourceBook
@@ -48,7 +48,7 @@ class SourceCollector(Collector):
     def __init__(self, book: SourceBook, camera_label: Callable[[str], str]) -> None:
         self.book, self.camera_label = book, camera_label
 
-    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+    def collect(self) -> Iterator[Metric]:
         state = GaugeMetricFamily(f"{NS}_state", "1 for the state each camera stream is in (cameras under _other: "
                                   "how many are in it)", labels=["camera_id", "state"])
         fps = GaugeMetricFamily(f"{NS}_input_fps", "Frames per second read from the stream (last 10 s)",
@@ -68,7 +68,8 @@ class SourceCollector(Collector):
         now = dt.datetime.now(dt.timezone.utc)
         for camera_id, source in sorted(self.book.all().items()):
             camera = self.camera_label(camera_id)
-            shown = source.get("state") if source.get("state") in STATES else "unknown"
+            reported = source.get("state")
+            shown = reported if isinstance(reported, str) and reported in STATES else "unknown"
             states[(camera, shown)] += 1
             totals[("input_fps", camera)] += float(source.get("input_fps") or 0.0)
             for name in counters:

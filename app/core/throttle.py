@@ -34,7 +34,8 @@ class _Address:
 class FailureThrottle:
     """Thread-safe: requests of any thread report failures and ask before a key is checked."""
 
-    def __init__(self, options: ThrottleOptions = ThrottleOptions(), clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, options: ThrottleOptions = ThrottleOptions(),
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.options = options
         self.clock = clock
         self._table: OrderedDict[str, _Address] = OrderedDict()

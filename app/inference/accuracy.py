@@ -85,13 +85,15 @@ def evaluate(pipeline: Pipeline, dataset: Dataset, batch_size: int = 1, progress
     ``on_image(file name, detections)`` sees each image's detections (``eval --save-predictions``)."""
     from faster_coco_eval import COCO, COCOeval_faster
 
-    images, annotations, detections = [], [], []
+    images: list[dict] = []
+    annotations: list[dict] = []
+    detections: list[dict] = []
     bar = tqdm(total=len(dataset.images), desc="eval", unit="img", file=sys.stderr, disable=not progress)
     for start in range(0, len(dataset.images), batch_size):
         paths = dataset.images[start:start + batch_size]
         blobs = [transform(p.read_bytes()) if transform else p.read_bytes() for p in paths]
         results = pipeline.detect(blobs, params, batch_size=batch_size, shape=shape)
-        for offset, (path, blob, dets) in enumerate(zip(paths, blobs, results)):
+        for offset, (path, blob, dets) in enumerate(zip(paths, blobs, results, strict=True)):
             on_image(path.name, dets)
             image_id = start + offset + 1
             height, width = pipeline_shape(blob)
@@ -110,7 +112,8 @@ def evaluate(pipeline: Pipeline, dataset: Dataset, batch_size: int = 1, progress
         coco_gt = COCO(gt)
         coco_dt = coco_gt.loadRes(detections) if detections else None
         if coco_dt is None:
-            return EvalResult(pipeline.detector.backend, pipeline.detector.provider, len(images), 0.0, 0.0, len(annotations))
+            return EvalResult(pipeline.detector.backend, pipeline.detector.provider, len(images), 0.0, 0.0,
+                              len(annotations))
         evaluator = COCOeval_faster(coco_gt, coco_dt, "bbox")
         evaluator.evaluate()
         evaluator.accumulate()
@@ -128,6 +131,8 @@ def upscaled(width: int, quality: int = 90) -> Callable[[bytes], bytes]:
 
     def transform(data: bytes) -> bytes:
         img = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR)
+        if img is None:
+            raise ValueError("not a decodable image")
         height = round(img.shape[0] * width / img.shape[1])
         ok, buf = cv2.imencode(".jpg", cv2.resize(img, (width, height), interpolation=cv2.INTER_CUBIC),
                                [cv2.IMWRITE_JPEG_QUALITY, quality])

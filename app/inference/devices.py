@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import glob
 import os
+from collections.abc import Mapping
 from pathlib import Path
 
 import psutil
@@ -61,7 +62,7 @@ def parse_device(device: str) -> int | None:
     return int(device.split(":", 1)[1]) if ":" in device else 0
 
 
-def visibility_report(env: dict[str, str] | None = None) -> str:
+def visibility_report(env: Mapping[str, str] | None = None) -> str:
     env = os.environ if env is None else env
     set_vars = [f"{name}={env[name]!r}" for name in VISIBILITY_VARS if name in env]
     return ", ".join(set_vars) if set_vars else "none of " + "/".join(VISIBILITY_VARS) + " is set"

@@ -71,8 +71,8 @@ def export_onnx(
         check_stride(model.model, imgsz, option="--imgsz")
         with contextlib.chdir(tmp):
             produced = model.export(
-                format="onnx", imgsz=list(hw) if hw[0] != hw[1] else hw[0], half=half, batch=batch, dynamic=dynamic_batch,
-                simplify=True, device=device, verbose=False,
+                format="onnx", imgsz=list(hw) if hw[0] != hw[1] else hw[0], half=half, batch=batch,
+                dynamic=dynamic_batch, simplify=True, device=device, verbose=False,
             )
             proto = onnx.load(str(produced))
     torch.set_num_threads(threads or saved_threads)  # the exporter's select_device changes it
@@ -86,7 +86,7 @@ def export_onnx(
 def _pin_spatial_dims(proto, hw: tuple[int, int]) -> None:
     """Fix H and W of the image input: one shape for every frame."""
     dims = proto.graph.input[0].type.tensor_type.shape.dim
-    for axis, size in zip((2, 3), hw):
+    for axis, size in zip((2, 3), hw, strict=True):
         dims[axis].ClearField("dim_param")
         dims[axis].dim_value = size
 

@@ -170,10 +170,10 @@ class Pipeline:
         boxes = box.to_original(dets.boxes).tolist()
         names = self.detector.names
         return [Detection(c, names.get(c, str(c)), s, *b)
-                for b, s, c in zip(boxes, dets.scores.tolist(), dets.class_ids.tolist())]
+                for b, s, c in zip(boxes, dets.scores.tolist(), dets.class_ids.tolist(), strict=True)]
 
     # --- convenience ----------------------------------------------------------------------
-    def detect(self, images: list[bytes | np.ndarray], params: DetectParams | None = None,
+    def detect(self, images: Sequence[bytes | np.ndarray], params: DetectParams | None = None,
                batch_size: int = 8, shape: Shape | None = None) -> list[list[Detection]]:
         """Library entry point: many images in, one detection list per image out. Each image
         goes to its aspect's shape (or ``shape``); a batch holds one shape."""
@@ -185,6 +185,7 @@ class Pipeline:
             for group in {p.shape for p in prepared}:
                 members = [i for i, p in enumerate(prepared) if p.shape == group]
                 raw = self.infer([prepared[i].letterboxed for i in members], params.conf)
-                found.update((i, self.finish(r, prepared[i].letterbox, params)) for i, r in zip(members, raw))
+                found.update((i, self.finish(r, prepared[i].letterbox, params))
+                             for i, r in zip(members, raw, strict=True))
             results.extend(found[i] for i in range(len(prepared)))
         return results

@@ -14,6 +14,7 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from app.config import Settings
 from app.core.errors import ConfigError
@@ -37,6 +38,8 @@ DEFAULT_CALIBRATION = Path("../shared/datasets/coco-val128")
 class Score:
     map50_95: float
     map50: float
+
+DEFAULT_RECIPE = Recipe()  # frozen, so one shared default is safe
 
 
 @dataclass(frozen=True)
@@ -73,7 +76,7 @@ def labelled_dataset(folder: Path) -> Dataset | None:
 
 def export_int8(weights: Path, out: Path, calibration: Path = DEFAULT_CALIBRATION, calib_images: int | None = None,
                 max_drop: float = 0.01, imgsz: ImgSize | None = None, batch: int = 1, dynamic_batch: bool = False,
-                recipe: Recipe = Recipe(), threads: int | None = None, progress: bool = True,
+                recipe: Recipe = DEFAULT_RECIPE, threads: int | None = None, progress: bool = True,
                 eval_data: Path | None = None) -> Int8Result:
     """Quantise ``weights`` (.pt/.yaml, exported first, or a YOLO fp32 .onnx) to ``out``.
 
@@ -97,9 +100,10 @@ def export_int8(weights: Path, out: Path, calibration: Path = DEFAULT_CALIBRATIO
             with tqdm(total=len(frames), desc="calibrate int8", unit="img", file=sys.stderr,
                       disable=not progress) as bar:
                 quantize(fp32, staged, FrameReader(frames, fp32.input_name, fp32.batch or 1, bar.update), recipe)
-            scores = (None, None)
+            scores: tuple[Score | None, Score | None] = (None, None)
             if dataset is not None:
-                scores = tuple(_score(path, fp32.imgsz, dataset, threads, progress) for path in (fp32.path, staged))
+                scores = (_score(fp32.path, fp32.imgsz, dataset, threads, progress),
+                          _score(staged, fp32.imgsz, dataset, threads, progress))
             result = Int8Result(out, fp32.imgsz, len(frames), recipe, fp32.path.stat().st_size,
                                 staged.stat().st_size, *scores, max_drop=max_drop,
                                 eval_images=len(dataset.images) if dataset else 0)
@@ -119,8 +123,8 @@ def _fp32_source(weights: Path, tmp: Path, imgsz: ImgSize | None, batch: int, dy
         if precision != "fp32":
             raise ConfigError(f"{weights} is already a {precision} model; quantise its fp32 export")
         if imgsz is not None and input_hw(imgsz) != input_hw(fp32.imgsz):
-            raise ConfigError(f"{weights} was exported for imgsz {format_imgsz(fp32.imgsz)}, not {format_imgsz(imgsz)}; "
-                              "export it again at that size")
+            raise ConfigError(f"{weights} was exported for imgsz {format_imgsz(fp32.imgsz)}, "
+                              f"not {format_imgsz(imgsz)}; export it again at that size")
         return fp32
     from app.inference.export import export_onnx
 
@@ -139,7 +143,7 @@ def _score(model: Path, imgsz: ImgSize, dataset: Dataset, threads: int | None, p
     """mAP of one ONNX model through the service's own backend and pipeline."""
     from app import wiring
 
-    fields = {"backend": "onnx", "weights": model, "imgsz": imgsz, "device": "cpu"}
+    fields: dict[str, Any] = {"backend": "onnx", "weights": model, "imgsz": imgsz, "device": "cpu"}
     if threads:
         fields["threads"] = threads
     settings = Settings(**fields)

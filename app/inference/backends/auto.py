@@ -64,7 +64,8 @@ class Choice:
             return None
         (backend, precision), rest = self.fallbacks[0], self.fallbacks[1:]
         failure = f"{type(error).__name__}: {str(error).strip().splitlines()[0] if str(error).strip() else '-'}"
-        reason = f"{self.backend} {self.precision} failed to load ({failure[:300]}): {backend} {precision}, the next choice"
+        reason = (f"{self.backend} {self.precision} failed to load ({failure[:300]}): "
+                  f"{backend} {precision}, the next choice")
         return Choice(backend, precision, self.requested_backend, self.requested_precision, reason, rest)
 
     def describe(self) -> dict[str, str]:

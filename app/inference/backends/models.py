@@ -44,12 +44,12 @@ def load_detection_model(weights: Path):
     from ultralytics import YOLO
 
     try:
-        model = YOLO(str(weights), task="detect").model
+        network = YOLO(str(weights), task="detect").model
     except Exception as exc:
         raise ConfigError(f"could not load weights {weights}: {exc}") from exc
-    if not hasattr(model, "names"):
+    if not hasattr(network, "names"):
         raise ConfigError(f"{weights} is not an Ultralytics detection checkpoint")
-    return model
+    return network
 
 
 def check_stride(model, imgsz: ImgSize, option: str = "imgsz") -> None:

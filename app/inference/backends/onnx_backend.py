@@ -43,7 +43,8 @@ from app.inference.devices import (
 from app.inference.export import META_IMGSZ, cached_export_path, export_onnx, file_digest
 
 log = logging.getLogger("campusguard.onnx")
-GPU_PROVIDERS = ("MIGraphXExecutionProvider", "ROCMExecutionProvider", "CUDAExecutionProvider", "TensorrtExecutionProvider")
+GPU_PROVIDERS = ("MIGraphXExecutionProvider", "ROCMExecutionProvider", "CUDAExecutionProvider",
+                 "TensorrtExecutionProvider")
 CPU = "CPUExecutionProvider"
 MIGRAPHX = "MIGraphXExecutionProvider"
 MIGRAPHX_CACHE_DIR_SINCE = Version("1.23")  # microsoft/onnxruntime#25338 replaced the save/load keys
@@ -113,7 +114,8 @@ def graph_precision(model_path: Path, input_dtype: type) -> str:
         import onnx
 
         graph = onnx.load(str(model_path), load_external_data=False).graph
-        if any(n.op_type in {"QuantizeLinear", "DynamicQuantizeLinear", "QLinearConv", "ConvInteger"} for n in graph.node):
+        quantised = {"QuantizeLinear", "DynamicQuantizeLinear", "QLinearConv", "ConvInteger"}
+        if any(n.op_type in quantised for n in graph.node):
             return "int8"
     except Exception:  # onnx missing or an unreadable graph: the input type still answers
         pass
@@ -180,7 +182,7 @@ class OnnxDetector:
         if input_hw(self.imgsz) != input_hw(imgsz):
             raise ConfigError(f"{model_path} was exported for imgsz {format_imgsz(self.imgsz)}, "
                               f"settings ask for {format_imgsz(imgsz)}")
-        self.shapes = (input_hw(self.imgsz),)
+        self.shapes: tuple[tuple[int, int], ...] = (input_hw(self.imgsz),)
         self.precision = graph_precision(model_path, self.input_dtype)
         if self.provider == MIGRAPHX and migraphx_fp16 and self.precision == "fp32":
             self.precision = "fp16"  # MIGraphX quantises the fp32 graph itself
@@ -262,8 +264,9 @@ class OnnxDetector:
         """``session.run`` alone on a letterboxed batch, the input already converted (a batch
         of several images: side by side when requests are in flight)."""
         session, feed = self.session, {self.input_name: batch.astype(self.input_dtype)}
-        if self._fan_out is not None and len(batch) > 1:
-            return lambda: self._fan_out(feed[self.input_name])
+        fan_out = self._fan_out
+        if fan_out is not None and len(batch) > 1:
+            return lambda: fan_out(feed[self.input_name])
         return lambda: session.run(None, feed)
 
     def _run(self, batch: np.ndarray) -> np.ndarray:
@@ -290,9 +293,9 @@ class OnnxDetector:
         return self._device_info
 
     def memory(self) -> MemoryStats:
-        if self._device_info.index is None or self.provider == CPU:
-            return process_memory()
         info = self._device_info
+        if info.index is None or self.provider == CPU:
+            return process_memory()
         return gpu_memory_without_torch(info.platform, info.index, info.bus_id)
 
     def release_cache(self) -> None:

@@ -30,7 +30,7 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -67,9 +67,10 @@ class _Session:
     """One shape's compiled models: one request for a single frame (LATENCY), a request queue
     for a micro-batch (THROUGHPUT, or the LATENCY model when one request is in flight)."""
 
-    compiled: object  # the LATENCY model
-    fan_out: object  # the THROUGHPUT model (the LATENCY one when ``inflight`` is 1)
-    single: object  # ov.InferRequest of the LATENCY model
+    # OpenVINO's objects (untyped here: openvino has no type information for mypy)
+    compiled: Any  # the LATENCY model
+    fan_out: Any  # the THROUGHPUT model (the LATENCY one when ``inflight`` is 1)
+    single: Any  # ov.InferRequest of the LATENCY model
     pool: RequestPool  # the requests of ``fan_out``
     lock: threading.Lock
 

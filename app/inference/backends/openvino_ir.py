@@ -148,7 +148,8 @@ def _export_model(weights: Path, shape: tuple[int, int]):
         param.requires_grad_(False)
     for module in model.modules():
         if isinstance(module, Detect):
-            module.export, module.format, module.dynamic = True, "openvino", False
+            # Ultralytics declares ``format = None`` on the class, so its type reads as None
+            module.export, module.format, module.dynamic = True, "openvino", False  # type: ignore[assignment]
     return model
 
 

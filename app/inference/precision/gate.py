@@ -82,6 +82,8 @@ def _labelled(reference: Pipeline, candidate: Pipeline, precision: str, options:
               progress: Progress) -> GateVerdict:
     from app.inference.accuracy import evaluate, load_dataset
 
+    if options.dataset is None:
+        raise ValueError("the labelled gate needs a dataset")
     dataset = load_dataset(options.dataset)
     scores = []
     for name, pipeline in (("fp32", reference), (precision, candidate)):

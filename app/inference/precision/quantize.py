@@ -228,7 +228,7 @@ def quantize(fp32: YoloOnnx, out: Path, reader: FrameReader, recipe: Recipe = Re
                "entropy": CalibrationMethod.Entropy, "percentile": CalibrationMethod.Percentile}
     if recipe.method not in methods:
         raise ConfigError(f"unknown calibration method {recipe.method!r}; choose from {', '.join(METHODS)}")
-    options = {"ActivationSymmetric": False, "WeightSymmetric": True}
+    options: dict[str, bool | int] = {"ActivationSymmetric": False, "WeightSymmetric": True}
     if recipe.method == "minmax-avg":
         # Mean of each frame's range. onnxruntime averages within one collection pass but
         # blends later passes in with weight 0.01, so there must be a single pass: the

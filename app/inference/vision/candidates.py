@@ -68,4 +68,5 @@ def compact(head: np.ndarray, floor: float | Sequence[float]) -> list[Candidates
 def split_rows(rows: np.ndarray, image_index: np.ndarray, anchors: np.ndarray, n: int) -> list[Candidates]:
     """Rows gathered for a whole batch (sorted by image, then anchor) -> one Candidates per image."""
     bounds = np.searchsorted(image_index, np.arange(n + 1))
-    return [Candidates(rows[a:b], anchors[a:b].astype(np.int64, copy=False)) for a, b in zip(bounds[:-1], bounds[1:])]
+    return [Candidates(rows[a:b], anchors[a:b].astype(np.int64, copy=False))
+            for a, b in zip(bounds[:-1], bounds[1:], strict=True)]

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import io
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 import cv2
 import numpy as np
-from PIL import BmpImagePlugin, JpegImagePlugin, PngImagePlugin, WebPImagePlugin
+from PIL import BmpImagePlugin, ImageFile, JpegImagePlugin, PngImagePlugin, WebPImagePlugin
 
 from app.core.errors import ImageTooLarge, InvalidImage, UnsupportedMediaType
 
@@ -28,7 +30,9 @@ IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".webp"})
 def image_files(folder: Path, suffixes: frozenset[str] = IMAGE_SUFFIXES) -> list[Path]:
     """Image files directly in ``folder``, sorted by name; none when it is not a folder."""
     folder = Path(folder)
-    return sorted(p for p in folder.iterdir() if p.is_file() and p.suffix.lower() in suffixes) if folder.is_dir() else []
+    if not folder.is_dir():
+        return []
+    return sorted(p for p in folder.iterdir() if p.is_file() and p.suffix.lower() in suffixes)
 
 
 def sniff_format(data: bytes) -> str | None:
@@ -49,7 +53,7 @@ def sniff_format(data: bytes) -> str | None:
 # unidentified file triggers ``check_requirements("pi-heif")`` (a pip install attempt)
 # -- untrusted bytes must never do that. It also skips Pillow's own decompression-bomb
 # limit, so ``max_pixels`` alone decides.
-_HEADER_READERS = {
+_HEADER_READERS: dict[str, Callable[[IO[bytes]], ImageFile.ImageFile]] = {
     "jpeg": JpegImagePlugin.JpegImageFile,
     "png": PngImagePlugin.PngImageFile,
     "bmp": BmpImagePlugin.BmpImageFile,

@@ -12,11 +12,15 @@ import datetime as dt
 from collections.abc import Iterable
 from fractions import Fraction
 from pathlib import Path
+from typing import TYPE_CHECKING, Final
 
 import av
 import numpy as np
 
-CODEC = "libx264"
+if TYPE_CHECKING:
+    from av.video.stream import VideoStream
+
+CODEC: Final = "libx264"  # Final: typed as that literal, so PyAV's stubs give a VideoStream
 TIME_BASE = Fraction(1, 1000)  # presentation times in milliseconds
 
 
@@ -27,11 +31,11 @@ def write_mp4(path: Path, frames: Iterable[tuple[dt.datetime, np.ndarray]], *, c
     does not take the cores inference runs on."""
     count = 0
     with av.open(str(path), mode="w", format="mp4", options={"movflags": "+faststart"}) as container:
-        stream = None
+        stream: VideoStream | None = None
         first: dt.datetime | None = None
         last_pts = -1
         for at, bgr in frames:
-            if stream is None:
+            if stream is None or first is None:  # the first frame: both are set together
                 h, w = bgr.shape[:2]
                 stream = container.add_stream(CODEC, rate=1000)
                 stream.width, stream.height, stream.pix_fmt = w, h, "yuv420p"

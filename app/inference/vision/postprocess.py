@@ -80,7 +80,7 @@ def greedy_keep(boxes: np.ndarray, iou_threshold: float) -> np.ndarray:
     # float32 IoU against a float64 threshold, as torchvision compares (numpy would
     # otherwise round 0.3 to float32 and keep a box whose IoU is exactly float32(0.3))
     suppress = np.triu(pairwise_iou(boxes, boxes) > np.float64(iou_threshold), k=1)
-    keep = np.ones(n, dtype=bool)
+    keep: np.ndarray = np.ones(n, dtype=bool)
     for _ in range(min(n, MAX_FIXED_POINT_STEPS)):
         new_keep = ~(suppress & keep[:, None]).any(axis=0)
         if np.array_equal(new_keep, keep):

@@ -52,7 +52,7 @@ def sign(body: bytes, secret: bytes) -> str:
 
 def verify(body: bytes, secret: bytes, header: str | None) -> bool:
     """Receiver side of the legacy header: constant-time check (no age: prefer ``CampusGuard-Signature``)."""
-    return bool(header) and hmac.compare_digest(sign(body, secret), header)
+    return header is not None and bool(header) and hmac.compare_digest(sign(body, secret), header)
 
 
 def sign_timed(body: bytes, secret: bytes, idempotency_key: str, timestamp: int) -> str:

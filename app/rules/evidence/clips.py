@@ -1,7 +1,7 @@
 """Evidence clips: an H.264 MP4 of the frames around each event's start, written off the request path.
 
-Flow: the rules service's per-frame step (app/rules/service/frames.py) hands every frame of a configured camera to ``record``
-(kept in the ``FrameRing``); when an event starts it calls ``schedule`` (the event's
+Flow: the rules service's per-frame step (app/rules/service/frames.py) hands every frame of a configured camera to
+``record`` (kept in the ``FrameRing``); when an event starts it calls ``schedule`` (the event's
 ``clip`` URL is set at once, the file comes later) and when one ends, ``finish``. A clip
 is written by one background thread as soon as it is due: when a frame of the camera
 reaches ``post_s`` after the start (capture time), when the event ends (the clip then
@@ -207,6 +207,8 @@ class ClipRecorder(Clips):
 def render(frame: BufferedFrame, zones: Sequence[ZoneOverlay], size: tuple[int, int]) -> np.ndarray:
     """The kept frame as BGR of ``size`` (width, height), drawn like the event snapshot."""
     bgr = cv2.imdecode(np.frombuffer(frame.jpeg, np.uint8), cv2.IMREAD_COLOR)
+    if bgr is None:  # the ring keeps JPEGs this service encoded itself
+        raise ValueError("a kept frame is not a decodable JPEG")
     img = draw(cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB), frame.detections, zones, alerts_of_pairs(frame.alerts))
     if (img.shape[1], img.shape[0]) != size:
         img = cv2.resize(img, size, interpolation=cv2.INTER_AREA)

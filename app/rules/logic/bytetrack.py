@@ -25,6 +25,8 @@ is not imported here, so a rules worker that only tracks never loads torch.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from app.rules.site.schema import TrackerConfig
@@ -171,7 +173,7 @@ def _remove_duplicates(a: list[_Track], b: list[_Track]) -> tuple[list[_Track], 
     if not a or not b:
         return a, b
     drop_a, drop_b = set(), set()
-    for p, q in zip(*np.where(_iou_cost(_track_boxes(a), _track_boxes(b)) < 0.15)):
+    for p, q in zip(*np.where(_iou_cost(_track_boxes(a), _track_boxes(b)) < 0.15), strict=True):
         if a[p].frame_id - a[p].start_frame > b[q].frame_id - b[q].start_frame:
             drop_b.add(q)
         else:
@@ -227,7 +229,7 @@ class ByteTrack:
             match(track, high[j], activated if track.state == TRACKED else refind)
 
         rest = [i for i in u_track if pool[i].state == TRACKED]
-        unmatched = range(len(rest))
+        unmatched: Sequence[int] = range(len(rest))
         if rest and low:
             pairs, unmatched, _ = _assign(_iou_cost(pool_boxes[rest], det.xyxy[low]), 0.5)
             for i, j in pairs:
@@ -283,4 +285,4 @@ class ByteTrack:
     def boxes(self) -> list[tuple[int, np.ndarray]]:
         """The confirmed tracks' (id, x1y1x2y2) after the last frame, as ultralytics reports them."""
         live = [t for t in self.tracked if t.is_activated]
-        return list(zip([t.track_id for t in live], _track_boxes(live)))
+        return list(zip([t.track_id for t in live], _track_boxes(live), strict=True))

@@ -86,7 +86,7 @@ class Polyline:
 
     def touches(self, p: tuple[float, float], eps: float = EPS) -> bool:
         """Whether the point lies on the line (a path that ends there has not crossed yet)."""
-        for (ax, ay), (bx, by) in zip(self.points, self.points[1:]):
+        for (ax, ay), (bx, by) in zip(self.points, self.points[1:], strict=False):  # each segment
             if abs(_cross(ax, ay, bx, by, *p)) <= eps and min(ax, bx) - eps <= p[0] <= max(ax, bx) + eps \
                     and min(ay, by) - eps <= p[1] <= max(ay, by) + eps:
                 return True
@@ -97,7 +97,7 @@ class Polyline:
 
         The first segment of the line that the path crosses decides (one crossing per path).
         """
-        for (ax, ay), (bx, by) in zip(self.points, self.points[1:]):
+        for (ax, ay), (bx, by) in zip(self.points, self.points[1:], strict=False):  # each segment
             sp, sq = _side(ax, ay, bx, by, *p), _side(ax, ay, bx, by, *q)
             if sp * sq >= 0:
                 continue  # same side, or starts/ends on the line: no crossing yet

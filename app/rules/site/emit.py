@@ -98,7 +98,7 @@ def same_data(read: Any, sent: Any) -> bool:
     ``1``, ``"1"`` is not ``1``; an integral float may read back as the float it is) and values."""
     if isinstance(sent, dict):
         return isinstance(read, dict) and list(map(str, sent)) == list(map(str, read)) and all(
-            same_data(read[k], v) for k, v in zip(read, sent.values()))
+            same_data(read[k], v) for k, v in zip(read, sent.values(), strict=True))  # same keys, checked first
     if isinstance(sent, list):
         return isinstance(read, list) and len(read) == len(sent) and all(map(same_data, read, sent))
     if isinstance(sent, bool) or isinstance(read, bool) or sent is None:
@@ -130,7 +130,8 @@ def coerced(sent: Any, kept: Any, loc: tuple = ()) -> list[tuple[tuple, str]]:
         if isinstance(s, dict) and isinstance(k, dict):
             stack.extend((v, k[key], (*where, key)) for key, v in s.items() if key in k)
         elif isinstance(s, list) and isinstance(k, list):
-            stack.extend((a, b, (*where, i)) for i, (a, b) in enumerate(zip(s, k)))
+            # a list kept shorter or longer is not a coercion: only the items both have are compared
+            stack.extend((a, b, (*where, i)) for i, (a, b) in enumerate(zip(s, k, strict=False)))
         elif not isinstance(s, (dict, list)) and not isinstance(k, (dict, list)) and _kind(s) != _kind(k):
             out.append((where, f"the {_kind(s)} {shorten(s)} would be kept as the {_kind(k)} {k!r}: "
                                f"send a {_kind(k)}"))

@@ -13,6 +13,7 @@ import json
 import math
 import os
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,7 +44,7 @@ class SiteConfigError(ConfigError):
 
     status, code = 422, "invalid_site_config"  # as an HTTP reply (POST /admin/reload)
 
-    def __init__(self, path: Path | str, errors: list[str | Issue]) -> None:
+    def __init__(self, path: Path | str, errors: Sequence[str | Issue]) -> None:
         self.path = str(path)
         self.issues = [e if isinstance(e, Issue) else Issue(None, e) for e in errors]
         self.errors = [str(i) for i in self.issues]
@@ -187,7 +188,8 @@ def parse_site_document(text: str, source: str = "<site config>", *, as_json: bo
         problem = getattr(exc, "problem", None) or str(exc)
         raise SiteConfigError(source, [f"YAML syntax error at {where}{problem}"]) from exc
     except json.JSONDecodeError as exc:
-        raise SiteConfigError(source, [f"JSON syntax error at line {exc.lineno}, column {exc.colno}: {exc.msg}"]) from exc
+        where = f"line {exc.lineno}, column {exc.colno}"
+        raise SiteConfigError(source, [f"JSON syntax error at {where}: {exc.msg}"]) from exc
     except RecursionError:
         raise SiteConfigError(source, ["(top level): the document is nested too deeply"]) from None
     except (ValueError, OverflowError) as exc:  # e.g. an integer of more than 4,300 digits, a date of month 13

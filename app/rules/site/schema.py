@@ -87,7 +87,8 @@ def _check_points(value: tuple[tuple[float, float], ...], minimum: int, what: st
 def _check_polygon(value: tuple[tuple[float, float], ...]) -> tuple[tuple[float, float], ...]:
     problems = _check_points(value, 3, "a polygon")
     if not problems:
-        area = 0.5 * abs(sum(x0 * y1 - x1 * y0 for (x0, y0), (x1, y1) in zip(value, value[1:] + value[:1])))
+        edges = zip(value, value[1:] + value[:1], strict=True)  # each vertex with the next, the last with the first
+        area = 0.5 * abs(sum(x0 * y1 - x1 * y0 for (x0, y0), (x1, y1) in edges))
         if area <= 1e-9:
             problems.append("the polygon has no area (points are collinear or repeated)")
     if problems:
@@ -103,9 +104,12 @@ class RuleBase(_Strict):
     classes: tuple[str, ...] = ("person",)
     min_confidence: float = Field(0.25, ge=0.0, le=1.0, description="Ignore detections below this score")
     min_area: float = Field(0.0, ge=0.0, le=1.0, description="Ignore boxes smaller than this fraction of the frame")
-    min_duration_s: float = Field(0.0, ge=0.0, le=MAX_DURATION_S, description="Condition must hold this long before the event starts")
-    clear_after_s: float = Field(3.0, ge=0.0, le=MAX_DURATION_S, description="Condition must be false this long before the event ends")
-    cooldown_s: float = Field(30.0, ge=0.0, le=MAX_DURATION_S, description="No new event for this rule and zone until this long after an end")
+    min_duration_s: float = Field(0.0, ge=0.0, le=MAX_DURATION_S,
+                                  description="Condition must hold this long before the event starts")
+    clear_after_s: float = Field(3.0, ge=0.0, le=MAX_DURATION_S,
+                                 description="Condition must be false this long before the event ends")
+    cooldown_s: float = Field(30.0, ge=0.0, le=MAX_DURATION_S,
+                              description="No new event for this rule and zone until this long after an end")
     active_hours: tuple[ActiveWindow, ...] | None = None
     timezone: str | None = Field(None, description="IANA zone for active_hours; default: the site's")
     snapshot: bool | None = Field(None, description="Annotated JPEG per event; default: the site's 'snapshots'")
@@ -204,13 +208,14 @@ class LineCrossingRule(RuleBase):
     type: Literal["line_crossing"]
     line: Points = Field(..., description="Normalized [x, y] points of a polyline (2 or more)")
     direction: Literal["in", "out", "both"] = "both"
-    cooldown_s: float = Field(10.0, ge=0.0, le=MAX_DURATION_S, description="Per track: no second crossing of this line within it")
+    cooldown_s: float = Field(10.0, ge=0.0, le=MAX_DURATION_S,
+                              description="Per track: no second crossing of this line within it")
 
     @field_validator("line")
     @classmethod
     def _line(cls, value: Points) -> Points:
         problems = _check_points(value, 2, "a line")
-        if not problems and any(a == b for a, b in zip(value, value[1:])):
+        if not problems and any(a == b for a, b in zip(value, value[1:], strict=False)):  # consecutive points
             problems.append("the line repeats a point (each segment needs a length)")
         if problems:
             raise ValueError("; ".join(problems))
@@ -225,7 +230,8 @@ Rule = Annotated[IntrusionRule | CrowdRule | FireLaneRule | LoiteringRule | Line
 class Zone(_Strict):
     name: str = Field(..., pattern=IDENT)
     kind: str = Field("generic", pattern=IDENT, description="Free label (restricted, assembly, fire_lane, ...)")
-    polygon: tuple[tuple[float, float], ...] = Field(..., description="Normalized [x, y] vertices, 0..1 (3 to 1,000 points)")
+    polygon: tuple[tuple[float, float], ...] = Field(
+        ..., description="Normalized [x, y] vertices, 0..1 (3 to 1,000 points)")
     rules: tuple[Rule, ...] = ()
 
     @field_validator("polygon")
@@ -282,7 +288,8 @@ class SiteConfig(_Strict):
     timezone: str = Field("UTC", description="Default IANA zone for active_hours")
     snapshots: bool = Field(True, description="Store an annotated JPEG per event")
     tracker: TrackerConfig = TrackerConfig()
-    offline_after_s: float = Field(60.0, gt=0, le=MAX_DURATION_S, description="Seconds without a frame before a camera is offline")
+    offline_after_s: float = Field(60.0, gt=0, le=MAX_DURATION_S,
+                                   description="Seconds without a frame before a camera is offline")
     cameras: tuple[Camera, ...] = Field(..., description="At least one camera")
 
     @field_validator("timezone")

@@ -23,6 +23,7 @@ import os
 import stat
 import tempfile
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,7 @@ from app.rules.site.comments import put_tail_comment, replace_head_comment, take
 from app.rules.site.emit import MAX_DEPTH, coerced, round_trip_yaml, same_data, to_node, too_deep
 from app.rules.site.loader import (
     Issue,
+    Loc,
     SiteConfigError,
     parse_site_bytes,
     parse_site_file,
@@ -53,7 +55,7 @@ class InvalidZone(SiteConfigError):
     """A zone edit that would make the site file invalid; ``detail`` is ``[{field, message}]``
     with ``field`` a dotted path relative to the zone (``""``: not inside the zone)."""
 
-    def __init__(self, path: Path | str, issues: list[Issue], zone_loc: tuple | None) -> None:
+    def __init__(self, path: Path | str, issues: Sequence[Issue], zone_loc: tuple | None) -> None:
         super().__init__(path, issues)
         self.fields = [{"field": relative(i.loc, zone_loc), "message": i.message} for i in self.issues]
 
@@ -109,7 +111,8 @@ class SiteFile:
             try:
                 doc = y.load(data.decode("utf-8"))
             except Exception as exc:  # edited by hand since the last load: a zone edit cannot fix it
-                raise InvalidZone(self.path, [Issue(None, f"the site file on disk cannot be read: {exc}")], None) from exc
+                problem = Issue(None, f"the site file on disk cannot be read: {exc}")
+                raise InvalidZone(self.path, [problem], None) from exc
             ci, cam = self._camera(doc, camera_id)
             zones = cam.get("zones")
             cam_tail = None
@@ -144,7 +147,8 @@ class SiteFile:
     def _camera(doc: Any, camera_id: str) -> tuple[int, CommentedMap]:
         cams = doc.get("cameras") if isinstance(doc, dict) else None
         for ci, cam in enumerate(cams if isinstance(cams, list) else ()):
-            if isinstance(cam, dict) and cam.get("id") == camera_id:
+            # the round-trip loader reads every mapping as a CommentedMap
+            if isinstance(cam, CommentedMap) and cam.get("id") == camera_id:
                 return ci, cam
         raise NotFound(f"camera {shorten(camera_id)} is not in the site file", code="unknown_camera")
 
@@ -170,20 +174,21 @@ class SiteFile:
 
         A name already taken is reported on the edited zone's ``name`` (the validator would
         name whichever of the two comes later in the file)."""
-        zone_loc = ("cameras", ci, "zones", zi) if zone is not None else None
+        # an edited zone (not a deletion) has been placed, so it has an index
+        zone_loc: Loc | None = ("cameras", ci, "zones", zi) if zone is not None and zi is not None else None
         issues: list[Issue] = []
         name = zone.get("name") if zone is not None else None
         taken = isinstance(name, str) and any(isinstance(z, dict) and z.get("name") == name
                                               for i, z in enumerate(zones) if i != zi)
-        if taken:
-            issues.append(Issue(("cameras", ci, "zones", zi, "name"), f"the camera already has a zone named {name!r}"))
+        if taken and zone_loc is not None:
+            issues.append(Issue((*zone_loc, "name"), f"the camera already has a zone named {name!r}"))
         try:
             raw, config = parse_site_file(new, self.path)
         except SiteConfigError as exc:
             issues += [i for i in exc.issues if not (taken and i.loc is not None and len(i.loc) == 5
                                                      and i.loc[:3] == ("cameras", ci, "zones") and i.loc[4] == "name")]
         else:
-            if zone is not None and zone_loc is not None:  # the edit must read back as it was sent
+            if zone is not None and zi is not None and zone_loc is not None:  # the edit must read back as it was sent
                 kept = config.cameras[ci].zones[zi].model_dump(mode="json")
                 issues += [Issue((*zone_loc, *where), message) for where, message in coerced(zone, kept)]
                 if not issues and not same_data(raw["cameras"][ci]["zones"][zi], zone):  # a safety net: to_node

@@ -44,7 +44,8 @@ class AuditRepo:
 
     def append(self, entries: list[AuditEntry]) -> None:
         with self.engine.begin() as conn:
-            conn.execute(t.insert(), [{"at": e.at, "actor": e.actor[:128], "client": (e.client or None) and e.client[:64],
+            conn.execute(t.insert(), [{"at": e.at, "actor": e.actor[:128],
+                                       "client": (e.client or None) and e.client[:64],
                                        "action": e.action[:32], "target": e.target[:512], "outcome": e.outcome[:16],
                                        "before": e.before, "after": e.after} for e in entries])
 

@@ -6,6 +6,7 @@ written (``outbox.py`` drains them), so a crash can never record an event and lo
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,7 +48,7 @@ class EventsRepo:
         self.engine = engine
         self.replica = replica  # stored with each event this process opens (the fleet's replica id)
 
-    def record(self, event: dict[str, Any], deliveries: list[tuple[str, str, bytes]] = ()) -> None:
+    def record(self, event: dict[str, Any], deliveries: Sequence[tuple[str, str, bytes]] = ()) -> None:
         """Insert or update an event and enqueue its deliveries, atomically.
 
         ``deliveries`` are (url, idempotency_key, payload) tuples.
@@ -149,8 +150,9 @@ class EventsRepo:
         if after is not None:
             page.append(tuple_(t.started_at, t.id) < tuple_(parse_time(after[0]), after[1]))
         with self.engine.connect() as conn:
-            matching = select(literal_column("1")).select_from(events_table).where(*conds).limit(COUNT_CAP + 1)
-            total = int(conn.execute(select(func.count()).select_from(matching.subquery())).scalar_one())
+            matching = (select(literal_column("1")).select_from(events_table).where(*conds)
+                        .limit(COUNT_CAP + 1).subquery())
+            total = int(conn.execute(select(func.count()).select_from(matching)).scalar_one())
             rows = conn.execute(select(events_table).where(*page)
                                 .order_by(t.started_at.desc(), t.id.desc()).limit(limit + 1).offset(offset)).all()
         more = len(rows) > limit

@@ -12,13 +12,16 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import delete, func, select, update
 from sqlalchemy.engine import Connection, Engine
 
 from app.rules.store.batched import delete_in_batches
 from app.rules.store.schema import camera_state_table, crossings_table, events_table, replicas_table, to_us
+
+if TYPE_CHECKING:
+    from sqlalchemy.dialects import postgresql, sqlite
 
 # camera health and view events say what a camera did, not what a rule saw: a gone replica's
 # camera_offline is not ended for it (the camera's next owner ends it when frames come back)
@@ -48,11 +51,15 @@ def _upsert(conn: Connection, table, key: str, rows: list[dict[str, Any]], colum
     the new row's column is not older than the stored one)."""
     if not rows:
         return
+    stmt: postgresql.Insert | sqlite.Insert
     if conn.dialect.name == "postgresql":
-        from sqlalchemy.dialects.postgresql import insert
+        from sqlalchemy.dialects.postgresql import insert as postgresql_insert
+
+        stmt = postgresql_insert(table)
     else:
-        from sqlalchemy.dialects.sqlite import insert
-    stmt = insert(table)
+        from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+        stmt = sqlite_insert(table)
     where = None if newer_only is None else table.c[newer_only] <= stmt.excluded[newer_only]
     conn.execute(stmt.on_conflict_do_update(index_elements=[key], set_={c: stmt.excluded[c] for c in columns},
                                             where=where), rows)
@@ -118,7 +125,8 @@ class FleetRepo:
         return {(r[0], r[1], r[2]): int(r[3]) for r in rows}
 
     # --- a gone replica's open events (app/rules/service/orphans.py) ---------------------------
-    def orphaned(self, silent_before: dt.datetime, me: str, limit: int = 500) -> list[tuple[dict[str, Any], dt.datetime]]:
+    def orphaned(self, silent_before: dt.datetime, me: str,
+                 limit: int = 500) -> list[tuple[dict[str, Any], dt.datetime]]:
         """Open rule events opened by a replica (not ``me``) whose last heartbeat is before
         ``silent_before``, each with the time it ends at: its camera's last frame if that replica
         still owns the camera's row, else the replica's last heartbeat (never before its start)."""

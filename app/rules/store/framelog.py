@@ -87,7 +87,7 @@ def decode(row: Any) -> LoggedFrame:
     tracks = np.frombuffer(blob, np.int32, n, off)
     names = json.loads(row["names"])
     dets = tuple(Detection(int(c), names.get(str(int(c)), str(int(c))), s, *b)
-                 for b, s, c in zip(boxes.tolist(), conf.tolist(), classes))
+                 for b, s, c in zip(boxes.tolist(), conf.tolist(), classes, strict=True))  # n of each
     return LoggedFrame(row["camera_id"], from_us(row["captured_us"]), row["width"], row["height"], dets,
                        tuple(None if t == NO_TRACK else int(t) for t in tracks), bool(row["fresh"]))
 

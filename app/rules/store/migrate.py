@@ -53,7 +53,10 @@ def alembic_config(connection: Connection | None = None) -> Config:
 
 def head_revision() -> str:
     """The newest revision this code ships."""
-    return ScriptDirectory.from_config(alembic_config()).get_current_head()
+    head = ScriptDirectory.from_config(alembic_config()).get_current_head()
+    if head is None:
+        raise RuntimeError("the migrations folder holds no revision")
+    return head
 
 
 def current_revision(engine: Engine) -> str | None:
@@ -68,7 +71,8 @@ def current_revision(engine: Engine) -> str | None:
 def _current(conn: Connection) -> str | None:
     heads = MigrationContext.configure(conn).get_current_heads()
     if len(heads) > 1:
-        raise MigrationError(f"the event store has several migration heads {sorted(heads)}; fix alembic_version by hand")
+        raise MigrationError(f"the event store has several migration heads {sorted(heads)}; "
+                             "fix alembic_version by hand")
     return heads[0] if heads else None
 
 

@@ -118,7 +118,8 @@ frames_table = Table(
     Column("fresh", Boolean, nullable=False),  # the first frame of a new rule state (start, reset, offline, reload)
     Column("names", Text, nullable=False),  # {"class id": "class name"} of this frame's detections (JSON)
     Column("detections", LargeBinary, nullable=False),
-    Index("ix_campusguard_frames_order", "captured_us", "id"),  # migration 0006 (was captured_us alone): replay's keyset chunks
+    # migration 0006 (was captured_us alone): replay's keyset chunks
+    Index("ix_campusguard_frames_order", "captured_us", "id"),
 )
 
 # The audit trail (migration 0005): one row per change a person made, append-only (no code

@@ -114,7 +114,8 @@ class EventWriter:
             return False
         except Exception as exc:
             if is_outage(exc):
-                self._down(exc.message if isinstance(exc, StoreUnavailable) else f"event store unreachable: {describe(exc)}")
+                self._down(exc.message if isinstance(exc, StoreUnavailable)
+                           else f"event store unreachable: {describe(exc)}")
                 return False
             raise
         if self.buffer.empty_then(self._set_up):  # under the lock: no write can slip in ahead of the buffer

@@ -130,7 +130,8 @@ def servers(args, rows: list[dict[str, Any]], frame: bytes, progress: Callable[[
         for _, proc in procs.values():
             proc.terminate()
             proc.wait(timeout=30)
-    out = {"img_s": {n: round(float(np.median(r)), 2) for n, r in rates.items()}, "per_round": rates, "ratios": {}}
+    out: dict[str, Any] = {"img_s": {n: round(float(np.median(r)), 2) for n, r in rates.items()},
+                           "per_round": rates, "ratios": {}}
     for row in rows:
         variant = row["variant"]
         for label, _ in server_counts(row):
@@ -149,8 +150,14 @@ def run_inflight(args, images: list[Path]) -> dict[str, Any]:
 
     variants = list(args.inflight_variants or DEFAULT_VARIANTS)
     say = (lambda _: None) if args.no_progress else (lambda m: print(m, flush=True))
-    boxed = [letterbox(cv2.cvtColor(cv2.imread(str(p)), cv2.COLOR_BGR2RGB), input_hw(args.imgsz))[0]
-             for p in images[:args.clients]]
+
+    def rgb(path: Path) -> np.ndarray:
+        img = cv2.imread(str(path))
+        if img is None:
+            raise ValueError(f"cannot read {path}")
+        return cv2.cvtColor(img, cv2.COLOR_BGR2RGB)
+
+    boxed = [letterbox(rgb(p), input_hw(args.imgsz))[0] for p in images[:args.clients]]
     frames = to_batch(boxed)
     result: dict[str, Any] = {"sweep": [sweep(args, v, frames, say) for v in variants]}
     if args.inflight_servers:

@@ -209,7 +209,7 @@ def plot(out: Path, rows: list[dict[str, Any]]) -> list[Path]:
     for label in labels:
         values = [float((r.get("batch_buckets") or {}).get(label, 0)) for r in rows]
         ax3.bar([str(x) for x in c], values, bottom=bottom, label=f"batch {label}")
-        bottom = [b + v for b, v in zip(bottom, values)]
+        bottom = [b + v for b, v in zip(bottom, values, strict=True)]
     ax3.set_title("micro-batches formed")
     ax3.set_ylabel("batches")
     if labels:

@@ -38,7 +38,7 @@ def library_step(pipeline, params, images: list[np.ndarray], batch: int) -> Call
     def library(i: int) -> int:
         prepared = [pipeline.prepare(img) for img in batch_of(images, i, batch)]
         raw = pipeline.infer([p.letterboxed for p in prepared], params.conf)
-        for out, p in zip(raw, prepared):
+        for out, p in zip(raw, prepared, strict=True):  # one output per image (padding trimmed)
             pipeline.finish(out, p.letterbox, params)
         return batch
 
@@ -140,7 +140,7 @@ class Bench:
         device = self.args.device
         bgr = [np.ascontiguousarray(img[:, :, ::-1]) for img in self.images]  # Ultralytics takes BGR arrays
 
-        def step(i: int) -> int:
+        def step(i: int, model: YOLO = model) -> int:
             model.predict(bgr[i % len(bgr)], imgsz=self.args.imgsz, device=device, half=half, verbose=False)
             if i == 0:
                 torch.set_num_threads(self.threads)  # the predictor's device setup may change it
@@ -152,7 +152,7 @@ class Bench:
         name = cpu_name() if device == "cpu" else torch.cuda.get_device_name(int(device.split(":")[1]))
         row = make_row(plan, "ultralytics", "torch", f"ultralytics-{'cpu' if device == 'cpu' else 'gpu'}", device, name,
                        1, lat, n, secs, mem.peak, source)
-        model = None  # drop the model (the step closure holds the same cell) before the next row
+        del model, step  # drop the model (step's default holds it too) before the next row
         release_memory(device)
         return row
 

@@ -18,6 +18,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from sqlalchemy import func, select
@@ -74,11 +75,15 @@ def event_queries(store: EventStore, cameras: int, days: float, end: dt.datetime
         "camera + zone + unacknowledged": lambda: {"camera_id": rng.choice(cams), "zone": rng.choice(ZONES),
                                                    "acknowledged": False},
     }
+
+    def page(params: Callable[[], dict]) -> Any:
+        return store.events.query(limit=50, **params())
+
     out = []
     for name, params in cases.items():
         timing = Timing(name)
         for _ in range(repeats):
-            ms, _page = timed(lambda: store.events.query(limit=50, **params()))
+            ms, _page = timed(partial(page, params))
             timing.samples_ms.append(ms)
         out.append(timing)
     out.append(cursor_to_the_end(store, rng.choice(cams)))
@@ -91,7 +96,7 @@ def cursor_to_the_end(store: EventStore, camera: str) -> Timing:
     timing = Timing(f"cursor to the end ({camera})")
     after = None
     while True:
-        ms, page = timed(lambda: store.events.query(camera_id=camera, limit=50, after=after))
+        ms, page = timed(partial(store.events.query, camera_id=camera, limit=50, after=after))
         timing.samples_ms.append(ms)
         if page.next is None:
             break
@@ -108,6 +113,8 @@ def deep_cursor(store: EventStore, repeats: int) -> Timing:
         total = conn.execute(select(func.count()).select_from(events_table)).scalar_one()
         row = conn.execute(select(t.started_at, t.id).order_by(t.started_at.desc(), t.id.desc())
                            .offset(int(total * 0.9)).limit(1)).first()
+    if row is None:
+        raise RuntimeError("deep page by cursor: the event store has no events")
     timing = Timing("deep page by cursor (90%)")
     for _ in range(repeats):
         timing.samples_ms.append(timed(lambda: store.events.query(limit=50, after=(row.started_at, row.id)))[0])
@@ -123,7 +130,7 @@ def old_way(store: EventStore, repeats: int = 5) -> list[Timing]:
                                 ("OFFSET 900000 (before)", [], 900_000)):
         timing = Timing(name)
         for _ in range(repeats):
-            def query() -> None:
+            def query(conds: list[Any] = conds, offset: int = offset) -> None:
                 with store.engine.connect() as conn:
                     conn.execute(select(func.count()).select_from(events_table).where(*conds)).scalar_one()
                     conn.execute(select(events_table).where(*conds).order_by(t.started_at.desc(), t.id.desc())
@@ -143,7 +150,7 @@ def retention(store: EventStore, cutoff: dt.datetime, write: Callable[[int], Non
     def writer() -> None:
         i = 0
         while not stop.is_set():
-            ms, _ = timed(lambda: write(i))
+            ms, _ = timed(partial(write, i))
             latencies[phase[0]].append(ms)
             i += 1
             time.sleep(0.01)

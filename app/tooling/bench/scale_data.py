@@ -14,6 +14,7 @@ import json
 import random
 import uuid
 from collections.abc import Callable, Iterator
+from typing import Any
 
 from app.core.types import Detection
 from app.rules.store.db import EventStore
@@ -87,7 +88,8 @@ def _value(v) -> str:
     return str(v).replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n")
 
 
-def bulk_insert(store: EventStore, table, rows: Iterator[dict], progress: Callable[[int], None] = lambda n: None) -> int:
+def bulk_insert(store: EventStore, table, rows: Iterator[dict],
+                progress: Callable[[int], None] = lambda n: None) -> int:
     """Insert ``rows`` (dicts of the table's columns); how many. COPY on PostgreSQL."""
     total = 0
     batch: list[dict] = []
@@ -100,8 +102,10 @@ def bulk_insert(store: EventStore, table, rows: Iterator[dict], progress: Callab
             columns = list(batch[0])
             text = "".join("\t".join(_value(r[c]) for c in columns) + "\n" for r in batch)
             raw = store.engine.raw_connection()
+            # psycopg's cursor: a context manager with copy(), more than the PEP 249 cursor SQLAlchemy types
+            cursor: Any = raw.cursor()
             try:
-                with raw.cursor() as cur, cur.copy(f"COPY {table.name} ({', '.join(columns)}) FROM STDIN") as copy:
+                with cursor as cur, cur.copy(f"COPY {table.name} ({', '.join(columns)}) FROM STDIN") as copy:
                     copy.write(text)
                 raw.commit()
             finally:

@@ -19,7 +19,8 @@ def _table(title: str, rows: list[dict[str, Any]]) -> Table:
 
 
 def print_tables(results: dict[str, Any], console: Console) -> None:
-    for key, title in (("events", "GET /events (repository), 50 a page"), ("events_before", "before: count(*) + OFFSET"),
+    for key, title in (("events", "GET /events (repository), 50 a page"),
+                       ("events_before", "before: count(*) + OFFSET"),
                        ("rules", "rules evaluation (interleaved rounds)"),
                        ("rules_summary", "rules evaluation: median per worker count"),
                        ("replay_rate_workers", "replay evaluation, 1 and 2 workers (interleaved rounds)")):

@@ -47,6 +47,9 @@ def server_step(url: str, data: bytes, clients: int) -> Callable[[float], int]:
     address = urlsplit(url)
     if address.scheme not in ("http", "https"):
         raise ValueError(f"the server's URL must be http or https, got {url!r}")
+    if not address.hostname:
+        raise ValueError(f"the server's URL names no host, got {url!r}")
+    host = address.hostname
     connect = http.client.HTTPSConnection if address.scheme == "https" else http.client.HTTPConnection
     path = address.path.rstrip("/") + "/detect"
 
@@ -56,7 +59,7 @@ def server_step(url: str, data: bytes, clients: int) -> Callable[[float], int]:
         stop = time.perf_counter() + seconds
 
         def client(k: int) -> None:
-            connection = connect(address.hostname, address.port, timeout=60)
+            connection = connect(host, address.port, timeout=60)
             try:
                 while time.perf_counter() < stop:
                     connection.request("POST", path, body=data, headers={"Content-Type": "image/jpeg"})
@@ -127,6 +130,7 @@ def run_service(args) -> dict[str, Any]:
     from app import wiring
     from app.config import Settings
     from app.core.imgsz import format_imgsz, input_hw
+    from app.inference.backends.shapeset import ShapeSet
     from app.inference.vision.decode import image_files
     from app.inference.vision.preprocess import letterbox, to_batch
     from app.inference.vision.shapes import aspect_shape
@@ -142,18 +146,26 @@ def run_service(args) -> dict[str, Any]:
     variants = [tuple(v.split(":")) for v in args.service_variants]
     frame = camera_jpegs(image_files(args.images), (1920, 1080), count=1)[0]
     bus = (Path(ultralytics.__file__).parent / "assets" / "bus.jpg").read_bytes()
-    boxed = letterbox(cv2.cvtColor(cv2.imdecode(np.frombuffer(frame, np.uint8), 1), cv2.COLOR_BGR2RGB), wide)[0]
+
+    def rgb(jpeg: bytes) -> np.ndarray:
+        img = cv2.imdecode(np.frombuffer(jpeg, np.uint8), cv2.IMREAD_COLOR)
+        if img is None:
+            raise ValueError("not a decodable image")
+        return cv2.cvtColor(img, cv2.COLOR_BGR2RGB)
+
+    boxed = letterbox(rgb(frame), wide)[0]
     bare: dict[str, Step] = {}
     for backend, precision in variants:  # builds (and caches) the models the servers then load
         detector = wiring.load_detector(Settings(_env_file=None, backend=backend, precision=precision, **base))
         bare[variant_name(backend, precision)] = (lambda call: (lambda: (call(), 1)[1]))(
             detector.raw_call(to_batch([boxed])))
         if (backend, precision) == ("onnx", "fp32"):
+            if not isinstance(detector, ShapeSet):
+                raise TypeError(f"onnx fp32 with SHAPES should load as a ShapeSet, got {type(detector).__name__}")
             session = detector.member((primary, primary))
 
             def full_loop(session=session) -> int:
-                img = cv2.cvtColor(cv2.imdecode(np.frombuffer(bus, np.uint8), cv2.IMREAD_COLOR), cv2.COLOR_BGR2RGB)
-                session.infer(to_batch([letterbox(img, primary)[0]]))
+                session.infer(to_batch([letterbox(rgb(bus), primary)[0]]))
                 return 1
 
             bare["full-decode loop"] = full_loop
@@ -167,7 +179,8 @@ def run_service(args) -> dict[str, Any]:
     if args.anchor:
         from app.tooling.bench.anchor import anchor_model, anchor_step, labelled_folder
 
-        bare["anchor"] = anchor_step(anchor_model(weights, wide, labelled_folder(args.images), cache, print), jpeg, wide)
+        model = anchor_model(weights, wide, labelled_folder(args.images), cache, print)
+        bare["anchor"] = anchor_step(model, jpeg, wide)
     servers, urls = {}, {}
     server_variants = [(b, p, t) for b, p in variants for t in args.server_threads or [threads]]
     for i, (backend, precision, t) in enumerate(server_variants):

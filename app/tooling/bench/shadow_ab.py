@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -92,7 +93,7 @@ def spread(rounds: list[dict], key: str) -> str:
 
 
 def summarize(rounds: list[Round]) -> list[dict]:
-    rows = []
+    rows: list[dict[str, Any]] = []
     for mode in ("off", "on"):
         mine = [r for r in rounds if r.mode == mode]
         lat = np.asarray([x for r in mine for x in r.latencies_ms])

@@ -44,8 +44,10 @@ def make_frames(sources: list[bytes], sizes: list[tuple[int, int]], quality: int
     frames = []
     for i, (w, h) in enumerate(sizes):
         img = cv2.imdecode(np.frombuffer(sources[i % len(sources)], np.uint8), cv2.IMREAD_COLOR)
-        img = cv2.resize(img, (w, h), interpolation=cv2.INTER_LINEAR)
-        ok, buf = cv2.imencode(".jpg", img, [cv2.IMWRITE_JPEG_QUALITY, quality])
+        if img is None:
+            raise ValueError(f"source image {i % len(sources)} is not a decodable image")
+        sized = cv2.resize(img, (w, h), interpolation=cv2.INTER_LINEAR)
+        ok, buf = cv2.imencode(".jpg", sized, [cv2.IMWRITE_JPEG_QUALITY, quality])
         if not ok:
             raise RuntimeError(f"could not encode a {w}x{h} frame")
         frames.append(buf.tobytes())
@@ -84,7 +86,8 @@ async def soak(args: argparse.Namespace, frames: list[bytes], order: list[int], 
     return {"results": results, "samples": samples, "seconds": seconds, "server": info}
 
 
-def summarize_soak(args: argparse.Namespace, run: dict[str, Any], sizes: list[tuple[int, int]], order: list[int]) -> dict[str, Any]:
+def summarize_soak(args: argparse.Namespace, run: dict[str, Any], sizes: list[tuple[int, int]],
+                   order: list[int]) -> dict[str, Any]:
     results = run["results"]
     ok = [r for r in results if r.ok]
     lat = summarize([r.latency_ms for r in ok])

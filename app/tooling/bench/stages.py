@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -58,14 +59,21 @@ def preprocess_stage(images: list[Path], shapes: tuple[tuple[int, int], ...], se
     cv2.setNumThreads(1)  # one thread: img/s per core
     shaped = type("Shapes", (), {"shapes": shapes, "imgsz": shapes[0][0], "names": {}})()
     full, reduced = Pipeline(shaped, 0, 10**9, DecodePolicy(reduce=False)), Pipeline(shaped, 0, 10**9)
+
+    def prepare(pipeline: Pipeline, frames: list[bytes], i: int) -> int:
+        pipeline.prepare(frames[i % len(frames)])
+        return 1
+
     rows = []
     for label, size in RESOLUTIONS.items():
         frames = camera_jpegs(images, size)
-        variants = {"full decode + letterbox": lambda i, f=frames: (full.prepare(f[i % len(f)]), 1)[1],
-                    "reduced decode + letterbox": lambda i, f=frames: (reduced.prepare(f[i % len(f)]), 1)[1]}
+        variants: dict[str, Callable[[int], int]] = {
+            "full decode + letterbox": partial(prepare, full, frames),
+            "reduced decode + letterbox": partial(prepare, reduced, frames)}
         sample = reduced.prepare(frames[0])
         for name, result in rounds(variants, seconds, rounds_n).items():
-            rows.append({"stage": "preprocess", "frames": label, "variant": name, "shape": "x".join(map(str, sample.shape)),
+            rows.append({"stage": "preprocess", "frames": label, "variant": name,
+                         "shape": "x".join(map(str, sample.shape)),
                          "reduction": sample.reduction if "reduced" in name else 1,
                          "jpeg_kb": round(np.mean([len(f) for f in frames]) / 1024)} | result)
     return rows
@@ -143,8 +151,8 @@ def run_stage(args) -> int:
                                        "seconds": args.stage_seconds, "rounds": args.rounds, "clients": args.clients}
         args.out.mkdir(parents=True, exist_ok=True)
         report.write_json(args.out / "stage-service.json", {"meta": meta} | result)
-        table = Table(title=f"issues #28 and #32 ratios at {result['shape']} (median of {args.rounds} interleaved rounds; "
-                            f"load {started} -> "
+        table = Table(title=f"issues #28 and #32 ratios at {result['shape']} "
+                            f"(median of {args.rounds} interleaved rounds; load {started} -> "
                             f"{meta['load_average_end']})")
         table.add_column("what")
         table.add_column("value (ratios: median, per-round range)", justify="right")

@@ -39,7 +39,8 @@ class PeakMemory:
         self._sample()
 
 
-def timed(step: Callable[[int], int], warmup: int, iterations: int, tick: Callable[[], None]) -> tuple[list[float], int, float]:
+def timed(step: Callable[[int], int], warmup: int, iterations: int,
+          tick: Callable[[], None]) -> tuple[list[float], int, float]:
     """Run ``step(i)`` (returns images handled) warm-up + timed times.
 
     Returns per-call latencies (ms), images handled in the timed part and its wall time.

@@ -62,11 +62,11 @@ def _person_sprite(person_image: Path, height: int) -> tuple[np.ndarray, np.ndar
     crop = img[y0:y1, x0:x1]
     scale = height / crop.shape[0]
     crop = cv2.resize(crop, (max(2, round(crop.shape[1] * scale)), height), interpolation=cv2.INTER_AREA)
-    mask = np.zeros(crop.shape[:2], np.float32)
-    h, w = mask.shape
+    h, w = crop.shape[:2]
+    mask = np.zeros((h, w), np.float32)
     cv2.ellipse(mask, (w // 2, h // 2), (int(w * 0.48), int(h * 0.49)), 0, 0, 360, 1.0, -1)
-    mask = cv2.GaussianBlur(mask, (0, 0), sigmaX=max(1.0, w / 20))
-    return crop.astype(np.float32), mask[..., None]
+    feathered = cv2.GaussianBlur(mask, (0, 0), sigmaX=max(1.0, w / 20))
+    return crop.astype(np.float32), feathered[..., None]
 
 
 def make_walk_clip(out: Path, background: Path, person_image: Path, *, width: int = 640, height: int = 360,
@@ -101,6 +101,7 @@ def make_walk_clip(out: Path, background: Path, person_image: Path, *, width: in
            "-g", str(gop or fps), "-keyint_min", str(gop or fps), "-bf", "0", "-movflags", "+faststart",
            "-an", str(out)]
     proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdin is not None and proc.stderr is not None  # both are PIPE
     try:
         for index in range(frames):
             proc.stdin.write(_compose(bg, sprite, alpha, clip.person_x(index), clip.y_top).tobytes())

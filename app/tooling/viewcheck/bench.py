@@ -81,47 +81,57 @@ def _frames(dataset: Path, size: tuple[int, int], n: int) -> tuple[list[np.ndarr
 def bench(dataset: Path, repeat: int = 200, sizes: tuple[tuple[int, int], ...] = SIZES,
           progress: Callable[[str], None] | None = None) -> list[Timing]:
     options = ViewCheckOptions()
-    th = options.thresholds
     out: list[Timing] = []
     for size in sizes:
         label = f"{size[0]}x{size[1]}"
         if progress:
             progress(label)
-        healthy, moved = _frames(dataset, size, 8)
-        monitor = ViewMonitor(options)
-        t = 0.0
-        for i in range(40):  # learn the reference (80 s of capture time)
-            monitor.observe(T0 + dt.timedelta(seconds=t), healthy[i % len(healthy)])
-            t += options.interval_s
-        clock = {"t": t}
+        out.extend(_bench_size(dataset, size, label, options, repeat))
+    return out
 
-        def check(frame: np.ndarray) -> Callable[[], object]:
-            def run() -> object:
-                clock["t"] += options.interval_s
-                return monitor.observe(T0 + dt.timedelta(seconds=clock["t"]), frame)
-            return run
 
-        def skipped() -> object:
-            return monitor.observe(T0 + dt.timedelta(seconds=clock["t"] + 0.1), healthy[0])
+def _bench_size(dataset: Path, size: tuple[int, int], label: str, options: ViewCheckOptions,
+                repeat: int) -> list[Timing]:
+    """One frame size's timings (its own function so the timed closures bind this size's monitor)."""
+    th = options.thresholds
+    healthy, moved = _frames(dataset, size, 8)
+    monitor = ViewMonitor(options)
+    t = 0.0
+    for i in range(40):  # learn the reference (80 s of capture time)
+        monitor.observe(T0 + dt.timedelta(seconds=t), healthy[i % len(healthy)])
+        t += options.interval_s
+    clock = {"t": t}
 
-        ref = monitor._refs[monitor._mode]  # noqa: SLF001 - the benchmark times the parts
-        f_h, f_m = analyse(healthy[1]), analyse(moved)
-        weight = box_weight([], ref.motion.size)
-        cur_m = ref.motion.shrink(f_m.grey)
-        still_h = ref.motion.still(ref.motion.shrink(f_h.grey), weight)
-        steps: dict[str, Callable[[], object]] = {
-            "check: healthy frame": check(healthy[2]),
-            "frame between checks": skipped,
-            "analyse (shared by all checks)": lambda: analyse(healthy[3]),
-            "blinded": lambda: blinded(f_h, ref.saturated, th),
-            "covered (incl. layout correlation)": lambda: covered(
-                f_h, ref, ref.motion.still(ref.motion.shrink(f_h.grey), weight), th),
-            "defocused": lambda: f_h.sharpness / ref.sharpness < th.defocus_sharpness,
-            "moved: motion search (gated)": lambda: ref.motion.estimate(cur_m, weight),
-            "frozen": lambda: monitor._frozen.update(f_h.samples, T0, th.frozen_tolerance),  # noqa: SLF001
-            "check: moved frame (slowest path)": check(moved),
-        }
-        for name, fn in steps.items():
-            med, p95 = _time(fn, repeat)
-            out.append(Timing(label, name, med, p95))
+    def check(frame: np.ndarray) -> Callable[[], object]:
+        def run() -> object:
+            clock["t"] += options.interval_s
+            return monitor.observe(T0 + dt.timedelta(seconds=clock["t"]), frame)
+        return run
+
+    def skipped() -> object:
+        return monitor.observe(T0 + dt.timedelta(seconds=clock["t"] + 0.1), healthy[0])
+
+    mode = monitor._mode  # noqa: SLF001 - the benchmark times the parts
+    ref = monitor._refs[mode] if mode else None  # noqa: SLF001
+    if ref is None:
+        raise RuntimeError(f"{label}: the view monitor learned no reference from 40 healthy frames")
+    f_h, f_m = analyse(healthy[1]), analyse(moved)
+    weight = box_weight([], ref.motion.size)
+    cur_m = ref.motion.shrink(f_m.grey)
+    steps: dict[str, Callable[[], object]] = {
+        "check: healthy frame": check(healthy[2]),
+        "frame between checks": skipped,
+        "analyse (shared by all checks)": lambda: analyse(healthy[3]),
+        "blinded": lambda: blinded(f_h, ref.saturated, th),
+        "covered (incl. layout correlation)": lambda: covered(
+            f_h, ref, ref.motion.still(ref.motion.shrink(f_h.grey), weight), th),
+        "defocused": lambda: f_h.sharpness / ref.sharpness < th.defocus_sharpness,
+        "moved: motion search (gated)": lambda: ref.motion.estimate(cur_m, weight),
+        "frozen": lambda: monitor._frozen.update(f_h.samples, T0, th.frozen_tolerance),  # noqa: SLF001
+        "check: moved frame (slowest path)": check(moved),
+    }
+    out = []
+    for name, fn in steps.items():
+        med, p95 = _time(fn, repeat)
+        out.append(Timing(label, name, med, p95))
     return out

@@ -51,9 +51,9 @@ def hand(view: np.ndarray, skin: np.ndarray, rng: np.random.Generator) -> np.nda
     half = int(min(cy, cx) * rng.uniform(0.5, 0.9))
     patch = skin[cy - half:cy + half, cx - half:cx + half]
     close = cv2.resize(patch, (w, h), interpolation=cv2.INTER_CUBIC).astype(np.float32)
-    close = cv2.GaussianBlur(close, (0, 0), w / 18)
+    blurred = cv2.GaussianBlur(close, (0, 0), w / 18)
     leak = gradient((h, w), rng.uniform(0, 2 * np.pi), 0.5)[..., None]
-    return _u8(close * rng.uniform(0.35, 0.6) * leak)
+    return _u8(blurred * rng.uniform(0.35, 0.6) * leak)
 
 
 def spray(view: np.ndarray, rng: np.random.Generator, paint: tuple[int, int, int], amount: float) -> np.ndarray:
@@ -93,7 +93,7 @@ def infrared(view: np.ndarray, jump: float) -> np.ndarray:
 
 def light(view: np.ndarray, factor: float, warmth: float = 0.0) -> np.ndarray:
     """Scale the light (lights on/off, daylight); ``warmth`` > 0 shifts to orange, < 0 to blue."""
-    tint = np.float32([1 - 0.25 * warmth, 1.0, 1 + 0.25 * warmth])
+    tint = np.array([1 - 0.25 * warmth, 1.0, 1 + 0.25 * warmth], np.float32)
     return _u8(view.astype(np.float32) * factor * tint)
 
 
@@ -103,7 +103,7 @@ def rain(view: np.ndarray, rng: np.random.Generator, drops: int = 260) -> np.nda
     streaks = np.zeros((h, w), np.float32)
     xs, ys = rng.uniform(-0.2 * w, w, drops), rng.uniform(0, h, drops)
     lengths = rng.uniform(0.04, 0.1, drops) * h
-    for x, y, length in zip(xs, ys, lengths):
+    for x, y, length in zip(xs, ys, lengths, strict=True):
         cv2.line(streaks, (int(x), int(y)), (int(x + 0.25 * length), int(y + length)), 1.0, 1, cv2.LINE_AA)
     hazy = view.astype(np.float32) * 0.85 + 18
     return _u8(hazy + 70 * streaks[..., None])

@@ -125,7 +125,7 @@ def paste(frame: np.ndarray, sprite: Sprite, cx: float, foot: float, height: flo
         return None
     # scale only the visible part (a person at the lens is far larger than the frame)
     sx, sy = sprite.bgr.shape[1] / w, sprite.bgr.shape[0] / h
-    m = np.float32([[sx, 0, (ax1 - x1) * sx], [0, sy, (ay1 - y1) * sy]])
+    m = np.array([[sx, 0, (ax1 - x1) * sx], [0, sy, (ay1 - y1) * sy]], np.float32)
     size = (ax2 - ax1, ay2 - ay1)
     flags = cv2.INTER_LINEAR | cv2.WARP_INVERSE_MAP
     bgr = cv2.warpAffine(sprite.bgr, m, size, flags=flags, borderMode=cv2.BORDER_REPLICATE)

@@ -28,6 +28,7 @@ from app.tooling.viewcheck.scenes import View, coco_images, hand, people, read_i
 SIZE = (320, 240)
 JPEG_QUALITY = 85
 ELSEWHERE = 61  # a camera turned away shows the image this many places further on
+Part = Literal["tuned", "set_aside", "fresh"]
 
 
 @dataclass(frozen=True)
@@ -46,7 +47,7 @@ class Sequence:
     index: int  # the source image's position in name order
     fps: float
     dataset: Path
-    part: Literal["tuned", "set_aside", "fresh"]
+    part: Part
 
     @property
     def spec(self) -> Scenario:
@@ -85,6 +86,8 @@ class Sequence:
             if not ok:
                 raise RuntimeError("JPEG encoding failed")
             decoded = cv2.imdecode(jpeg, cv2.IMREAD_COLOR)
+            if decoded is None:
+                raise RuntimeError("JPEG decoding failed")
             last = Frame(t, decoded, tuple(boxes), truth)
             yield last
 
@@ -101,7 +104,7 @@ def build(dataset: Path, per_scenario: int = 6, scenarios: list[str] | None = No
             continue
         for j in range(copies):
             index = (first + s * copies + j) % len(images)
-            part = "fresh" if fresh else "set_aside" if index % 3 == 2 else "tuned"
+            part: Part = "fresh" if fresh else "set_aside" if index % 3 == 2 else "tuned"
             name_j = f"{name}-{'f' if fresh else ''}{j}"
             out.append(Sequence(name_j, name, images[index], index, 2.0 if j in (1, 5) else 1.0, Path(dataset), part))
     return out

@@ -86,5 +86,6 @@ def analyse(frame: np.ndarray) -> FrameFeatures:
     detail = cv2.mean(cv2.absdiff(mid[:, 1:], mid[:, :-1]))[0] + cv2.mean(cv2.absdiff(mid[1:], mid[:-1]))[0]
     return FrameFeatures(
         shape=(frame.shape[0], frame.shape[1]), grey=grey, samples=sample_grid(frame), mean=mean, std=std,
-        saturated=cv2.countNonZero(cv2.compare(grey, SATURATED - 1, cv2.CMP_GT)) / grey.size,
+        # OpenCV's stubs type compare's second operand as an array; a scalar is documented and works
+        saturated=cv2.countNonZero(cv2.compare(grey, SATURATED - 1, cv2.CMP_GT)) / grey.size,  # type: ignore[call-overload]
         chroma=chroma_of(colour), sharpness=lap_std ** 2 / (std ** 2 + 4.0), detail=detail)

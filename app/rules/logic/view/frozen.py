@@ -38,6 +38,9 @@ def trimmed_difference(a: np.ndarray, b: np.ndarray) -> float:
 
 class FrozenTracker:
     def __init__(self) -> None:
+        self._clear()
+
+    def _clear(self) -> None:
         self.previous: np.ndarray | None = None
         self.previous_at: dt.datetime | None = None
         self.normal: deque[float] = deque(maxlen=NORMAL_CHECKS)
@@ -46,7 +49,7 @@ class FrozenTracker:
         self._normal_median = 0.0
 
     def reset(self) -> None:
-        self.__init__()
+        self._clear()
 
     @property
     def learning(self) -> bool:

@@ -54,7 +54,7 @@ def checked_frame(frame: np.ndarray) -> np.ndarray:
 
 
 def checked_boxes(boxes: Iterable[Box]) -> list[Box]:
-    out = []
+    out: list[Box] = []
     for box in boxes:
         if len(box) not in (4, 5) or not all(np.isfinite(float(v)) for v in box):
             raise ViewCheckError("a box is (x1, y1, x2, y2[, confidence]) normalised to 0..1")

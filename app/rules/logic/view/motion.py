@@ -122,7 +122,7 @@ class MotionReference:
         """The (shift, angle) that best explains the current view, verified by correlation."""
         spectrum = _phase_spectrum((current - current.mean()) * self.window)
         peaks = []
-        for angle, ref in zip(ANGLES, self.spectra):
+        for angle, ref in zip(ANGLES, self.spectra, strict=True):  # one spectrum per angle
             cross = cv2.mulSpectrums(spectrum, ref, 0, conjB=True)
             surface = cv2.idft(cross, flags=cv2.DFT_REAL_OUTPUT | cv2.DFT_SCALE)
             peaks.append((cv2.minMaxLoc(surface)[1], angle, surface))

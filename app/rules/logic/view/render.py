@@ -31,7 +31,7 @@ def _bgr(img: np.ndarray, rgb: bool) -> np.ndarray:
 
 def _panel(img: np.ndarray | None, label: str, height: int, colour: tuple[int, int, int], rgb: bool) -> np.ndarray:
     if img is None:
-        body = np.full((height, height * 4 // 3, 3), 64, np.uint8)
+        body: np.ndarray = np.full((height, height * 4 // 3, 3), 64, np.uint8)
         cv2.putText(body, "no reference yet", (10, height // 2), FONT, 0.6, (220, 220, 220), 1, cv2.LINE_AA)
     else:
         img = _bgr(img, rgb)

@@ -51,7 +51,8 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     dialect = op.get_bind().dialect.name
-    op.execute("DROP TRIGGER IF EXISTS campusguard_audit_no_update" + (" ON campusguard_audit" if dialect == "postgresql" else ""))
+    on_table = " ON campusguard_audit" if dialect == "postgresql" else ""
+    op.execute("DROP TRIGGER IF EXISTS campusguard_audit_no_update" + on_table)
     if dialect == "postgresql":
         op.execute("DROP FUNCTION IF EXISTS campusguard_audit_append_only()")
     op.drop_index("ix_campusguard_audit_at", "campusguard_audit")
