@@ -34,8 +34,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     overrides = {k: v for k, v in (("host", args.host), ("port", args.port)) if v is not None}
-    if args.starter_site:
-        overrides["site_config"] = starter_site(load_settings(**overrides))
+    if args.starter_site:  # `make run`: the first run's site file, and what to do next
+        from app.tooling.demo.site import next_steps
+
+        settings = load_settings(**overrides)
+        overrides["site_config"] = starter_site(settings)
+        print(next_steps(settings.host, settings.port), file=sys.stderr)
     return serve(overrides)
 
 

@@ -186,3 +186,18 @@ def test_a_pulled_frame_is_offered_to_the_shadow_lane_full_size_per_camera(tmp_p
         engine.stop()
         lane.stop()
         rules.stop()
+
+
+def test_the_first_run_says_where_the_console_is_and_what_to_post(tmp_path):
+    """`make run` prints the console's address and the curl call that raises an event on the
+    starter camera, with the real path of the bus.jpg that ships with Ultralytics (issue 42)."""
+    import re
+
+    from app.tooling.demo.site import next_steps
+
+    text = next_steps("127.0.0.1", 8123)
+    assert "console: http://127.0.0.1:8123/ui" in text
+    path = re.search(r"image=@(\S+) 'http://127\.0\.0\.1:8123/detect\?camera_id=front-door'", text)
+    assert path is not None and Path(path.group(1)).is_file() and path.group(1).endswith("bus.jpg")
+    assert "make demo" in text
+    assert "http://127.0.0.1:9000/ui" in next_steps("0.0.0.0", 9000)  # never an unreachable 0.0.0.0 link

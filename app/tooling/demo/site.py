@@ -2,7 +2,7 @@
 
 ``make run`` (``campusguard serve --starter-site``) starts with rules on: when the site
 file is missing it is created from ``STARTER`` (one camera that POSTs its frames, with a
-zone and a night-time intrusion rule, and the lines to give it a stream commented in), so
+zone and an intrusion rule, and the lines to give it a stream commented in), so
 the console's cameras, events and zone editor work at once. ``make demo`` adds ``demo-cam``,
 whose source is the generated walk clip (clip.py): a counting line across the middle of the
 view and a zone on its right, so a newcomer sees frames, a crossing and an event.
@@ -42,9 +42,9 @@ cameras:
         kind: restricted
         polygon: [[0.05, 0.45], [0.95, 0.45], [0.95, 0.98], [0.05, 0.98]]
         rules:
+          # a person's feet in the zone raise an event at any hour; to watch only at night add
+          #   active_hours: [{start: "22:00", end: "06:00"}]
           - type: intrusion
-            active_hours:
-              - {start: "22:00", end: "06:00"}
 """
 
 
@@ -96,3 +96,18 @@ def add_demo_camera(path: Path, clip: Path) -> bool:
     parse_site_bytes(new, path)  # SiteConfigError: nothing is written
     atomic_write(path, new, mode=os.stat(path).st_mode & 0o777)
     return True
+
+
+def next_steps(host: str, port: int) -> str:
+    """What a newcomer does after ``make run``: where the console is, and the one call that makes
+    the starter camera raise an event (bus.jpg's people stand in the starter zone)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("ultralytics")
+    bus = (Path(spec.origin).parent / "assets" / "bus.jpg") if spec and spec.origin else Path("bus.jpg")
+    shown = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
+    base = f"http://{shown}:{port}"
+    return (f"console: {base}/ui (ready when {base}/health/ready answers 200)\n"
+            f"next: post a frame as the starter camera, which raises an intrusion event:\n"
+            f"  curl -s -F image=@{bus} '{base}/detect?camera_id=front-door'\n"
+            f"  or run `make demo` for a camera the service streams itself (docs/cameras.md)")
