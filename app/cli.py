@@ -25,13 +25,16 @@ COMMANDS: dict[str, tuple[str, str]] = {
                                                 "newest frame wins, CPU per frame of server and generator"),
     "soak": ("app.commands.soak", "long mixed-size run against a running server, tracking memory"),
     "parity": ("app.commands.parity", "detections on a device/precision against a stored CPU reference"),
-    "bench-shadow": ("app.commands.bench_shadow", "detection p50/p95 and admission with the shadow reference on vs off"),
+    "bench-shadow": ("app.commands.bench_shadow",
+                     "detection p50/p95 and admission with the shadow reference on vs off"),
     "replay": ("app.commands.replay", "re-run a site file's rules over the detection log, next to the recorded events"),
-    "keys": ("app.commands.keys", "API keys: make one (secret printed once, hashed line for the keys file), check a file"),
+    "keys": ("app.commands.keys",
+             "API keys: make one (secret printed once, hashed line for the keys file), check a file"),
     "viewcheck-report": ("app.commands.viewcheck", "camera view checks on their labelled real-photo test set: "
                                                    "confusion tables, time to alarm, per-check cost"),
     "gateway": ("app.commands.gateway", "pull the site file's camera streams and POST their frames to the service"),
-    "demo": ("app.commands.demo", "start the service with a demo camera (a generated clip: a line crossing, an intrusion)"),
+    "demo": ("app.commands.demo",
+             "start the service with a demo camera (a generated clip: a line crossing, an intrusion)"),
 }
 
 

@@ -57,7 +57,8 @@ class Gate:
     @classmethod
     def of(cls, keyring: Keyring, metrics: Metrics | None = None, mode: str | None = None) -> Gate:
         """A gate over fixed keys (tests; servers without a keys file)."""
-        return cls(KeySource.fixed(keyring), metrics or Metrics(), mode=mode or ("on" if keyring.required else "loopback"))
+        return cls(KeySource.fixed(keyring), metrics or Metrics(),
+                   mode=mode or ("on" if keyring.required else "loopback"))
 
     @property
     def keyring(self) -> Keyring:

@@ -30,7 +30,8 @@ class AuthInfo(BaseModel):
 class SiteDocument(BaseModel):
     """The running site config and the version of the file it was loaded from."""
 
-    version: str = Field(examples=["3f2a9c0d1e4b5a67"], description="First 16 hex of the SHA-256 of the file; send as If-Match")
+    version: str = Field(examples=["3f2a9c0d1e4b5a67"],
+                         description="First 16 hex of the SHA-256 of the file; send as If-Match")
     path: str
     writable: bool = Field(description="False: zone edits answer 409 site_read_only (e.g. a ConfigMap mount)")
     loaded_at: dt.datetime
@@ -44,7 +45,8 @@ class SiteDocument(BaseModel):
 class ZoneSaved(BaseModel):
     version: str = Field(description="The new version of the site file")
     loaded_at: dt.datetime
-    zone: dict[str, Any] | None = Field(None, description="The zone as validated (defaults filled in); absent on delete")
+    zone: dict[str, Any] | None = Field(
+        None, description="The zone as validated (defaults filled in); absent on delete")
 
 
 class RecentBucket(BaseModel):

@@ -89,9 +89,11 @@ class Health(BaseModel):
     vram_total_bytes: int | None = None
     model: str | None = None
     precision: str | None = Field(None, description="What the graph computes in (served): fp32, fp16 or int8")
-    precision_requested: str | None = Field(None, description="The precision provisioned (CAMPUSGUARD_PRECISION, auto resolved)")
-    backend_choice: dict[str, str] | None = Field(None, description="CAMPUSGUARD_BACKEND and CAMPUSGUARD_PRECISION as set "
-                                                  "(auto by default), what they resolved to and why")
+    precision_requested: str | None = Field(
+        None, description="The precision provisioned (CAMPUSGUARD_PRECISION, auto resolved)")
+    backend_choice: dict[str, str] | None = Field(None, description=(
+        "CAMPUSGUARD_BACKEND and CAMPUSGUARD_PRECISION as set "
+        "(auto by default), what they resolved to and why"))
     precision_fallback: bool | None = Field(None, description="true: the requested precision failed its gate and fp32 "
                                             "is served instead")
     precision_gate: dict[str, Any] | None = Field(None, description="The gate's verdict: mode (labelled mAP or "
@@ -184,8 +186,9 @@ class EventOut(BaseModel):
         default_factory=list, description="The objects that made the rule hold; for a `camera_view` event one "
                                           "view-problem object (`kind`, `since`, ...)")
     max_count: int = Field(description="Most objects satisfying the rule on one frame during the event")
-    snapshot: str | None = Field(None, description="URL path of the annotated JPEG taken when the event started "
-                                 "(`camera_view`: the before/after pair, reference left, the view that raised it right)")
+    snapshot: str | None = Field(None, description=(
+        "URL path of the annotated JPEG taken when the event started "
+        "(`camera_view`: the before/after pair, reference left, the view that raised it right)"))
     clip: str | None = Field(None, description="URL path of the H.264 MP4 of the frames around the start; "
                              "written up to `clip_post_s` after it (404 until then)")
     acknowledged: bool = Field(False, description="An operator has seen it (PATCH)")

@@ -14,15 +14,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import (
-    AnyUrl,
-    Field,
-    SecretStr,
-    TypeAdapter,
-    UrlConstraints,
-    field_validator,
-    model_validator,
-)
+from pydantic import AnyUrl, Field, SecretStr, TypeAdapter, UrlConstraints, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from app.core.imgsz import ImgSize, format_imgsz, input_hw, parse_imgsz
@@ -32,8 +24,8 @@ ENV_PREFIX = "CAMPUSGUARD_"
 ENV_FILE = Path(".env")
 DEFAULT_WEIGHTS = Path("../shared/models/yolov8n.pt")
 DEFAULT_DATA_DIR = Path(".cache/campusguard")
-ONNX_PROVIDER_ALIASES = {"migraphx": "MIGraphXExecutionProvider", "rocm": "ROCMExecutionProvider", "cuda": "CUDAExecutionProvider",
-                         "tensorrt": "TensorrtExecutionProvider", "cpu": "CPUExecutionProvider"}
+ONNX_PROVIDER_ALIASES = {"migraphx": "MIGraphXExecutionProvider", "rocm": "ROCMExecutionProvider",
+    "cuda": "CUDAExecutionProvider", "tensorrt": "TensorrtExecutionProvider", "cpu": "CPUExecutionProvider"}
 MQTT_URL = TypeAdapter(Annotated[AnyUrl, UrlConstraints(allowed_schemes=["mqtt", "mqtts"], host_required=True)])
 _DEVICE_RE = re.compile(r"^(cpu|cuda(:\d+)?)$")
 # each has a <name>_file twin (app/core/secrets.py; tests/unit/test_secret_settings.py checks none is missing)
@@ -76,7 +68,8 @@ class Settings(BaseSettings):
     )
 
     # --- model and backend -------------------------------------------------------------
-    backend: Literal["auto", "torch", "onnx", "openvino"] = Field("auto", description="auto: openvino on a CPU (onnx without its extra), torch on a GPU")
+    backend: Literal["auto", "torch", "onnx", "openvino"] = Field(
+        "auto", description="auto: openvino on a CPU (onnx without its extra), torch on a GPU")
     weights: Path = Field(DEFAULT_WEIGHTS, description=".pt, .onnx or an architecture .yaml")
     model_name: str | None = Field(None, description="Name reported in replies; default: weights stem")
     device: str = Field("cpu", description="cpu or cuda:N (cuda:N is the AMD GPU on ROCm torch)")
@@ -85,16 +78,17 @@ class Settings(BaseSettings):
     shapes: Annotated[str, NoDecode] = Field(
         "", description="More fixed input shapes, one per aspect class (comma list of HxW, e.g. 384x640,480x640,"
         "640x384), or auto (the site file's camera resolutions); each frame goes to its aspect's shape")
-    precision: Literal["auto", "fp32", "fp16", "bf16", "int8"] = Field(
-        "auto", description="What the model computes in: fp32, fp16 (GPU), bf16 (openvino on a CPU with avx512_bf16 or "
-        "amx_bf16) or int8 (onnx or openvino on CPU, built from the weights); auto: bf16 where openvino runs it, else fp32")
+    precision: Literal["auto", "fp32", "fp16", "bf16", "int8"] = Field("auto", description="What the model computes "
+        "in: fp32, fp16 (GPU), bf16 (openvino on a CPU with avx512_bf16 or amx_bf16) or int8 (onnx or openvino on CPU, "
+        "built from the weights); auto: bf16 where openvino runs it, else fp32")
     decode_reduce: bool = Field(True, description="Decode a JPEG at 1/2, 1/4 or 1/8 size when the letterbox shrinks it "
                                 "that much anyway (libjpeg-turbo DCT scaling); boxes stay in original pixels")
     evidence_min_width: int = Field(960, ge=0, le=8192, description="Frames kept for rules evidence (snapshots, clips, "
                                     "the console's latest frame) are decoded at least this wide")
     calibration_dir: Path | None = Field(Path("../shared/datasets/coco-val128"), description=(
         "Frames (a folder of images, or a YOLO dataset) the int8 model is calibrated on, and gated on without labels"))
-    calibration_images: int = Field(64, ge=1, le=10_000, description="Frames used to calibrate int8 and for the F1 gate")
+    calibration_images: int = Field(
+        64, ge=1, le=10_000, description="Frames used to calibrate int8 and for the F1 gate")
     gate_dataset: Path | None = Field(None, description=(
         "Labelled YOLO folder: a reduced precision passes when its mAP50-95 is within GATE_MAX_MAP_DROP of fp32"))
     gate_max_map_drop: float = Field(0.01, ge=0, le=1, description="Largest mAP50-95 loss against fp32 (labelled gate)")
@@ -109,16 +103,17 @@ class Settings(BaseSettings):
         default_factory=lambda: ["migraphx", "rocm", "cuda", "cpu"],
         description="Ordered execution-provider preference; the first available is used",
     )
-    data_dir: Path = Field(DEFAULT_DATA_DIR, description="The service's data folder: the defaults of the ONNX cache, the "
-                           "SQLite event store, snapshots, `serve --starter-site`'s site file and the demo clip live here")
-    onnx_cache_dir: Path = Field(DEFAULT_DATA_DIR, description=(
-        "The service's data folder for built models: ONNX exports, int8 models, OpenVINO IR, MIGraphX programs (default: data_dir)"))
+    data_dir: Path = Field(DEFAULT_DATA_DIR, description="The service's data folder: the defaults of the ONNX cache, "
+        "the SQLite event store, snapshots, `serve --starter-site`'s site file and the demo clip live here")
+    onnx_cache_dir: Path = Field(DEFAULT_DATA_DIR, description="The service's data folder for built models: ONNX "
+        "exports, int8 models, OpenVINO IR, MIGraphX programs (default: data_dir)")
     onnx_cpu_fallback: bool = Field(
         False, description="Accept ONNX Runtime falling back to CPU when the GPU provider fails (default: refuse)")
 
     # --- shadow reference (docs/shadow.md) ----------------------------------------------------
     shadow_backend: Literal["", "torch", "onnx", "openvino"] = Field("", description="Reference runtime; empty = off")
-    shadow_weights: Path | None = Field(None, description="The reference's model (.pt, or .onnx for onnx); default: WEIGHTS")
+    shadow_weights: Path | None = Field(
+        None, description="The reference's model (.pt, or .onnx for onnx); default: WEIGHTS")
     shadow_device: str = Field("cpu", description="Where the reference runs: cpu or cuda:N (always fp32)")
     shadow_sample: float = Field(0.01, ge=0, le=1, description="Fraction of answered frames also run on the reference")
     shadow_min_interval_s: float = Field(60.0, ge=0, description="At least one frame per camera this often; 0 = off")
@@ -154,7 +149,8 @@ class Settings(BaseSettings):
                                        "(warned at every start); on: keys required beyond loopback")
     api_keys: Annotated[list[SecretStr], NoDecode] = Field(
         default_factory=list, description="Comma list of [role:]key (viewer, operator, camera, admin; bare = admin)")
-    api_keys_file: Path | None = Field(None, description="YAML keys file: [{name, role, key | sha256}], re-read on change")
+    api_keys_file: Path | None = Field(
+        None, description="YAML keys file: [{name, role, key | sha256}], re-read on change")
     api_keys_watch_s: float = Field(2.0, ge=0, description="Seconds between checks of the keys file; 0 = SIGHUP only")
     bind_frames_to_key_cameras: bool = Field(False, description="Frames only for the cameras of the key's cameras:")
     auth_fail_limit: int = Field(10, ge=1, description="Wrong keys from one address within auth_fail_window_s "
@@ -174,7 +170,8 @@ class Settings(BaseSettings):
         description="Routes answering without a key when keys are set (comma list of route paths)")
     body_read_timeout_s: float = Field(30.0, gt=0, description="Longest a client may take to send its request body")
     cors_origins: Annotated[list[str], NoDecode] = Field(default_factory=list)
-    console: bool = Field(True, description="Serve the operator console (static page) at /ui; its data routes need keys as usual")
+    console: bool = Field(
+        True, description="Serve the operator console (static page) at /ui; its data routes need keys as usual")
 
     # --- observability -----------------------------------------------------------------
     log_format: Literal["text", "json"] = "text"
@@ -198,9 +195,11 @@ class Settings(BaseSettings):
                                "data_dir/snapshots)")
     ingest: Literal["embedded", "off"] = Field("embedded", description="embedded: pull the site file's camera sources "
                                                "in this process; off: gateways pull them (docs/cameras.md)")
-    ingest_max_pixels: int = Field(16_777_216, ge=4096, le=268_435_456, description="Largest camera picture; else bad_stream")
+    ingest_max_pixels: int = Field(
+        16_777_216, ge=4096, le=268_435_456, description="Largest camera picture; else bad_stream")
     ingest_max_readers: int = Field(64, ge=1, le=4096, description="Camera streams one process pulls at most")
-    webhook_urls: Annotated[list[str], NoDecode] = Field(default_factory=list, description="Event webhooks (comma list)")
+    webhook_urls: Annotated[list[str], NoDecode] = Field(
+        default_factory=list, description="Event webhooks (comma list)")
     webhook_secret: SecretStr = Field(SecretStr(""), description="HMAC-SHA256 key for X-CampusGuard-Signature")
     webhook_timeout_s: float = Field(5.0, gt=0)
     webhook_max_backoff_s: float = Field(60.0, gt=0)
@@ -215,32 +214,39 @@ class Settings(BaseSettings):
     fleet_interval_s: float = Field(1.0, ge=0, le=5, description=(
         "Seconds between the batched writes of this replica's camera state to the shared store (docs/deploy.md, "
         "Shared fleet state); 0 = off (one process only)"))
-    fleet_stale_after_s: float = Field(10.0, gt=0, le=3600, description="A replica silent this long: its cameras are stale")
-    fleet_orphan_after_s: float = Field(120.0, ge=0, description="A replica silent this long: its open events end; 0 = never")
+    fleet_stale_after_s: float = Field(
+        10.0, gt=0, le=3600, description="A replica silent this long: its cameras are stale")
+    fleet_orphan_after_s: float = Field(
+        120.0, ge=0, description="A replica silent this long: its open events end; 0 = never")
     fleet_frame_interval_s: float = Field(3.0, ge=0, le=3600, description="Share a newest frame at most this often")
     rules_workers: int = Field(1, ge=1, le=64, description="Rules processes: 1 = in-process; N >= 2 = camera shards")
-    rules_worker_timeout_s: float = Field(30.0, gt=0, le=600, description="A rules worker (RULES_WORKERS >= 2) that has "
-                                          "not answered a frame within this is hung: killed and restarted")
-    snapshot_budget_mb: float = Field(1024.0, ge=0, description="Snapshot and clip disk budget; oldest deleted first; 0 = none")
+    rules_worker_timeout_s: float = Field(30.0, gt=0, le=600, description="A rules worker (RULES_WORKERS >= 2) that "
+                                          "has not answered a frame within this is hung: killed and restarted")
+    snapshot_budget_mb: float = Field(
+        1024.0, ge=0, description="Snapshot and clip disk budget; oldest deleted first; 0 = none")
     retention_sweep_s: float = Field(600.0, gt=0, description="Seconds between retention sweeps")
     audit_retain_days: float = Field(365.0, gt=0, description="Delete audit records older than this")
     detection_log: bool = Field(False, description="Log every evaluated frame's detections for `campusguard replay`")
     detection_log_retention_days: float = Field(7.0, gt=0, description="Delete logged frames captured longer ago")
-    detection_log_buffer_size: int = Field(50_000, ge=1, description="Logged frames kept in memory before they are written")
+    detection_log_buffer_size: int = Field(
+        50_000, ge=1, description="Logged frames kept in memory before they are written")
     clips: bool = Field(True, description="Write an H.264 MP4 evidence clip per event (needs frames in memory)")
     clip_pre_s: float = Field(5.0, ge=0, le=300, description="Seconds of frames before an event's start in its clip")
     clip_post_s: float = Field(5.0, ge=0, le=300, description="Seconds of frames after an event's start in its clip")
     clip_max_fps: float = Field(5.0, gt=0, le=30, description="Frames kept per second and camera for clips")
     clip_buffer_mb: float = Field(256.0, gt=0, description="Memory cap of the kept frames, all cameras together")
     clip_max_width: int = Field(640, ge=64, le=3840, description="Kept frames are downscaled to at most this width")
-    mqtt_url: str | None = Field(None, description="MQTT broker (mqtt://host:1883 or mqtts://user:pass@host:8883); none = off")
+    mqtt_url: str | None = Field(
+        None, description="MQTT broker (mqtt://host:1883 or mqtts://user:pass@host:8883); none = off")
     mqtt_username: str | None = Field(None, description="Broker user (instead of one in the URL)")
     mqtt_password: SecretStr = Field(SecretStr(""), description="Broker password (instead of one in the URL)")
     mqtt_topic_prefix: str = Field("campusguard", description="Topics: <prefix>/events, <prefix>/<camera>/<rule>, ...")
-    mqtt_qos: int = Field(1, ge=1, le=2, description="QoS of every publish; 1 or 2 (an outbox row is done on the broker's ack)")
+    mqtt_qos: int = Field(
+        1, ge=1, le=2, description="QoS of every publish; 1 or 2 (an outbox row is done on the broker's ack)")
     mqtt_ca_file: Path | None = Field(None, description="CA bundle for mqtts:// (default: the system's)")
     mqtt_client_id: str = Field("", description="MQTT client id; empty = campusguard-<host>-<pid> (unique per replica)")
-    mqtt_discovery_prefix: str = Field("homeassistant", description="Home Assistant discovery prefix; empty = no discovery")
+    mqtt_discovery_prefix: str = Field(
+        "homeassistant", description="Home Assistant discovery prefix; empty = no discovery")
 
     @model_validator(mode="before")
     @classmethod
@@ -343,7 +349,8 @@ class Settings(BaseSettings):
             if not 32 <= side <= 4096:
                 raise ValueError(f"imgsz sides must be within 32..4096, got {format_imgsz(value)}")
             if side % 32:
-                raise ValueError(f"imgsz must be a multiple of 32 (the model's largest stride), got {format_imgsz(value)}")
+                raise ValueError(
+                    f"imgsz must be a multiple of 32 (the model's largest stride), got {format_imgsz(value)}")
         return value
 
     @field_validator("shapes", mode="before")

@@ -71,7 +71,8 @@ def parse_keys_file(data: bytes, path: Path | str = "keys file") -> tuple[KeyEnt
     except yaml.YAMLError as exc:  # the mark only: PyYAML's own message quotes the line, which may hold a key
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
-        raise KeysFileError(f"{path}: not valid YAML ({where}{getattr(exc, 'problem', None) or 'syntax error'})") from None
+        problem = getattr(exc, "problem", None) or "syntax error"
+        raise KeysFileError(f"{path}: not valid YAML ({where}{problem})") from None
     if doc is None:
         doc = []
     if not isinstance(doc, list):

@@ -45,7 +45,8 @@ class AuditPage(BaseModel):
             responses=error_responses(404, 422, 503))
 async def audit_page(
     audit: AuditDep,
-    cursor: Annotated[str | None, Query(pattern=r"^[0-9]{1,19}$", description="`next_cursor` of the previous page")] = None,
+    cursor: Annotated[str | None, Query(pattern=r"^[0-9]{1,19}$",
+                                        description="`next_cursor` of the previous page")] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     # NUL or a lone surrogate: 422 here, not a database error (a 500 on PostgreSQL)
     action: Annotated[str | None, Query(max_length=32, description="Only this action"),

@@ -39,7 +39,8 @@ def camera_summary(
     rules: CamerasDep, sources: SourcesDep, request: Request,
     q: Annotated[CleanText | None, Query(min_length=1, max_length=100, description=(
         "Only cameras whose id or name contains this (case-insensitive)"))] = None,
-    area: Annotated[CleanText | None, Query(min_length=1, max_length=64, description="Only cameras of this area")] = None,
+    area: Annotated[CleanText | None, Query(min_length=1, max_length=64,
+                                            description="Only cameras of this area")] = None,
     status: Annotated[Status | None, Query(description="Only cameras with this status")] = None,
     limit: Annotated[int, Query(ge=1, le=MAX_LIMIT, description="Cameras per page")] = 100,
     cursor: Annotated[str | None, Query(min_length=1, max_length=200, description=(

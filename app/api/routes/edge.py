@@ -48,8 +48,8 @@ def flat_routes(routes: Iterable[BaseRoute], prefix: str = "") -> Iterator[tuple
         if inner is None:
             yield prefix, route
         else:
-            yield from flat_routes(inner.routes, prefix + (getattr(getattr(route, "include_context", None), "prefix", "")
-                                                            or ""))
+            yield from flat_routes(inner.routes,
+                                   prefix + (getattr(getattr(route, "include_context", None), "prefix", "") or ""))
 
 
 def target_route(request: Request, method: str, path: str) -> tuple[BaseRoute | None, bool]:

@@ -87,7 +87,8 @@ def health_document(engine: InferenceEngine | None, detector: Detector | None, p
             vram_used_bytes=mem.used if info.platform != "cpu" else None,
             vram_total_bytes=(mem.total or info.total_memory) if info.platform != "cpu" else None,
             model=detector.model_name, precision=detector.precision,
-            shapes=[f"{h}x{w}" for h, w in engine.pipeline.shapes], classes=[detector.names[k] for k in sorted(detector.names)],
+            shapes=[f"{h}x{w}" for h, w in engine.pipeline.shapes],
+            classes=[detector.names[k] for k in sorted(detector.names)],
             inferences=counters.inferences, images=counters.images, cache_clears=counters.cache_clears,
             queue_depth=engine.queue.qsize()))
     return out

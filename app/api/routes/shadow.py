@@ -68,13 +68,15 @@ def as_out(frame: WorstFrame, names: dict[int, str]) -> WorstFrameOut:
 
     s = frame.score
     return WorstFrameOut(id=frame.id, camera_id=frame.camera_id, captured_at=frame.captured_at,
-                         agreement=round(s.agreement, 4), recall=round(s.matched / s.reference if s.reference else 1.0, 4),
+                         agreement=round(s.agreement, 4),
+                         recall=round(s.matched / s.reference if s.reference else 1.0, 4),
                          precision=round(s.matched / s.primary if s.primary else 1.0, 4), matched=s.matched,
                          width=frame.width, height=frame.height, primary=boxes(frame.primary),
                          reference=boxes(frame.reference), image_url=f"/shadow/worst/{frame.id}.jpg")
 
 
-@router.get("/shadow/worst", response_model=WorstList, summary="Frames where the primary and the reference disagree most")
+@router.get("/shadow/worst", response_model=WorstList,
+            summary="Frames where the primary and the reference disagree most")
 async def worst(shadow: ShadowDep,
                 camera_id: Annotated[str | None, Query(pattern=CAMERA_RE, max_length=64,
                                                        description="Only this camera")] = None,

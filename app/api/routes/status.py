@@ -38,6 +38,8 @@ async def status(engine: MaybeEngineDep, detector: MaybeDetectorDep, phase: Phas
     deliveries = await asyncio.to_thread(rules.delivery_state)
     fleet = await asyncio.to_thread(rules.fleet_status)
     return StatusDocument(health=health_document(engine, detector, phase, started_at, rules, startup, gate.mode),
-                          recent=metrics.recent.snapshot(), queue_depth=engine.queue.qsize() if engine is not None else 0,
-                          event_store=rules.store_status(), shadow=shadow.status(), replica=fleet["replica"] if fleet else options.replica_id,
+                          recent=metrics.recent.snapshot(),
+                          queue_depth=engine.queue.qsize() if engine is not None else 0,
+                          event_store=rules.store_status(), shadow=shadow.status(),
+                          replica=fleet["replica"] if fleet else options.replica_id,
                           fleet=fleet, **deliveries)

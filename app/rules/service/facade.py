@@ -42,7 +42,7 @@ from app.rules.evidence.files import CLIP, SNAPSHOT, EvidenceFiles
 from app.rules.evidence.latest import LatestFrames
 from app.rules.logic.capture_time import CaptureTimePolicy
 from app.rules.logic.counts import CrossingCounts
-from app.rules.logic.evaluator import CameraState, EventRecord
+from app.rules.logic.evaluator import EventRecord
 from app.rules.logic.table import CameraTable
 from app.rules.service.dryrun import DryRunner
 from app.rules.service.events import EventSink

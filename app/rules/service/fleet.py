@@ -46,7 +46,8 @@ def _events(value: Any, camera_id: str) -> list[dict[str, Any]]:
     else, from a broken or hostile writer, is left out)."""
     if not isinstance(value, list):
         return []
-    return [e for e in value if isinstance(e, dict) and isinstance(e.get("id"), str) and e.get("camera_id") == camera_id]
+    return [e for e in value
+            if isinstance(e, dict) and isinstance(e.get("id"), str) and e.get("camera_id") == camera_id]
 
 
 def _age(now: dt.datetime, then: Any) -> float | None:
@@ -149,7 +150,8 @@ class Fleet:
         if stale and (since_frame is None or since_frame > doc["offline_after_s"]):
             status = "offline"
         return {**doc, "status": status,
-                "last_frame_at": row.get("last_frame_at") if isinstance(row.get("last_frame_at"), dt.datetime) else None,
+                "last_frame_at": (row.get("last_frame_at")
+                                  if isinstance(row.get("last_frame_at"), dt.datetime) else None),
                 "last_seen_at": last_seen,
                 "seconds_since_last_frame": None if since_frame is None else round(since_frame, 3),
                 "open_events": _events(row.get("open_events"), doc["id"]), "view": _dict(row.get("view")),

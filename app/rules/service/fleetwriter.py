@@ -144,7 +144,8 @@ class FleetWriter:
         out = []
         for camera_id, kept in self.latest.items():
             prev = self._frames.get(camera_id)
-            if prev is not None and (prev[0] == kept.captured_at or (now - prev[1]).total_seconds() < opts.frame_interval_s):
+            if prev is not None and (prev[0] == kept.captured_at
+                                     or (now - prev[1]).total_seconds() < opts.frame_interval_s):
                 continue
             out.append(SharedFrame(camera_id, kept.captured_at, thumbnail(kept.rgb, opts.frame_width)))
             self._frames[camera_id] = (kept.captured_at, now)

@@ -15,6 +15,7 @@ its frames since, this replica ends its open events, forgets the camera and rais
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -85,7 +86,7 @@ class CameraHealth:
                 self._hand_over(cid, owner)
                 continue
             event = camera_event(cid, "camera_offline", utcnow())
-            ended = self._end_open(cid, lambda: self.monitor.mark_offline(cid, event))
+            ended = self._end_open(cid, functools.partial(self.monitor.mark_offline, cid, event))
             if ended is None:
                 continue
             self.sink.persist(event.to_dict(), "started")

@@ -237,7 +237,8 @@ def replay_parallel(url: str, site: SiteConfig, cameras: list[str], since: dt.da
     lasts: dict[str, dt.datetime | None] = {}
     done = 0
     with ProcessPoolExecutor(len(parts), mp_context=get_context("spawn")) as pool:
-        for got, last, n in pool.map(_replay_group, *zip(*[(url, site_json, g, since, until) for g in parts])):
+        args = zip(*[(url, site_json, g, since, until) for g in parts], strict=True)  # equal 5-tuples: a transpose
+        for got, last, n in pool.map(_replay_group, *args):
             spans += got
             lasts.update(last)
             done += n
@@ -279,4 +280,5 @@ def match(site: SiteConfig, cameras: list[str], recorded: list[Span], replayed: 
 
 
 def _order(span: Span) -> tuple:
-    return (span.camera_id, span.zone, span.rule, span.started_at, span.ended_at is None, span.ended_at or span.started_at)
+    return (span.camera_id, span.zone, span.rule, span.started_at, span.ended_at is None,
+            span.ended_at or span.started_at)

@@ -139,7 +139,8 @@ class Shard:
                 return
             pending, self._pending = self._pending, {}
             code = self.process.exitcode if not self.process.is_alive() else None
-            reason = "hung" if generation == self._hung_generation else reason  # killed by _hung: its reader saw EOF first
+            # killed by _hung: its reader saw EOF first
+            reason = "hung" if generation == self._hung_generation else reason
             log.error("rules worker %d (pid %s) %s (exit code %s): restarting it; its cameras' open events "
                       "end and their rule state starts afresh", self.index, self.process.pid,
                       "hung and was killed" if reason == "hung" else "ended", code)

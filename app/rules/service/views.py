@@ -109,13 +109,15 @@ class ViewChecks:
         view = self._view(camera_id)
         with view.lock:
             if not view.monitor.options.enabled:
-                raise ViewCheckConflict(f"view checks are off for camera {shorten(camera_id)} (view_checks.enabled: false)",
-                               code="view_checks_disabled")
+                raise ViewCheckConflict(
+                    f"view checks are off for camera {shorten(camera_id)} (view_checks.enabled: false)",
+                    code="view_checks_disabled")
             try:
                 transitions = view.monitor.accept()
             except ViewCheckError:
-                raise ViewCheckConflict(f"no frame of camera {shorten(camera_id)} was view-checked by this replica yet: "
-                               "there is no view to accept", code="view_not_checked") from None
+                raise ViewCheckConflict(
+                    f"no frame of camera {shorten(camera_id)} was view-checked by this replica yet: "
+                    "there is no view to accept", code="view_not_checked") from None
             ended = self._apply(camera_id, view, transitions)
             state = view.monitor.state()
         mode = state.mode or "day"

@@ -60,7 +60,8 @@ class EventStore:
         try:
             self.engine = make_engine(url)
         except (ArgumentError, NoSuchModuleError, ValueError) as exc:
-            raise ConfigError(f"invalid CAMPUSGUARD_EVENTS_DB_URL {redact.dsn(url)}: {redact.scrub(str(exc))}") from None
+            raise ConfigError(
+                f"invalid CAMPUSGUARD_EVENTS_DB_URL {redact.dsn(url)}: {redact.scrub(str(exc))}") from None
         self.events = EventsRepo(self.engine, replica)
         self.outbox = OutboxRepo(self.engine)
         self.frames = FramesRepo(self.engine)
