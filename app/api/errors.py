@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -23,7 +24,7 @@ def error_body(status: int, code: str, message: str, path: str,
         message = message[:MAX_MESSAGE] + "..."
     if is_deepstack(path):
         return deepstack_error(status, message)
-    body = {"error": code, "message": message}
+    body: dict[str, Any] = {"error": code, "message": message}
     if detail is not None:
         body["detail"] = detail
     return status, body

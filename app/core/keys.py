@@ -130,7 +130,8 @@ def _entry(item: Any, i: int, problems: list[str]) -> KeyEntry | None:
                         "(fnmatch: * ? [..]; 1-64 characters of A-Z a-z 0-9 _ . : -)")
     if len(problems) > before:
         return None
-    value = hashlib.sha256(key.encode()).digest() if key is not None else bytes.fromhex(sha)
+    assert isinstance(name, str) and isinstance(role, str)  # no new problem: both were checked above
+    value = hashlib.sha256(key.encode()).digest() if key is not None else bytes.fromhex(str(sha))
     return KeyEntry(name, role, value, tuple(cameras))
 
 

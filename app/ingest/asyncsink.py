@@ -15,7 +15,8 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 from app.ingest.frames import Frame
 from app.ingest.mailbox import SinkResult
@@ -26,7 +27,7 @@ log = logging.getLogger(__name__)
 class AsyncSink:
     """``FrameSink`` calling ``feed(frame)`` on ``loop``; answers busy on errors with ``retry_after``."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, feed: Callable[[Frame], Awaitable[SinkResult]], *,
+    def __init__(self, loop: asyncio.AbstractEventLoop, feed: Callable[[Frame], Coroutine[Any, Any, SinkResult]], *,
                  timeout_s: float = 30.0) -> None:
         self.loop, self.feed, self.timeout_s = loop, feed, timeout_s
 

@@ -152,11 +152,16 @@ def main(argv: list[str] | None = None) -> int:
     with Progress(TextColumn("{task.description}"), BarColumn(), TimeRemainingColumn(), console=console,
                   auto_refresh=False) as progress:  # refreshed by hand: a render thread would add CPU to the rows
         task = progress.add_task("ingest bench", total=len(cases) * args.seconds)
+
+        def tick() -> None:
+            progress.advance(task, 0.5)
+            progress.refresh()
+
         for case in cases:
             progress.update(task, description=f"{case.name} @ {case.fps:g} fps, {case.output.value}")
             progress.refresh()
             rows.append(measure(case, sources[case.stream], args.seconds,
-                                tick=lambda: (progress.advance(task, 0.5), progress.refresh())))
+                                tick=tick))
     table = Table(title="Camera ingest: CPU per stream (1 = one core)")
     for column in ("case", "fps out", "output", "frames", "ffmpeg CPU", "python CPU", "total", "streams/core"):
         table.add_column(column, justify="left" if column == "case" else "right")

@@ -38,6 +38,7 @@ class Frame:
         """The JPEG bytes (encoded here when the reader produced RGB)."""
         if self.jpeg is not None:
             return self.jpeg
+        assert self.rgb is not None  # a frame holds JPEG bytes or RGB pixels
         ok, buf = cv2.imencode(".jpg", cv2.cvtColor(self.rgb, cv2.COLOR_RGB2BGR),
                                [cv2.IMWRITE_JPEG_QUALITY, quality])
         if not ok:
@@ -48,6 +49,7 @@ class Frame:
         """An RGB ``uint8`` array, HxWx3 (decoded here when the reader produced JPEG)."""
         if self.rgb is not None:
             return self.rgb
+        assert self.jpeg is not None  # a frame holds JPEG bytes or RGB pixels
         img = cv2.imdecode(np.frombuffer(self.jpeg, np.uint8), cv2.IMREAD_COLOR)
         if img is None:
             raise ValueError("cannot decode the frame's JPEG")
@@ -55,4 +57,7 @@ class Frame:
 
     @property
     def nbytes(self) -> int:
-        return len(self.jpeg) if self.jpeg is not None else int(self.rgb.nbytes)
+        if self.jpeg is not None:
+            return len(self.jpeg)
+        assert self.rgb is not None  # a frame holds JPEG bytes or RGB pixels
+        return int(self.rgb.nbytes)

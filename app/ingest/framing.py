@@ -9,6 +9,7 @@ then restarts ffmpeg and says ``bad_stream``).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Protocol
 
 import cv2
@@ -23,7 +24,7 @@ class FramingError(ValueError):
 
 
 class FrameParser(Protocol):
-    def feed(self, data: bytes) -> list[tuple[int, int, bytes | np.ndarray]]:
+    def feed(self, data: bytes) -> Sequence[tuple[int, int, bytes | np.ndarray]]:
         """Bytes in; complete frames out as (width, height, payload)."""
 
 

@@ -61,6 +61,7 @@ class FfmpegRun:
         self.proc = spawn(self.argv)
         self.started_at = time.monotonic()
         for pipe in (self.proc.stdout, self.proc.stderr):
+            assert pipe is not None  # spawn() pipes both
             os.set_blocking(pipe.fileno(), False)
             self._selector.register(pipe, selectors.EVENT_READ)
         self._open = 2
@@ -77,9 +78,10 @@ class FfmpegRun:
         if self._open == 0:
             time.sleep(timeout)
             return frames
+        assert self.proc is not None  # _open > 0: started
         for key, _ in self._selector.select(timeout):
             try:
-                data = os.read(key.fileobj.fileno(), READ_CHUNK)
+                data = os.read(key.fd, READ_CHUNK)
             except BlockingIOError:
                 continue
             if not data:

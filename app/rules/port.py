@@ -91,6 +91,9 @@ class SiteAdmin(Protocol):
     @property
     def loaded_at(self) -> dt.datetime: ...
 
+    @property
+    def config(self) -> Any: ...  # app.rules.site.schema.SiteConfig (the ingest starts with it)
+
     def site_document(self) -> dict[str, Any]: ...
 
     def site_version(self) -> str: ...

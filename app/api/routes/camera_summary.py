@@ -67,7 +67,8 @@ def camera_summary(
 
 def summarize(cam: dict[str, Any], stream: dict[str, Any] | None) -> CameraSummary:
     """A GET /cameras document cut to what a tile shows (and nothing that ages by itself)."""
-    view = cam.get("view") if isinstance(cam.get("view"), dict) else {}
+    raw_view = cam.get("view")
+    view: dict[str, Any] = raw_view if isinstance(raw_view, dict) else {}
     shown = None
     if isinstance(stream, dict):
         try:  # another replica's shared stream state may not be this release's (app/api/camera_docs.py)
@@ -77,7 +78,8 @@ def summarize(cam: dict[str, Any], stream: dict[str, Any] | None) -> CameraSumma
                                   last_error=stream.get("last_error"), reported_by=stream.get("reported_by"))
         except (KeyError, TypeError, ValueError):  # pydantic's ValidationError is a ValueError
             shown = None
-    view_events = view.get("open_events") if isinstance(view.get("open_events"), dict) else {}
+    raw_events = view.get("open_events")
+    view_events: dict[str, Any] = raw_events if isinstance(raw_events, dict) else {}
     return CameraSummary(
         id=cam["id"], name=cam.get("name"), area=cam.get("area"), status=cam["status"],
         last_frame_at=cam.get("last_frame_at"), last_seen_at=cam.get("last_seen_at"),

@@ -103,7 +103,7 @@ def check(request: Request, gate: GateDep, options: OptionsDep, supplied: Suppli
     path = unquote(urlsplit(x_original_uri).path) or "/"
     route, method_ok = target_route(request, method, path)
     if route is None or not method_ok:
-        permissions: list[str | None] = [None]  # no such route: any valid key, and the service answers 404/405
+        permissions: Iterable[str | None] = [None]  # no such route: any valid key, and the service answers 404/405
     elif needs_key(route) and getattr(route, "path", path) not in options.public_routes:
         permissions = declared_permissions_in_order(route) or [None]
     else:

@@ -13,7 +13,7 @@ this replica's memory (app/core/sources.py) and go stale after ``ttl_s``.
 from __future__ import annotations
 
 import datetime as dt
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Response
 
@@ -23,8 +23,9 @@ from app.api.source_schemas import GATEWAY_NAME, MAX_CLOCK_SKEW_S, SourceReport
 from app.core.errors import InvalidParameter, NotFound, shorten
 
 router = APIRouter(tags=["cameras"], dependencies=[Detect], responses=error_responses(401, 403, 429))
-UNKNOWN = {404: {"model": ErrorBody, "description": "`unknown_camera`: not in the site file; `rules_disabled`"},
-           409: {"model": ErrorBody, "description": "`reported_by_another_gateway`: another gateway's report is fresh"}}
+UNKNOWN: dict[int | str, dict[str, Any]] = {
+    404: {"model": ErrorBody, "description": "`unknown_camera`: not in the site file; `rules_disabled`"},
+    409: {"model": ErrorBody, "description": "`reported_by_another_gateway`: another gateway's report is fresh"}}
 
 
 def known(rules: CamerasDep, camera_id: str) -> str:

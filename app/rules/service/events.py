@@ -10,7 +10,7 @@ lets receivers drop the duplicate a crash between delivery and marking can cause
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from app.core.jsonutil import dumps
@@ -29,7 +29,7 @@ class EventSink:
     def targets(self) -> list[str]:
         return list(self.webhooks.urls) + ([self.mqtt.url] if self.mqtt.url else [])
 
-    def persist(self, data: dict[str, Any], kind: str) -> None:
+    def persist(self, data: Mapping[str, Any], kind: str) -> None:
         """Store an event's start or end (``kind``) with its deliveries, then wake the workers."""
         key = f"{data['id']}:{kind}"
         targets = self.targets

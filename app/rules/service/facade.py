@@ -28,7 +28,7 @@ import datetime as dt
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -211,10 +211,14 @@ class RulesService:
             raise
 
     def evaluate(self, camera_id: str, timestamp: dt.datetime | None, frame_size: tuple[int, int],
-                 detections: list[Detection], frame_rgb: np.ndarray | None = None) -> list[EventRecord]:
+                 detections: list[Detection], frame_rgb: np.ndarray | None = None) -> list[dict[str, Any]]:
         """Run the camera's rules on one frame (app/rules/service/frames.py); the events it
-        started or ended. Frames of a camera that is not in the site file are ignored."""
-        return self.frames.evaluate(camera_id, timestamp, frame_size, detections, frame_rgb)
+        started or ended. Frames of a camera that is not in the site file are ignored.
+
+        Declared as the port's plain dicts (``FrameRules.evaluate``): the ``EventRecord``s are
+        dicts at run time, and a TypedDict list is not a ``list[dict[str, Any]]`` to mypy."""
+        events = self.frames.evaluate(camera_id, timestamp, frame_size, detections, frame_rgb)
+        return cast(list[dict[str, Any]], events)
 
     def _mqtt_snapshot(self) -> list[Message]:
         """The retained MQTT state as of now (published on every broker connect)."""

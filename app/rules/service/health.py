@@ -26,7 +26,7 @@ from app.core.timeutil import utcnow
 from app.rules.delivery.mqtt import MqttBridge, NoMqtt
 from app.rules.logic.cameras import CameraMonitor, camera_event, sweep_interval
 from app.rules.logic.evaluator import CameraState
-from app.rules.logic.records import Event
+from app.rules.logic.records import Event, EventRecord
 from app.rules.logic.table import CameraTable
 from app.rules.service.events import EventSink
 from app.rules.site.schema import Camera
@@ -65,7 +65,7 @@ class CameraHealth:
         """A frame arrived: the open camera_offline event if the camera was offline (now back)."""
         return self.monitor.seen(camera_id, when)
 
-    def back(self, offline: Event, when: dt.datetime) -> list[dict[str, Any]]:
+    def back(self, offline: Event, when: dt.datetime) -> list[EventRecord]:
         """First frame after an offline spell: end ``camera_offline``, raise ``camera_online`` (instant)."""
         offline.ended_at = when
         online = camera_event(offline.camera_id, "camera_online", when)

@@ -32,7 +32,7 @@ class _State:
     __slots__ = ("rules", "where")
 
     def __init__(self, camera: Camera, timezone: str, tracker: TrackerConfig) -> None:
-        site = SiteConfig.model_construct(timezone=timezone, tracker=tracker, cameras=[])  # all CameraRules reads
+        site = SiteConfig.model_construct(timezone=timezone, tracker=tracker, cameras=())  # all CameraRules reads
         self.rules = CameraRules(camera, site)
         self.where: dict[int, tuple[int, int]] = {id(r): (zi, ri) for zi, z in enumerate(self.rules.zones)
                                                   for ri, r in enumerate(z.rules)}
@@ -40,7 +40,7 @@ class _State:
     def evaluate(self, when: dt.datetime, size: tuple[int, int], detections: list[Detection]) -> Reply:
         cam = self.rules
         before = {e.id: e.max_count for e in cam.open_events()}
-        out = []
+        out: list[tuple[str, Event, int, int, dt.datetime | None]] = []
         for tr in cam.evaluate(when, size, detections):
             zi, ri = self.where[id(tr.rule)] if isinstance(tr.rule, CompiledRule) else (-1, -1)
             out.append((tr.kind, tr.event, zi, ri, tr.ends_at))

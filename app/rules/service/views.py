@@ -121,7 +121,7 @@ class ViewChecks:
             ended = self._apply(camera_id, view, transitions)
             state = view.monitor.state()
         mode = state.mode or "day"
-        kinds = [e["objects"][0]["kind"] for e in ended]
+        kinds = [cast(dict[str, Any], e["objects"][0])["kind"] for e in ended]  # a view object (view_object)
         log.info("camera %s: view accepted as the %s reference (%d problem(s) ended)", camera_id, mode, len(ended))
         return {"camera_id": camera_id, "mode": mode, "reference_at": state.learned[mode],
                 "ended_events": [e["id"] for e in ended], "ended_kinds": kinds,
@@ -165,7 +165,7 @@ class ViewChecks:
             when = view.monitor.last_check or utcnow()
             for ev in view.open.values():
                 ev.ended_at = max(when, ev.started_at)
-                ev.objects = [{**ev.objects[0], "reason": "removed"}]
+                ev.objects = [cast(Any, {**ev.objects[0], "reason": "removed"})]  # a view object, not an ObjectRecord
                 self.sink.persist(ev.to_dict(), "ended")
             view.open.clear()
         self.series.retire_view(camera_id)
@@ -217,7 +217,7 @@ class ViewChecks:
                 return None
             ev = found
             ev.ended_at = max(tr.since if tr.reason == "healthy" else tr.at, ev.started_at)
-            ev.objects = [{**ev.objects[0], "reason": tr.reason}]
+            ev.objects = [cast(Any, {**ev.objects[0], "reason": tr.reason})]  # a view object, not an ObjectRecord
             log.info("camera %s: view %s ended (%s)", camera_id, tr.kind, tr.reason)
         data = ev.to_dict()
         self.sink.persist(data, tr.state)

@@ -6,7 +6,7 @@ written (``outbox.py`` drains them), so a crash can never record an event and lo
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,14 +48,14 @@ class EventsRepo:
         self.engine = engine
         self.replica = replica  # stored with each event this process opens (the fleet's replica id)
 
-    def record(self, event: dict[str, Any], deliveries: Sequence[tuple[str, str, bytes]] = ()) -> None:
+    def record(self, event: Mapping[str, Any], deliveries: Sequence[tuple[str, str, bytes]] = ()) -> None:
         """Insert or update an event and enqueue its deliveries, atomically.
 
         ``deliveries`` are (url, idempotency_key, payload) tuples.
         """
         self.record_many([(event, list(deliveries))])
 
-    def record_many(self, writes: list[tuple[dict[str, Any], list[tuple[str, str, bytes]]]]) -> None:
+    def record_many(self, writes: list[tuple[Mapping[str, Any], list[tuple[str, str, bytes]]]]) -> None:
         """Several ``record`` calls in one transaction, with the effect of running them in order
         (the event writer's batches).
 

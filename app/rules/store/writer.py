@@ -19,6 +19,7 @@ carries the whole event). The thread retries an unreachable database every ``ret
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 from app.core.metrics import Metrics
@@ -30,7 +31,7 @@ from app.rules.store.series import StoreSeries
 
 log = logging.getLogger("campusguard.rules.store")
 
-Write = tuple[dict[str, Any], list[tuple[str, str, bytes]]]
+Write = tuple[Mapping[str, Any], list[tuple[str, str, bytes]]]
 
 
 class EventWriter:
@@ -73,7 +74,7 @@ class EventWriter:
                         len(self.buffer), self.error)
 
     # --- writes ---------------------------------------------------------------------------
-    def write(self, event: dict[str, Any], deliveries: list[tuple[str, str, bytes]]) -> None:
+    def write(self, event: Mapping[str, Any], deliveries: list[tuple[str, str, bytes]]) -> None:
         """Queue an event (and its outbox rows) for the store; the writer thread stores it now."""
         self.buffer.add((event, deliveries))
 
