@@ -50,6 +50,7 @@ def test_every_setting_is_documented_with_its_default():
 def test_readme_commands_and_ci_agree():
     assert "make run" in README and "make test" in README
     assert re.search(r"^make test$", CI, re.M), ".ci/run must call the README's test command"
+    assert re.search(r"^make lint$", CI, re.M), ".ci/run must run make lint (issue 39)"
     for command in COMMANDS:
         assert f"campusguard {command}" in CLI or f"`{command}`" in CLI, f"docs/cli.md misses {command}"
 
