@@ -21,6 +21,7 @@ from app.core.metrics import Metrics
 from app.rules.service.facade import RulesService
 from app.wiring import build_rules
 from app.wiring import api_options, build_gate
+from tests.support.fakes import FakeDetector
 from tests.support.rules_util import EXAMPLE_SITE, H, NAMES, W, people
 from tests.support.state import install_state
 
@@ -33,7 +34,7 @@ class FakeEngine:
 
     def __init__(self) -> None:
         self.executor = ThreadPoolExecutor(2)
-        self.pipeline = SimpleNamespace(detector=FakeDetector())  # what the routes' MaybeDetectorDep reads
+        self.pipeline = SimpleNamespace(detector=FakeDetector(names=NAMES, provider="cpu"))  # what the routes' MaybeDetectorDep reads
         self.calls = 0
 
     def check_capacity(self) -> None:
@@ -42,10 +43,6 @@ class FakeEngine:
     async def detect(self, data: bytes, params, keep_image: bool = False) -> DetectResult:
         self.calls += 1
         return DetectResult(people(3), W, H, TIMINGS, np.zeros((H, W, 3), np.uint8) if keep_image else None)
-
-
-class FakeDetector:
-    names, model_name, backend, provider = NAMES, "fake", "fake", "cpu"
 
 
 @pytest.fixture
