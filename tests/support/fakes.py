@@ -14,7 +14,6 @@ from app.core.types import DeviceInfo, MemoryStats
 from app.inference.engine import EngineLimits, InferenceEngine
 from app.inference.pipeline import DetectParams, Pipeline
 
-
 Box = tuple[tuple[float, float, float, float], int, float]  # xywh in model-input pixels, class id, score
 CENTRE: tuple[Box, ...] = (((16.0, 16.0, 8.0, 8.0), 0, 0.9),)  # one person box in the middle of a 32 px input
 

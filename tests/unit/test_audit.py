@@ -18,12 +18,12 @@ from app.core.metrics import Metrics
 from app.core.timeutil import utcnow
 from app.rules.store.db import EventStore
 from app.rules.store.schema import audit_table
-from tests.support.inprocess import IMGSZ, inprocess_app
-from tests.support.logwatch import WATCH
-from tests.support.rules_util import H, W, at, people
-from tests.support.roles import api_routes
 from tests.support import audit_app
 from tests.support.audit_app import ALICE, BOB, CAROL, as_, sha
+from tests.support.inprocess import IMGSZ, inprocess_app
+from tests.support.logwatch import WATCH
+from tests.support.roles import api_routes
+from tests.support.rules_util import H, W, at, people
 
 pytestmark = pytest.mark.timeout(120)
 env = audit_app.env  # the fixture: the site app with the three keys

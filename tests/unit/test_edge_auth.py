@@ -15,8 +15,8 @@ import logging
 import pytest
 
 from app.config import Settings
-from tests.support.inprocess import IMGSZ, inprocess_app
 from tests.support import roles
+from tests.support.inprocess import IMGSZ, inprocess_app
 from tests.support.roles import KEYS, ROUTES, call
 
 pytestmark = pytest.mark.timeout(120)

@@ -12,17 +12,16 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from app.api.routes import admin, cameras, detect, events
 from app.api.errors import install_error_handlers
+from app.api.routes import admin, cameras, detect, events
 from app.api.state import state_of
 from app.config import Settings
-from app.inference.engine import DetectResult
 from app.core.metrics import Metrics
+from app.inference.engine import DetectResult
 from app.rules.service.facade import RulesService
-from app.wiring import build_rules
-from app.wiring import api_options, build_gate
+from app.wiring import api_options, build_gate, build_rules
 from tests.support.fakes import FakeDetector
-from tests.support.rules_util import EXAMPLE_SITE, H, NAMES, W, people
+from tests.support.rules_util import EXAMPLE_SITE, NAMES, H, W, people
 from tests.support.state import install_state
 
 TIMINGS = dict.fromkeys(("decode_ms", "queue_wait_ms", "preprocess_ms", "inference_ms", "postprocess_ms",
