@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from tests.support.console_util import serve
-from tests.support.inprocess import IMGSZ, FakeDetector, inprocess_app, png
+from tests.support.fakes import FakeDetector
+from tests.support.inprocess import IMGSZ, SCENE, inprocess_app, png
 from tests.support.net import free_port
 from tests.support.shadow import fake_lane
 
@@ -25,6 +26,9 @@ PER_CAMERA = 3
 
 class BlindOnBrightFrames(FakeDetector):
     """Sees the car the primary reports only on frames darker than mid-grey."""
+
+    def __init__(self) -> None:
+        super().__init__(**SCENE)
 
     def infer(self, batch: np.ndarray) -> np.ndarray:
         out = super().infer(batch)

@@ -13,7 +13,7 @@ import re
 import pytest
 
 from tests.deploy.conftest import DEPLOY, K8S, load_yaml_all
-from tests.deploy.test_k8s import RENDERS, named, one, render
+from tests.support.k8s_render import RENDERS, named, one, render
 
 
 @pytest.fixture(scope="module", params=sorted(RENDERS))

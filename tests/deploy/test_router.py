@@ -23,8 +23,8 @@ import pytest
 
 from tests.deploy.conftest import K8S, NGINX_CONF, load_yaml_all
 from tests.deploy.router_util import router_files, running_router
-from tests.deploy.test_k8s import RENDERS, VERSIONS, named, render
-from tests.deploy.test_load_balancer import KEYED, Replica, post
+from tests.support.k8s_render import RENDERS, VERSIONS, named, render
+from tests.support.load_balancer import KEYED, Replica, post
 from tests.support.net import free_port
 
 

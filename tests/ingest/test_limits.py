@@ -23,8 +23,9 @@ from app.ingest.source import SourceError, SourceSpec
 from app.ingest.states import SourceState
 from app.ingest.supervisor import Supervisor
 from app.rules.site.loader import SiteConfigError, parse_site_text
-from tests.ingest.conftest import Recorder, wait_for
+from tests.ingest.conftest import Recorder
 from tests.support.streams import ffmpeg_available
+from tests.support.wait import wait_for
 
 CAP = 1_000_000
 

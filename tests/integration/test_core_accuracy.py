@@ -18,14 +18,13 @@ from collections import Counter
 
 import numpy as np
 import pytest
-from scipy.optimize import linear_sum_assignment
 
 from app.wiring import load_detector
 from app.config import Settings
 from app.inference.accuracy import load_dataset
 from app.inference.pipeline import DetectParams, Pipeline
-from app.inference.vision.postprocess import pairwise_iou
 from tests.conftest import REPO, ultralytics_asset
+from tests.support.detection_match import match_same_class
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -67,20 +66,6 @@ def ultralytics_bus(weights):
     names = result.names
     return [(names[int(c)], float(s), b.tolist()) for b, s, c in
             zip(result.boxes.xyxy.cpu().numpy(), result.boxes.conf.cpu().numpy(), result.boxes.cls.cpu().numpy())]
-
-
-def match_same_class(ours: list, theirs: list) -> list[tuple[int, int, float]]:
-    """One-to-one matching (max total IoU) of (name, score, xyxy) lists within each class."""
-    pairs = []
-    for name in {n for n, _, _ in ours} | {n for n, _, _ in theirs}:
-        oi = [i for i, d in enumerate(ours) if d[0] == name]
-        ti = [j for j, d in enumerate(theirs) if d[0] == name]
-        if not oi or not ti:
-            continue
-        iou = pairwise_iou(np.array([ours[i][2] for i in oi], np.float32), np.array([theirs[j][2] for j in ti], np.float32))
-        rows, cols = linear_sum_assignment(-iou)
-        pairs.extend((oi[r], ti[c], float(iou[r, c])) for r, c in zip(rows, cols))
-    return pairs
 
 
 def as_tuples(dets) -> list:

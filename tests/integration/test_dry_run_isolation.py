@@ -16,8 +16,8 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 
+from tests.support.dry_runs import big_site
 from tests.support.rules_util import EXAMPLE_SITE
-from tests.unit.test_dry_runs import big_site
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]
 JPEG = {"content-type": "image/jpeg"}

@@ -16,7 +16,7 @@ import yaml
 from app.cli import main as cli_main
 from app.rules.store.migrate import head_revision
 from tests.support.net import free_port
-from tests.integration.test_rules_e2e import CAMERA, SECRET, detect, drive_crowd, metric, pick_frames, site_copy
+from tests.support.rules_e2e import CAMERA, SECRET, detect, drive_crowd, metric, pick_frames, site_copy
 from tests.support.wait import wait_for
 from tests.support.rules_util import Receiver
 

@@ -19,8 +19,8 @@ import httpx
 import psutil
 
 from tests.deploy.nginx_util import REPLICAS, running_edge
-from tests.integration.test_rules_e2e import CAMERA, drive_crowd, pick_frames, site_copy
 from tests.support.net import free_port
+from tests.support.rules_e2e import CAMERA, drive_crowd, pick_frames, site_copy
 from tests.support.rules_util import Receiver
 from tests.support.wait import wait_for
 

@@ -20,6 +20,7 @@ from app.cli import main
 from app.config import Settings
 from app.wiring import backend_options
 from tests.conftest import REPO
+from tests.support.datasets import make_dataset
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -135,17 +136,6 @@ def test_export_missing_out_is_usage_error(weights, capsys):
 
 
 # --- eval on broken datasets ------------------------------------------------------------------
-
-def make_dataset(root: Path, source: Path, n: int = 2) -> Path:
-    (root / "images").mkdir(parents=True)
-    (root / "labels").mkdir()
-    for image in sorted((source / "images").iterdir())[:n]:
-        shutil.copy(image, root / "images" / image.name)
-        label = source / "labels" / f"{image.stem}.txt"
-        if label.is_file():
-            shutil.copy(label, root / "labels" / label.name)
-    shutil.copy(source / "data.yaml", root / "data.yaml")
-    return root
 
 
 def test_eval_without_data_yaml_exits_2(weights, dataset, tmp_path):

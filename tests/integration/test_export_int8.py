@@ -16,7 +16,7 @@ import pytest
 
 from app.cli import main
 from app.config import Settings
-from tests.integration.test_export_eval_cli import make_dataset
+from tests.support.datasets import make_dataset
 from tests.support.inprocess import wait_until_ready
 
 pytestmark = pytest.mark.timeout(300)

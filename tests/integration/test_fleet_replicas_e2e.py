@@ -17,7 +17,7 @@ import time
 import httpx
 
 from tests.deploy.nginx_util import REPLICAS, running_edge
-from tests.integration.test_rules_e2e import CAMERA, detect, pick_frames, site_copy
+from tests.support.rules_e2e import CAMERA, detect, pick_frames, site_copy
 from tests.support.wait import wait_for
 
 BOUND_S = 5.0  # the documented staleness bound (docs/deploy.md, Shared fleet state)

@@ -26,8 +26,8 @@ from app.inference.vision.candidates import compact
 from app.inference.vision.preprocess import to_batch
 from app.inference.precision.agreement import as_boxes, f1_agreement
 from tests.conftest import REPO, ultralytics_asset
-from tests.integration.test_core_accuracy import match_same_class
-from tests.integration.test_export_eval_cli import make_dataset
+from tests.support.detection_match import match_same_class
+from tests.support.datasets import make_dataset
 
 pytest.importorskip("openvino")
 pytestmark = pytest.mark.timeout(300)

@@ -27,7 +27,7 @@ import pytest
 
 from app.config import Settings
 from app.inference.backends import openvino_ir
-from tests.integration.test_export_eval_cli import make_dataset
+from tests.support.datasets import make_dataset
 from tests.support.inprocess import wait_until_ready
 
 pytest.importorskip("openvino")

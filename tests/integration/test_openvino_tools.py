@@ -17,7 +17,7 @@ import pytest
 from app.api.state import state_of
 from app.cli import main
 from app.config import Settings
-from tests.integration.test_export_eval_cli import make_dataset
+from tests.support.datasets import make_dataset
 from tests.support.shadow import real_shadow_app
 
 pytest.importorskip("openvino")

@@ -20,7 +20,7 @@ from app.config import Settings
 from app.inference.export import cached_export_path, export_onnx
 from app.inference.precision.build import Int8Job, build_int8, int8_path
 from app.inference.precision.quantize import Recipe
-from tests.integration.test_export_eval_cli import make_dataset
+from tests.support.datasets import make_dataset
 from tests.support.inprocess import wait_until_ready
 
 pytestmark = pytest.mark.timeout(300)

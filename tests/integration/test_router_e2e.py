@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 from tests.deploy.router_util import running_router
-from tests.integration.test_rules_loitering_crossing_e2e import SIZE, frames
+from tests.support.loitering_frames import SIZE, frames
 from tests.support.net import free_port
 
 pytestmark = pytest.mark.server

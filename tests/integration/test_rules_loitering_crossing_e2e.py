@@ -21,20 +21,15 @@ import sys
 import time
 from pathlib import Path
 
-import cv2
-import numpy as np
 import pytest
 import yaml
 
-import ultralytics
 
 from tests.conftest import REPO, start_server
+from tests.support.loitering_frames import frames
 
 pytestmark = pytest.mark.server  # module-scoped real servers (markers: tests/conftest.py)
 
-BUS = Path(ultralytics.__file__).parent / "assets" / "bus.jpg"
-PERSON_BOX = (50, 395, 248, 903)  # the leftmost person of bus.jpg (yolov8n finds it at 0.9)
-SIZE = 640
 SITE = {"cameras": [{"id": "door", "zones": [
     {"name": "hall", "polygon": [[0, 0], [1, 0], [1, 1], [0, 1]], "rules": [
         {"type": "line_crossing", "name": "doorway", "line": [[0.0, 0.6], [1.0, 0.6]], "cooldown_s": 1,
@@ -58,24 +53,6 @@ SITE = {"cameras": [{"id": "door", "zones": [
         {"type": "loitering", "name": "mask-aside", "min_duration_s": 4, "clear_after_s": 3, "cooldown_s": 60,
          "exclude": [[[0.0, 0.66], [0.2, 0.66], [0.2, 1.0], [0.0, 1.0]]]}]},
 ]}]}
-
-
-def frames() -> list[tuple[int, bytes]]:
-    """(second, JPEG): walk down 6 frames, stand 5, walk up 6; 2 s apart; foot y in pixels."""
-    x1, y1, x2, y2 = PERSON_BOX
-    person = cv2.imread(str(BUS))[y1:y2, x1:x2]
-    h = 256
-    person = cv2.resize(person, (round(person.shape[1] * h / person.shape[0]), h), interpolation=cv2.INTER_AREA)
-    feet = [280, 312, 344, 376, 408, 440] + [440] * 5 + [408, 376, 344, 312, 280, 264]
-    out = []
-    for i, foot in enumerate(feet):
-        frame = np.full((SIZE, SIZE, 3), 128, np.uint8)
-        left = SIZE // 2 - person.shape[1] // 2
-        frame[foot - h:foot, left:left + person.shape[1]] = person
-        ok, jpeg = cv2.imencode(".jpg", frame, [cv2.IMWRITE_JPEG_QUALITY, 90])
-        assert ok
-        out.append((2 * i, jpeg.tobytes()))
-    return out
 
 
 @pytest.fixture(scope="module")

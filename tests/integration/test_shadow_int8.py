@@ -26,7 +26,7 @@ from app.config import Settings
 from app.inference.shadow.book import ALERT_BELOW
 from app.main import create_app
 from app.tooling.bench.parity import compare
-from tests.integration.test_export_eval_cli import make_dataset
+from tests.support.datasets import make_dataset
 from tests.support.inprocess import wait_until_ready
 
 pytestmark = pytest.mark.timeout(300)

@@ -1,7 +1,7 @@
 """The real app in-process with a fake detector: contract tests without a model or a server.
 
 ``inprocess_app`` builds the app with ``create_app`` (the production routes, middleware
-and error handlers), then hands the routes a real ``InferenceEngine`` over ``FakeDetector``
+and error handlers), then hands the routes a real ``InferenceEngine`` over the fake detector ``scene_detector``
 through ``app.dependency_overrides`` (and a rules service, when given). The lifespan is not
 run, so no model loads; ``TestClient`` talks ASGI directly, no socket.
 """
@@ -27,7 +27,7 @@ from app.inference.engine import InferenceEngine
 from app.main import create_app
 from app.inference.pipeline import Pipeline
 from app.wiring import build_engine
-from tests.support.fakes import FakeDetector as EngineFakeDetector
+from tests.support.fakes import FakeDetector
 
 IMGSZ = 64
 
@@ -41,20 +41,17 @@ def wait_until_ready(client: TestClient, timeout_s: float, poll_s: float = 0.2) 
         time.sleep(poll_s)
 
 
-class FakeDetector(EngineFakeDetector):
-    """One person box in the lower middle of every frame (foot point at 0.5, 0.75 of the
-    model input) and one car box at the top; no model, no device."""
+# The in-process app's model: one person box in the lower middle of every frame (foot point at
+# 0.5, 0.75 of the model input) and one car box at the top; no model, no device.
+SCENE: dict[str, Any] = {
+    "imgsz": IMGSZ, "names": {0: "person", 1: "car", 2: "dog"}, "anchors": 8, "provider": "fake-cpu",
+    "boxes": (((32.0, 40.0, 8.0, 16.0), 0, 0.9), ((32.0, 8.0, 16.0, 8.0), 1, 0.5)),
+}
 
-    provider, imgsz = "fake-cpu", IMGSZ
-    names = {0: "person", 1: "car", 2: "dog"}
 
-    def infer(self, batch: np.ndarray) -> np.ndarray:
-        out = np.zeros((len(batch), 4 + len(self.names), 8), np.float32)
-        out[:, :4, 0] = [32, 40, 8, 16]  # xywh of the person, in model-input pixels
-        out[:, 4, 0] = 0.9
-        out[:, :4, 1] = [32, 8, 16, 8]  # the car
-        out[:, 5, 1] = 0.5
-        return out
+def scene_detector() -> FakeDetector:
+    """The fake detector of the in-process app (``SCENE``)."""
+    return FakeDetector(**SCENE)
 
 
 def png(width: int = 64, height: int = 48, grey: int = 90) -> bytes:
@@ -84,7 +81,7 @@ def inprocess_app(settings: Settings | None = None, *, ready: bool = True, rules
         rules = rules_factory(state.metrics)
     engine = None
     if ready:
-        pipeline = Pipeline(FakeDetector(), 0, settings.max_pixels)
+        pipeline = Pipeline(scene_detector(), 0, settings.max_pixels)
         engine = build_engine(settings, pipeline, state.metrics)
         engine.start()
         engine.mark_ready()

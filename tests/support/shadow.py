@@ -21,7 +21,7 @@ from app.inference.shadow.lane import ShadowLane, ShadowOptions
 from app.inference.shadow.worst import WorstFrames
 from app.main import create_app
 from fastapi.testclient import TestClient
-from tests.support.inprocess import FakeDetector, InProcess
+from tests.support.inprocess import InProcess, scene_detector
 
 EVERY_FRAME = ShadowOptions(sample=1.0, min_interval_s=0.0, queue_size=64)
 
@@ -31,7 +31,7 @@ def fake_lane(env: InProcess, options: ShadowOptions = EVERY_FRAME, reference=No
     """A started lane over ``reference`` (default: the same fake model, so agreement is 1),
     installed as the app's shadow."""
     engine = env.engine
-    lane = ShadowLane(Pipeline(reference or FakeDetector(), 0, decode=DecodePolicy(reduce=False)), options,
+    lane = ShadowLane(Pipeline(reference or scene_detector(), 0, decode=DecodePolicy(reduce=False)), options,
                       AgreementBook(900.0), WorstFrames(5, 10, 900.0),
                       idle=idle or (lambda: engine.idle), label=state_of(env.app).metrics.camera_label,
                       describe={"backend": "fake"})

@@ -5,11 +5,9 @@ keys-file reloads, cursor paging, append-only on SQLite and PostgreSQL, retentio
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 
 import numpy as np
 import pytest
-from fastapi.testclient import TestClient
 from sqlalchemy import text, update
 from sqlalchemy.exc import DBAPIError
 
@@ -20,36 +18,18 @@ from app.core.metrics import Metrics
 from app.core.timeutil import utcnow
 from app.rules.store.db import EventStore
 from app.rules.store.schema import audit_table
-from tests.support.console_util import site_app
+from tests.support import audit_app
+from tests.support.audit_app import ALICE, BOB, CAROL, as_, sha
 from tests.support.inprocess import IMGSZ, inprocess_app
 from tests.support.logwatch import WATCH
+from tests.support.roles import api_routes
 from tests.support.rules_util import H, W, at, people
-from tests.unit.test_roles import api_routes
 
 pytestmark = pytest.mark.timeout(120)
-ALICE, BOB, CAROL = "alice-admin-key-0123456789", "bob-operator-key-0123456789", "carol-viewer-key-0123"
-WATCH.remember(ALICE, BOB, CAROL)
+env = audit_app.env  # the fixture: the site app with the three keys
 ZONE = "/admin/site/cameras/{}/zones/{}"
 BIKES = {"name": "bike-rack", "kind": "restricted", "polygon": [[0.3, 0.6], [0.7, 0.6], [0.7, 0.95], [0.3, 0.95]],
          "rules": [{"type": "intrusion", "classes": ["person"], "min_confidence": 0.3}]}
-
-
-def sha(key: str) -> str:
-    return hashlib.sha256(key.encode()).hexdigest()
-
-
-@pytest.fixture
-def env(tmp_path):
-    keys = tmp_path / "keys.yaml"
-    keys.write_text(f"- {{name: alice, role: admin, sha256: {sha(ALICE)}}}\n"
-                    f"- {{name: bob, role: operator, key: {BOB}}}\n")
-    with site_app(tmp_path, api_keys=f"viewer:{CAROL}", api_keys_file=keys, api_keys_watch_s=0) as ip:
-        ip.keys = keys
-        yield ip
-
-
-def as_(ip, key: str, address: str) -> TestClient:
-    return TestClient(ip.app, client=(address, 51000), headers={"x-api-key": key}, raise_server_exceptions=False)
 
 
 def crowd_event(ip) -> str:

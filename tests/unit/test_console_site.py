@@ -12,11 +12,9 @@ from app.rules.site.schema import RULE_TYPES
 from app.rules.site.writer import SiteFile
 from tests.support.console_util import site_app
 from tests.support.rules_util import EXAMPLE_SITE, H, W, at, people
+from tests.support.console_site import BIKES, ZONE
 
 pytestmark = pytest.mark.timeout(60)
-ZONE = "/admin/site/cameras/{}/zones/{}"
-BIKES = {"name": "bike-rack", "kind": "restricted", "polygon": [[0.3, 0.6], [0.7, 0.6], [0.7, 0.95], [0.3, 0.95]],
-         "rules": [{"type": "intrusion", "classes": ["person"], "min_confidence": 0.3}]}
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ from app.rules.site import loader
 from app.rules.service.dryrun import DryRunner, DryRunOptions
 from app.rules.site.loader import SiteConfigError, load_site_config
 from tests.support.console_util import site_app
-from tests.unit.test_console_site import BIKES, ZONE
+from tests.support.console_site import BIKES, ZONE
 
 pytestmark = pytest.mark.timeout(120)
 URL = ZONE.format("gate-cam", "bike-rack")

@@ -16,18 +16,12 @@ from app.core.timeutil import iso
 from app.rules.service.dryrun import DryRunner, DryRunOptions
 from tests.support.inprocess import inprocess_app
 from tests.support.rules_util import at
-from tests.unit.test_rules_replay import SITE, record
+from tests.support.replay import SITE, record
+from tests.support.dry_runs import big_site
 
 pytestmark = pytest.mark.timeout(300)
 WINDOW = {"dry_run": "true", "since": iso(at(0)), "until": iso(at(3600))}
 SCHED_IDLE = 5
-
-
-def big_site(cameras: int) -> str:
-    """A valid site file of ``cameras`` cameras (6,000 are about 1.1 MB and 6 s of CPU to parse)."""
-    cam = ("  - id: cam-{i:05d}\n    zones:\n      - name: z\n        polygon: [[0.1, 0.1], [0.9, 0.1], [0.9, 0.9], [0.1, 0.9]]\n"
-           "        rules:\n          - {{type: intrusion, classes: [person], cooldown_s: 5}}\n")
-    return "cameras:\n" + "".join(cam.format(i=i) for i in range(cameras))
 
 
 @pytest.fixture(scope="module")

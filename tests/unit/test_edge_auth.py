@@ -15,8 +15,9 @@ import logging
 import pytest
 
 from app.config import Settings
+from tests.support import roles
 from tests.support.inprocess import IMGSZ, inprocess_app
-from tests.unit.test_roles import KEYS, ROUTES, call
+from tests.support.roles import KEYS, ROUTES, call
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -99,8 +100,4 @@ def test_without_keys_everything_passes_and_bad_headers_are_refused():
         assert check(ip.client, "GE T", "/x", None).status_code == 422
 
 
-@pytest.fixture(scope="module")
-def keyed(tmp_path_factory):
-    from tests.unit import test_roles
-
-    yield from test_roles.keyed.__wrapped__(tmp_path_factory)
+keyed = roles.keyed  # the fixture: the app with the four keys (and the example site)

@@ -27,7 +27,8 @@ from app.ingest.embedded import EngineFeed
 from app.ingest.frames import Frame
 from app.ingest.mailbox import SinkResult
 from app.wiring import build_engine, build_flow, build_rules, check_site
-from tests.support.inprocess import IMGSZ, FakeDetector
+from tests.support.fakes import FakeDetector
+from tests.support.inprocess import IMGSZ, SCENE, scene_detector
 from tests.support.rules_util import EXAMPLE_SITE
 
 REPO = Path(__file__).resolve().parents[2]
@@ -60,7 +61,7 @@ def test_a_frame_feeds_engine_and_rules_as_if_posted(tmp_path, loop):
     rules = build_rules(s, metrics)
     engine = None
     try:
-        engine = build_engine(s, Pipeline(FakeDetector(), 0, s.max_pixels), metrics)
+        engine = build_engine(s, Pipeline(scene_detector(), 0, s.max_pixels), metrics)
         current = {"engine": None}
         sink = AsyncSink(loop, EngineFeed(build_flow(rules, metrics, lambda: current["engine"]), DetectParams()))
         now = dt.datetime.now(dt.timezone.utc)
@@ -136,11 +137,9 @@ class BlindToCars(FakeDetector):
     """A reference that misses the car the primary reports, and remembers each batch it ran on."""
 
     def __init__(self) -> None:
-        super().__init__()
-        self.batches: list[tuple[int, ...]] = []
+        super().__init__(**SCENE)  # the base records self.batches
 
     def infer(self, batch: np.ndarray) -> np.ndarray:
-        self.batches.append(batch.shape)
         out = super().infer(batch)
         out[:, 5, 1] = 0.0
         return out
@@ -157,7 +156,7 @@ def test_a_pulled_frame_is_offered_to_the_shadow_lane_full_size_per_camera(tmp_p
     s = settings(tmp_path, site_config=EXAMPLE_SITE)
     metrics = Metrics()
     rules = build_rules(s, metrics)
-    engine = build_engine(s, Pipeline(FakeDetector(), 0, s.max_pixels), metrics)
+    engine = build_engine(s, Pipeline(scene_detector(), 0, s.max_pixels), metrics)
     reference = BlindToCars()
     options = ShadowOptions(sample=0.0, min_interval_s=3600.0, queue_size=8)
     lane = ShadowLane(Pipeline(reference, 0, decode=DecodePolicy(reduce=False)), options, AgreementBook(900.0),

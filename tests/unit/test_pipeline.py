@@ -9,57 +9,18 @@ import numpy as np
 import pytest
 
 from app.inference.backends.base import Detector
-from app.core.types import DeviceInfo, MemoryStats
 from app.core.errors import InvalidImage
 from app.inference.pipeline import DetectParams, Pipeline
+from tests.support.fakes import FakeDetector
 
 pytestmark = pytest.mark.timeout(60)
 
-NC = 3
 
-
-class FakeDetector:
-    """Implements the Detector protocol; every image yields one box at a fixed spot of
-    the model input (xywh ``box``, class 1, score 0.9) and counts what it is asked."""
-
-    backend = "fake"
-    provider = "FakeExecutionProvider"
-    names = {0: "person", 1: "bicycle", 2: "car"}
-    model_name = "fake"
-    precision = "fp32"
-
-    def __init__(self, imgsz: int = 64, box=(32.0, 32.0, 16.0, 8.0)) -> None:
-        self.imgsz = imgsz
-        self.shapes = ((imgsz, imgsz),)
-        self.box = box
-        self.release_calls = 0
-        self.batches: list[tuple[int, ...]] = []
-        self._lock = threading.Lock()
-
-    def infer(self, batch: np.ndarray) -> np.ndarray:
-        assert batch.dtype == np.float32 and batch.shape[1:] == (3, self.imgsz, self.imgsz)
-        with self._lock:
-            self.batches.append(batch.shape)
-        out = np.zeros((len(batch), 4 + NC, 5), np.float32)
-        out[:, :4, 0] = self.box
-        out[:, 4 + 1, 0] = 0.9
-        return out
-
-    def raw_call(self, batch: np.ndarray):
-        return lambda: self.infer(batch)
-
-    def device_info(self) -> DeviceInfo:
-        return DeviceInfo(device="cpu", name="fake", platform="cpu")
-
-    def memory(self) -> MemoryStats:
-        return MemoryStats(0, 0, None, "fake")
-
-    def release_cache(self) -> None:
-        with self._lock:
-            self.release_calls += 1
-
-    def close(self) -> None:
-        pass
+def fake_detector(imgsz: int = 64, box=(32.0, 32.0, 16.0, 8.0)) -> FakeDetector:
+    """Every image yields one box at a fixed spot of the model input (xywh ``box``, class 1,
+    score 0.9); the detector checks each batch's dtype and size and counts what it is asked."""
+    return FakeDetector(imgsz=imgsz, names={0: "person", 1: "bicycle", 2: "car"}, boxes=((box, 1, 0.9),),
+                        anchors=5, provider="FakeExecutionProvider", check_input=True)
 
 
 def tensor(size: int = 64) -> np.ndarray:
@@ -68,53 +29,53 @@ def tensor(size: int = 64) -> np.ndarray:
 
 
 def test_fake_fulfils_the_protocol():
-    assert isinstance(FakeDetector(), Detector)
+    assert isinstance(fake_detector(), Detector)
 
 
 @pytest.mark.parametrize("every", [1, 3, 7])
 def test_release_cache_exactly_every_n_inferences(every):
-    det = FakeDetector()
+    det = fake_detector()
     pipe = Pipeline(det, cache_clear_every=every)
     for i in range(1, 30):
         pipe.infer([tensor()] * (1 + i % 3))
-        assert det.release_calls == i // every, f"after {i} inferences"
-        assert pipe.counters.cache_clears == det.release_calls
+        assert det.releases == i // every, f"after {i} inferences"
+        assert pipe.counters.cache_clears == det.releases
         assert pipe.counters.inferences == i
     assert pipe.counters.images == sum(1 + i % 3 for i in range(1, 30))
 
 
 def test_zero_never_releases():
-    det = FakeDetector()
+    det = fake_detector()
     pipe = Pipeline(det, cache_clear_every=0)
     before = pipe.counters.last_cache_clear
     for _ in range(50):
         pipe.infer([tensor()])
-    assert det.release_calls == 0 and pipe.counters.cache_clears == 0
+    assert det.releases == 0 and pipe.counters.cache_clears == 0
     assert pipe.counters.inferences == 50 and pipe.counters.last_cache_clear == before
 
 
 def test_manual_release_counts_and_stamps():
-    det = FakeDetector()
+    det = fake_detector()
     pipe = Pipeline(det, cache_clear_every=0)
     before = pipe.counters.last_cache_clear
     pipe.release_cache()
-    assert det.release_calls == 1 and pipe.counters.cache_clears == 1
+    assert det.releases == 1 and pipe.counters.cache_clears == 1
     assert pipe.counters.last_cache_clear >= before
 
 
 def test_detect_counts_batches_not_images():
-    det = FakeDetector()
+    det = fake_detector()
     pipe = Pipeline(det, cache_clear_every=2)
     images = [np.zeros((48, 64, 3), np.uint8)] * 5
     out = pipe.detect(images, batch_size=2)
     assert len(out) == 5
     assert [b[0] for b in det.batches] == [2, 2, 1]
     assert pipe.counters.inferences == 3 and pipe.counters.images == 5
-    assert det.release_calls == 1 == pipe.counters.cache_clears
+    assert det.releases == 1 == pipe.counters.cache_clears
 
 
 def test_concurrent_inferences_release_exactly():
-    det = FakeDetector()
+    det = fake_detector()
     pipe = Pipeline(det, cache_clear_every=5)
 
     def work():
@@ -127,12 +88,12 @@ def test_concurrent_inferences_release_exactly():
     for t in threads:
         t.join()
     assert pipe.counters.inferences == 200
-    assert det.release_calls == 40 == pipe.counters.cache_clears
+    assert det.releases == 40 == pipe.counters.cache_clears
 
 
 def test_boxes_mapped_back_to_original_pixels():
     # 128x64 (w x h) image into a 64 input: scale 0.5, 16 rows of padding on top
-    det = FakeDetector(imgsz=64, box=(32.0, 32.0, 16.0, 8.0))  # xyxy 24,28,40,36 in the input
+    det = fake_detector(imgsz=64, box=(32.0, 32.0, 16.0, 8.0))  # xyxy 24,28,40,36 in the input
     pipe = Pipeline(det)
     dets = pipe.detect([np.zeros((64, 128, 3), np.uint8)])[0]
     assert len(dets) == 1
@@ -143,7 +104,7 @@ def test_boxes_mapped_back_to_original_pixels():
 
 
 def test_params_reach_postprocess():
-    pipe = Pipeline(FakeDetector())
+    pipe = Pipeline(fake_detector())
     img = np.zeros((64, 64, 3), np.uint8)
     assert pipe.detect([img], DetectParams(conf=0.95))[0] == []
     assert pipe.detect([img], DetectParams(classes=frozenset({0})))[0] == []
@@ -152,7 +113,7 @@ def test_params_reach_postprocess():
 
 def test_bytes_are_decoded_and_limited():
     ok, png = cv2.imencode(".png", np.zeros((40, 50, 3), np.uint8))
-    pipe = Pipeline(FakeDetector(), max_pixels=2000)
+    pipe = Pipeline(fake_detector(), max_pixels=2000)
     prepared = pipe.prepare(png.tobytes())
     assert prepared.letterboxed.shape == (64, 64, 3) and prepared.letterboxed.dtype == np.uint8
     assert (prepared.letterbox.width, prepared.letterbox.height) == (50, 40)
@@ -163,4 +124,4 @@ def test_bytes_are_decoded_and_limited():
     from app.core.errors import ImageTooLarge
 
     with pytest.raises(ImageTooLarge):
-        Pipeline(FakeDetector(), max_pixels=1999).prepare(png.tobytes())
+        Pipeline(fake_detector(), max_pixels=1999).prepare(png.tobytes())

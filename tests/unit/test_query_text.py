@@ -9,9 +9,11 @@ import json
 
 import pytest
 
-from tests.unit.test_audit import ALICE, as_, env  # noqa: F401 - env is the fixture
+from tests.support import audit_app
+from tests.support.audit_app import ALICE, as_
 
 pytestmark = pytest.mark.timeout(120)
+env = audit_app.env  # the fixture: the site app with the three keys
 
 
 def _cursor(event_id: str) -> str:

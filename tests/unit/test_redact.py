@@ -18,7 +18,7 @@ from app.rules.store.writer import EventWriter
 from tests.support.net import free_port
 from tests.support.rules_util import Receiver, outbox_rows
 from tests.support.wait import wait_for
-from tests.unit.test_rules_webhooks import enqueue
+from tests.support.webhooks import enqueue
 
 SECRETS = ("hunter2", "T0KEN", "sig=abc", "PATHSECRET")
 

@@ -6,31 +6,13 @@ import shutil
 
 import av
 import pytest
-from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from app.api.errors import install_error_handlers
-from app.api.routes import admin, cameras, events
 from app.config import Settings
-from app.api.options import ApiOptions
 from app.core.metrics import Metrics
-from app.core.sources import SourceBook
-from app.api.access import Gate
-from app.core.roles import Keyring
-from app.rules.service.facade import RulesService
 from app.wiring import build_rules
 from tests.support.rules_util import EXAMPLE_SITE, H, W, at, people
-from tests.support.state import install_state
-
-
-def make_app(rules, keys=()) -> FastAPI:
-    app = FastAPI()
-    install_state(app, rules=rules, options=ApiOptions(), gate=Gate.of(Keyring.parse(keys)),
-                  sources=SourceBook())  # GET /cameras shows each camera's stream (none here)
-    install_error_handlers(app)
-    for module in (events, cameras, admin):  # what the rules' events, cameras and admin routes serve
-        app.include_router(module.router)
-    return app
+from tests.support.rules_api_app import make_app
 
 
 def service_with_three_events(tmp_path):

@@ -16,8 +16,8 @@ from fastapi.testclient import TestClient
 from app.config import Settings
 from app.core.metrics import Metrics
 from app.wiring import build_rules
+from tests.support.rules_api_app import make_app
 from tests.support.rules_util import EXAMPLE_SITE, H, W, at, people
-from tests.unit.test_rules_api import make_app
 
 pytestmark = pytest.mark.timeout(120)
 

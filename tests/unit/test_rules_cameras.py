@@ -15,8 +15,8 @@ from app.rules.site.loader import SiteConfigError
 from app.rules.service.facade import RulesService
 from app.wiring import build_rules
 from tests.support.rules_util import EXAMPLE_SITE, H, W, at, people
-from tests.unit.test_rules_api import make_app
-from tests.unit.test_rules_webhooks import sample
+from tests.support.rules_api_app import make_app
+from tests.support.webhooks import sample
 from tests.support.wait import wait_for
 
 

@@ -12,16 +12,16 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from app.api.routes import admin, cameras, detect, events
 from app.api.errors import install_error_handlers
+from app.api.routes import admin, cameras, detect, events
 from app.api.state import state_of
 from app.config import Settings
-from app.inference.engine import DetectResult
 from app.core.metrics import Metrics
+from app.inference.engine import DetectResult
 from app.rules.service.facade import RulesService
-from app.wiring import build_rules
-from app.wiring import api_options, build_gate
-from tests.support.rules_util import EXAMPLE_SITE, H, NAMES, W, people
+from app.wiring import api_options, build_gate, build_rules
+from tests.support.fakes import FakeDetector
+from tests.support.rules_util import EXAMPLE_SITE, NAMES, H, W, people
 from tests.support.state import install_state
 
 TIMINGS = dict.fromkeys(("decode_ms", "queue_wait_ms", "preprocess_ms", "inference_ms", "postprocess_ms",
@@ -33,7 +33,7 @@ class FakeEngine:
 
     def __init__(self) -> None:
         self.executor = ThreadPoolExecutor(2)
-        self.pipeline = SimpleNamespace(detector=FakeDetector())  # what the routes' MaybeDetectorDep reads
+        self.pipeline = SimpleNamespace(detector=FakeDetector(names=NAMES, provider="cpu"))  # what the routes' MaybeDetectorDep reads
         self.calls = 0
 
     def check_capacity(self) -> None:
@@ -42,10 +42,6 @@ class FakeEngine:
     async def detect(self, data: bytes, params, keep_image: bool = False) -> DetectResult:
         self.calls += 1
         return DetectResult(people(3), W, H, TIMINGS, np.zeros((H, W, 3), np.uint8) if keep_image else None)
-
-
-class FakeDetector:
-    names, model_name, backend, provider = NAMES, "fake", "fake", "cpu"
 
 
 @pytest.fixture

@@ -11,8 +11,8 @@ from app.config import Settings
 from app.core.metrics import Metrics
 from app.rules.service.facade import RulesService
 from app.wiring import build_rules
+from tests.support.rules_api_app import make_app
 from tests.support.rules_util import H, W, at, det
-from tests.unit.test_rules_api import make_app
 
 SITE = {"cameras": [{"id": "lane", "zones": [{"name": "gate", "polygon": [[0, 0], [1, 0], [1, 1], [0, 1]], "rules": [
     {"type": "line_crossing", "name": "entry", "line": [[0.0, 0.5], [1.0, 0.5]], "classes": ["person", "car"]}]}]}]}

@@ -29,7 +29,7 @@ from tests.support.net import free_port
 from tests.support.rules_util import EXAMPLE_SITE, H, W, Receiver, at, people
 from tests.support.state import install_state
 from tests.support.wait import wait_for
-from tests.unit.test_rules_webhooks import sample
+from tests.support.webhooks import sample
 
 
 def crowd_event(svc: RulesService, base: float) -> list[dict]:

@@ -13,7 +13,7 @@ from app.rules.store.db import EventStore
 from tests.conftest import REPO
 from tests.support.rules_util import Receiver
 from tests.support.wait import wait_for
-from tests.unit.test_rules_webhooks import enqueue, worker
+from tests.support.webhooks import enqueue, worker
 
 DELIVERER = """
 import sys, time

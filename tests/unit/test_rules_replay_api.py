@@ -12,8 +12,8 @@ from app.api.dryrun import MAX_SITE_BYTES
 from app.core.timeutil import iso
 from app.rules.service.dryrun import DryRunner, DryRunOptions
 from tests.support.inprocess import inprocess_app
+from tests.support.replay import SITE, record
 from tests.support.rules_util import at
-from tests.unit.test_rules_replay import SITE, record
 
 WINDOW = {"dry_run": "true", "since": iso(at(0)), "until": iso(at(3600))}
 

@@ -17,7 +17,7 @@ from app.rules.store.db import EventStore
 from app.core.timeutil import utcnow
 from app.wiring import build_rules
 from tests.support.rules_util import EXAMPLE_SITE, outbox_rows
-from tests.unit.test_rules_webhooks import sample
+from tests.support.webhooks import sample
 from tests.support.wait import wait_for
 
 NOW = utcnow()

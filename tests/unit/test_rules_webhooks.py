@@ -9,29 +9,12 @@ import pytest
 
 from app.core.metrics import Metrics
 from app.rules.store.db import EventStore
-from app.core.jsonutil import dumps
 from app.rules.delivery.outbox import backoff_s
 from app.rules.delivery.webhooks import WebhookOptions, WebhookWorker, sign, verify
 from tests.support.rules_util import Receiver, outbox_rows
 from tests.support.net import free_port
 from tests.support.wait import wait_for
-
-SECRET = b"s3cret"
-
-
-def enqueue(store: EventStore, url: str, event_id: str, state: str = "started") -> bytes:
-    event = {"id": event_id, "camera_id": "cam", "zone": "z", "rule": "crowd", "rule_type": "crowd",
-             "state": state, "started_at": "2026-03-02T12:00:00Z",
-             "ended_at": "2026-03-02T12:01:00Z" if state == "ended" else None,
-             "objects": [], "max_count": 3, "snapshot": None}
-    key = f"{event_id}:{state}"
-    payload = dumps({"type": f"event.{state}", "idempotency_key": key, "event": event})
-    store.events.record(event, [(url, key, payload)])
-    return payload
-
-
-def sample(metrics: Metrics, name: str, **labels) -> float:
-    return metrics.registry.get_sample_value(name, labels) or 0.0
+from tests.support.webhooks import SECRET, enqueue, sample, worker
 
 
 @pytest.fixture
@@ -39,14 +22,6 @@ def store(tmp_path):
     s = EventStore(f"sqlite:///{tmp_path}/events.db")
     yield s
     s.close()
-
-
-def worker(store, url, metrics: Metrics | None = None, **kw) -> WebhookWorker:
-    options = WebhookOptions((url,), SECRET, timeout_s=2.0, max_backoff_s=kw.pop("max_backoff_s", 0.3))
-    w = WebhookWorker(store, options,
-                     metrics=metrics or Metrics(), poll_s=kw.pop("poll_s", 0.2), **kw)
-    w.start()
-    return w
 
 
 def test_signature_headers_and_metrics(store):

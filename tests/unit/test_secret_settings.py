@@ -15,7 +15,7 @@ from pydantic import SecretStr
 from app.config import Settings, load_settings
 from app.config.settings import FILE_SETTINGS
 from app.core.errors import ConfigError
-from tests.unit.test_webhook_signatures import receiver_code
+from tests.support.webhook_receiver import receiver_code
 
 SECRETISH = ("secret", "password", "token", "key", "url")  # names that may hold a credential
 NOT_SECRET = {"api_keys_watch_s", "webhook_urls", "mqtt_url_file", "events_db_url_file", "api_keys_file",

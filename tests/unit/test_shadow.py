@@ -21,7 +21,8 @@ from app.inference.shadow.book import AgreementBook, score
 from app.inference.shadow.lane import ShadowOptions
 from app.main import preflight
 from app.tooling.bench.parity import compare
-from tests.support.inprocess import IMGSZ, FakeDetector, inprocess_app, png
+from tests.support.fakes import FakeDetector
+from tests.support.inprocess import IMGSZ, SCENE, inprocess_app, png
 from tests.support.shadow import fake_lane
 
 KEYS = "viewer:v-key-123456,operator:o-key-123456,admin:a-key-123456"
@@ -33,6 +34,9 @@ def settings(**extra) -> Settings:
 
 class PersonOnlyReference(FakeDetector):
     """A reference that sees the person but not the car the primary reports."""
+
+    def __init__(self) -> None:
+        super().__init__(**SCENE)
 
     def infer(self, batch: np.ndarray) -> np.ndarray:
         out = super().infer(batch)

@@ -19,7 +19,7 @@ from app.core.sources import SourceBook
 from app.wiring import build_rules
 from tests.support.inprocess import IMGSZ, inprocess_app, png
 from tests.support.rules_util import EXAMPLE_SITE
-from tests.unit.test_sources import Clock, state
+from tests.support.sources import Clock, state
 
 KEYS = {"gate": "gate-gateway-key-0123456789", "any": "any-gateway-key-0123456789",
         "plaza": "plaza-gateway-key-0123456789", "viewer": "viewer-key-0123456789"}

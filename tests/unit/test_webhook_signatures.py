@@ -18,19 +18,9 @@ from app.config import Settings
 from app.core.jsonutil import dumps
 from app.rules.delivery.webhooks import WebhookOptions, WebhookWorker, sign_timed, verify as verify_legacy
 from app.rules.store.db import EventStore
-from tests.conftest import REPO
+from tests.support.webhook_receiver import receiver_code
 
 SECRET = "receiver-shared-secret-for-tests"
-DOCS = (REPO / "docs/rules.md").read_text()
-
-
-def receiver_code() -> dict:
-    """The receiver of docs/rules.md, executed as published."""
-    block = re.search(r"<!-- receiver: begin -->\s*```python\n(.*?)```\s*<!-- receiver: end -->", DOCS, re.S)
-    assert block, "docs/rules.md lost its receiver code"
-    namespace: dict = {}
-    exec(compile(block.group(1), "docs/rules.md receiver", "exec"), namespace)  # noqa: S102 - our own docs
-    return namespace
 
 
 class DocsReceiver:
