@@ -349,9 +349,15 @@ def test_only_nginx_names_the_client_and_only_nginx_reaches_the_replicas(base, m
         detectors = detector_services(config)
         lb = services["lb"]
         fixed = interpolate(lb["networks"]["replicas"]["ipv4_address"], {})
-        (subnet,) = [interpolate(c["subnet"], {}) for c in nets["replicas"]["ipam"]["config"]]
+        (ipam,) = nets["replicas"]["ipam"]["config"]
+        subnet, dynamic = interpolate(ipam["subnet"], {}), interpolate(ipam["ip_range"], {})
+        # nginx's address is in the subnet but not where the replicas' addresses come from (they
+        # start first: one would take it, and nginx would not start)
+        assert ipaddress.ip_network(dynamic).subnet_of(ipaddress.ip_network(subnet))
         assert ipaddress.ip_address(fixed) in ipaddress.ip_network(subnet)
-        assert (example["LB_REPLICAS_IP"], example["REPLICAS_SUBNET"]) == (fixed, subnet), "the documented defaults"
+        assert ipaddress.ip_address(fixed) not in ipaddress.ip_network(dynamic)
+        assert (example["LB_REPLICAS_IP"], example["REPLICAS_SUBNET"], example["REPLICAS_IP_RANGE"]) == \
+            (fixed, subnet, dynamic), "the documented defaults"
         for name, svc in detectors.items():
             trusted = interpolate(str(svc["environment"]["CAMPUSGUARD_FORWARDED_ALLOW_IPS"]), {})
             assert trusted == fixed, f"{name}: trusts {trusted!r}, not nginx's address"
