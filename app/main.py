@@ -23,6 +23,7 @@ from app import __version__, wiring
 from app.api.access import Gate
 from app.api.docs import install_docs
 from app.api.errors import install_error_handlers
+from app.api.forwarded import ForwardedClient
 from app.api.middleware import RequestGuard
 from app.api.routes import include_routes
 from app.api.state import AppState, install
@@ -195,4 +196,6 @@ def create_app(settings: Settings | None = None, choice: Choice | None = None) -
                            expose_headers=["ETag", "X-Frame-Time"])
     app.add_middleware(RequestGuard, max_body_bytes=settings.max_body_bytes, metrics=metrics,
                        body_read_timeout_s=settings.body_read_timeout_s)
+    # outermost: the access log, the throttle and the audit trail all see the checked client address
+    app.add_middleware(ForwardedClient, trusted_hosts=settings.forwarded_allow_ips)
     return app

@@ -35,8 +35,9 @@ AUTH_MODES = ("on", "off", "loopback")  # keys required | CAMPUSGUARD_AUTH=off |
 
 
 def client_address(request: Request) -> str:
-    """The client's address as uvicorn saw it (behind a proxy listed in
-    CAMPUSGUARD_FORWARDED_ALLOW_IPS: the X-Forwarded-For client)."""
+    """The client's address: the socket peer, or behind a proxy listed in
+    CAMPUSGUARD_FORWARDED_ALLOW_IPS the X-Forwarded-For client, only if that is a valid IP address
+    (app/api/forwarded.py): never text a client chose."""
     return request.client.host if request.client is not None else "unknown"
 
 

@@ -71,7 +71,7 @@ def serve(overrides: dict) -> int:
                             # uvicorn types it int but takes any number (asyncio.timeout): keep fractions
                             timeout_graceful_shutdown=settings.drain_timeout_s,  # type: ignore[arg-type]
                             lifespan="on",
-                            proxy_headers=True, forwarded_allow_ips=settings.forwarded_allow_ips)
+                            proxy_headers=False)  # X-Forwarded-For is read and checked in app/api/forwarded.py
     server = uvicorn.Server(config)
     # uvicorn re-raises SIGTERM after its graceful shutdown; a no-op handler underneath makes
     # a drained shutdown exit 0 (what orchestrators expect), not "killed by signal".

@@ -328,3 +328,52 @@ def test_camera_gateway(base, merged):
     assert shards == {f"{i}/{n}" for i in range(n)}, "each camera pulled by exactly one gateway"
     for name, svc in detector_services(base).items():
         assert svc["environment"]["CAMPUSGUARD_INGEST"] == "off", name
+
+
+def networks_of(svc: dict) -> set[str]:
+    """The networks a service joins (a list, or a mapping with per-network options)."""
+    return set(svc.get("networks") or ())
+
+
+def test_only_nginx_names_the_client_and_only_nginx_reaches_the_replicas(base, merged):
+    """Issue 42, finding 4: with `*` any container on the replicas' network (the gateways,
+    Prometheus, Grafana, the Docker host) chose the address the failed-key throttle and the
+    audit trail see. The replicas believe X-Forwarded-For only from nginx's fixed address on an
+    internal network only nginx and the replicas join; the rest still reach what they need."""
+    import ipaddress
+
+    example = dict(line.split("=", 1) for line in (DEPLOY / ".env.example").read_text().splitlines()
+                   if "=" in line and not line.startswith("#"))
+    for config in (base, merged):
+        services, nets = config["services"], config["networks"]
+        detectors = detector_services(config)
+        lb = services["lb"]
+        fixed = interpolate(lb["networks"]["replicas"]["ipv4_address"], {})
+        (ipam,) = nets["replicas"]["ipam"]["config"]
+        subnet, dynamic = interpolate(ipam["subnet"], {}), interpolate(ipam["ip_range"], {})
+        # nginx's address is in the subnet but not where the replicas' addresses come from (they
+        # start first: one would take it, and nginx would not start)
+        assert ipaddress.ip_network(dynamic).subnet_of(ipaddress.ip_network(subnet))
+        assert ipaddress.ip_address(fixed) in ipaddress.ip_network(subnet)
+        assert ipaddress.ip_address(fixed) not in ipaddress.ip_network(dynamic)
+        assert (example["LB_REPLICAS_IP"], example["REPLICAS_SUBNET"], example["REPLICAS_IP_RANGE"]) == \
+            (fixed, subnet, dynamic), "the documented defaults"
+        for name, svc in detectors.items():
+            trusted = interpolate(str(svc["environment"]["CAMPUSGUARD_FORWARDED_ALLOW_IPS"]), {})
+            assert trusted == fixed, f"{name}: trusts {trusted!r}, not nginx's address"
+            # the variable, not a copy of its default: LB_REPLICAS_IP moves both
+            assert interpolate(str(svc["environment"]["CAMPUSGUARD_FORWARDED_ALLOW_IPS"]),
+                               {"LB_REPLICAS_IP": "192.0.2.9"}) == "192.0.2.9"
+            assert "edge" not in networks_of(svc), f"{name}: on the network of the gateways and Grafana"
+        members = {net: {n for n, s in services.items() if net in networks_of(s)} for net in nets}
+        assert nets["replicas"]["internal"] is True and members["replicas"] == {"lb", *detectors}
+        assert nets["metrics"]["internal"] is True and members["metrics"] == {"prometheus", *detectors}
+        assert members["egress"] == set(detectors), "the replicas' way out (webhooks, MQTT) is theirs alone"
+        # every replica is reached by nginx and Prometheus; the gateways reach nginx, Grafana Prometheus
+        for name in detectors:
+            assert networks_of(services[name]) & networks_of(lb) == {"replicas"}, name
+            assert networks_of(services[name]) & networks_of(services["prometheus"]) == {"metrics"}, name
+        for name, svc in services.items():
+            if name.startswith("gateway-"):
+                assert "edge" in networks_of(svc) & networks_of(lb), name
+        assert networks_of(services["grafana"]) & networks_of(services["prometheus"])

@@ -12,7 +12,9 @@ proved here, each with the outcome a client sees:
   refusal budget;
 - HTTPS with the self-signed certificate answers /health/ready with HSTS and the app's one CSP,
   plain HTTP redirects; /metrics and /auth/check are closed at the edge; the admin allow-list
-  refuses other networks with a JSON error.
+  refuses other networks with a JSON error;
+- the service takes the client's address from nginx's X-Forwarded-For only, and only a valid IP
+  address (issue 42): a forged header through nginx or `<script>` never becomes the client.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import json
 import select
 import socket
 import struct
+import time
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -204,6 +207,38 @@ def test_wrong_keys_from_one_address_hit_the_refusal_budget(stack):
     assert codes.index(429) >= 20, "the budget allows a burst of 20 refusals"
     with from_address("127.0.0.4") as other:
         assert other.get(edge.internal + "/health", headers={"X-API-Key": "w" * 32}).status_code == 403
+
+
+def logged_client(server, start: int, line: str) -> str:
+    """The ``client=`` of the first access-log line after offset ``start`` that begins with ``line``
+    (written as the request finishes: waited for a few seconds)."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        for entry in server.log()[start:].splitlines():
+            if f"campusguard.access: {line} " in entry:
+                return entry.split(" client=", 1)[1].split(" ", 1)[0]
+        time.sleep(0.1)
+    raise AssertionError(f"no access-log line {line!r}:\n{server.log()[start:][-2000:]}")
+
+
+def test_the_service_takes_the_client_from_nginx_only_and_only_a_valid_address(stack):
+    """The real `serve` (uvicorn's own proxy headers off, app/api/forwarded.py on): the service
+    trusts 127.0.0.1 (nginx here). A valid address from it names the client; `<script>` from it
+    leaves its own address; a client forging the header through nginx is logged as itself."""
+    edge, _, server = stack
+    with from_address("127.0.0.1") as proxy:
+        start = len(server.log())
+        assert proxy.get(server.url + "/health/live", headers={"X-Forwarded-For": "<script>"}).status_code == 200
+        assert logged_client(server, start, "GET /health/live 200") == "127.0.0.1"
+        start = len(server.log())
+        assert proxy.get(server.url + "/health/ready", headers={"X-Forwarded-For": "203.0.113.9"}).status_code == 200
+        assert logged_client(server, start, "GET /health/ready 200") == "203.0.113.9"
+    with from_address("127.0.0.6") as forger:
+        start = len(server.log())
+        answer = forger.get(edge.internal + "/health", headers={"X-Forwarded-For": "203.0.113.10"})
+        assert answer.status_code == 401
+        assert logged_client(server, start, "GET /auth/check 401") == "127.0.0.6"  # nginx's edge check
+    assert "<script>" not in server.log()
 
 
 def test_the_admin_allow_list_refuses_other_networks(stack, tmp_path):

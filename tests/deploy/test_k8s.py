@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 
 import jsonschema
 import kubernetes_validate
@@ -165,6 +166,33 @@ def test_configmap_holds_valid_settings():
     fields = {k: v for k, v in fields.items() if k not in files}
     settings = Settings(_env_file=None, **fields)  # raises on an invalid value
     assert settings.device == "cuda:0" and settings.port == 8000
+
+
+def test_detectors_trust_the_router_pods_only_never_any_peer(rendered):
+    """Issue 42, finding 4: with "*" any pod that reached a detector chose the address the
+    failed-key throttle and the audit trail see. The detectors believe X-Forwarded-For from the
+    pod network only (POD_CIDR, the placeholder the router's set_real_ip_from uses too), which
+    the NetworkPolicy narrows to the router, Prometheus and the other detectors; an overlay sets
+    it with a ConfigMap patch."""
+    import ipaddress
+
+    _, resources = rendered
+    value = named(resources, "ConfigMap", "campusguard-config")["data"]["CAMPUSGUARD_FORWARDED_ALLOW_IPS"]
+    assert "*" not in value
+    nets = [ipaddress.ip_network(part.strip()) for part in value.split(",")]  # addresses or CIDRs only
+    router_conf = named(resources, "ConfigMap", "campusguard-router")["data"]
+    pattern = r"set_real_ip_from\s+(\S+);\s*# POD_CIDR"
+    (pod_cidr,) = {m for text in router_conf.values() for m in re.findall(pattern, text)}
+    assert nets == [ipaddress.ip_network(pod_cidr)], "the same documented pod network as the router's"
+    assert "POD_CIDR" in (K8S / "base/configmap.yaml").read_text()
+    assert "POD_CIDR" in (K8S.parents[1] / "docs/deploy.md").read_text()
+    policy = named(resources, "NetworkPolicy", "campusguard-detector")["spec"]
+    (rule,) = policy["ingress"]
+    assert {"router", "prometheus", "campusguard-detector"} == {
+        next(iter(peer["podSelector"]["matchLabels"].values())) for peer in rule["from"]}, "who may connect"
+    patched = json_patch(named(resources, "ConfigMap", "campusguard-config"), [
+        {"op": "replace", "path": "/data/CAMPUSGUARD_FORWARDED_ALLOW_IPS", "value": "10.42.0.0/16"}])
+    assert patched["data"]["CAMPUSGUARD_FORWARDED_ALLOW_IPS"] == "10.42.0.0/16"
 
 
 def test_rules_on_with_the_site_file_and_the_shared_event_store(tmp_path):
