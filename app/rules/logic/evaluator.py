@@ -32,16 +32,8 @@ from app.core.types import Detection
 from app.rules.logic.geometry import Polygon, Polyline, box_area_fraction, box_ratio, foot_point
 from app.rules.logic.schedule import Schedule
 from app.rules.logic.tracking import CameraTracker
-from app.rules.site.schema import (
-    Camera,
-    CrowdRule,
-    FireLaneRule,
-    IntrusionRule,
-    LineCrossingRule,
-    LoiteringRule,
-    RuleBase,
-    SiteConfig,
-)
+from app.rules.site.schema import (Camera, CrowdRule, FireLaneRule, IntrusionRule, LineCrossingRule, LoiteringRule,
+                                   RuleBase, SiteConfig)
 
 
 class ObjectRecord(TypedDict):
