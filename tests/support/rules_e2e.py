@@ -10,7 +10,7 @@ from app.rules.logic.geometry import Polygon
 from app.rules.site.loader import load_site_config
 from tests.support.rules_util import EXAMPLE_SITE
 
-SECRET = "e2e-secret"
+SECRET = "e2e-webhook-secret-for-tests"  # at least 16 characters, as serve demands
 
 
 CAMERA = "plaza-cam"

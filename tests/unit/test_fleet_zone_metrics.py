@@ -21,6 +21,9 @@ SITE = {"cameras": [{"id": CAM, "offline_after_s": 30, "zones": [
      "rules": [{"type": "intrusion", "name": "no-entry", "classes": ["person"]}]}]}]}
 
 
+REGISTRIES: dict[int, Metrics] = {}  # each replica's Metrics, by id() of its service
+
+
 @pytest.fixture
 def pair(tmp_path):
     (tmp_path / "site.yaml").write_text(yaml.safe_dump(SITE))
@@ -28,8 +31,9 @@ def pair(tmp_path):
     for name in ("r1", "r2"):
         svc = build_rules(Settings(_env_file=None, site_config=tmp_path / "site.yaml", clips=False,
                                    events_db_url=f"sqlite:///{tmp_path}/shared.db", snapshot_dir=tmp_path / name,
-                                   replica_id=name), Metrics())
+                                   replica_id=name), metrics := Metrics())
         svc.fleet.rows.read_ttl_s = 0
+        REGISTRIES[id(svc)] = metrics
         made.append(svc)
     yield made
     for svc in made:
@@ -43,7 +47,7 @@ def people_in(svc, n: int, t0: float) -> None:
 
 
 def zone(svc) -> float | None:
-    return svc.series.metrics.registry.get_sample_value("campusguard_zone_objects", {"camera_id": CAM, "zone": "gate"})
+    return REGISTRIES[id(svc)].registry.get_sample_value("campusguard_zone_objects", {"camera_id": CAM, "zone": "gate"})
 
 
 def test_only_the_owner_exports_a_cameras_zone_objects(pair):

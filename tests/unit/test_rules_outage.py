@@ -43,11 +43,11 @@ def crowd_event(svc: RulesService, base: float) -> list[dict]:
     return out
 
 
-def service(tmp_path, url: str, **settings) -> RulesService:
+def service(tmp_path, url: str, metrics: Metrics, **settings) -> RulesService:
     path = tmp_path / "site.yaml"
     shutil.copy(EXAMPLE_SITE, path)
     svc = build_rules(Settings(site_config=path, events_db_url=url, snapshot_dir=tmp_path / "snaps",
-                                              **settings), Metrics())
+                                              **settings), metrics)
     svc.writer.retry_s = 0.1
     return svc
 
@@ -75,9 +75,10 @@ def app_with(svc: RulesService) -> FastAPI:
 
 def test_outage_buffers_and_writes_back_once_the_database_answers(tmp_path, postgres, pg_url):
     rx = Receiver()
-    svc = service(tmp_path, pg_url, webhook_urls=[rx.url], webhook_secret="outage-webhook-secret")
+    metrics = Metrics()
+    svc = service(tmp_path, pg_url, metrics, webhook_urls=[rx.url], webhook_secret="outage-webhook-secret")
     svc.start()
-    metrics, client = svc.series.metrics, TestClient(app_with(svc))
+    client = TestClient(app_with(svc))
     try:
         first = crowd_event(svc, 0)
         assert [e["state"] for e in first] == ["started", "ended"]
@@ -119,7 +120,8 @@ def test_outage_buffers_and_writes_back_once_the_database_answers(tmp_path, post
 
 def test_unreachable_at_startup_then_bounded_buffer(tmp_path, caplog):
     url = f"postgresql+psycopg://cg:secret@127.0.0.1:{free_port()}/events?connect_timeout=2"
-    svc = service(tmp_path, url, events_buffer_size=3)  # no exception: detection must start
+    metrics = Metrics()
+    svc = service(tmp_path, url, metrics, events_buffer_size=3)  # no exception: detection must start
     try:
         message = svc.store_status()
         assert message.startswith("unavailable: event store unreachable: OperationalError") and "secret" not in message
@@ -127,7 +129,7 @@ def test_unreachable_at_startup_then_bounded_buffer(tmp_path, caplog):
         for k in range(3):
             assert len(crowd_event(svc, k * 100)) == 2  # 6 writes into a buffer of 3
         assert svc.writer.buffered == 3
-        assert sample(svc.series.metrics, "campusguard_event_buffer_dropped_total") == 3
-        assert sample(svc.series.metrics, "campusguard_event_store_up", backend="postgresql") == 0
+        assert sample(metrics, "campusguard_event_buffer_dropped_total") == 3
+        assert sample(metrics, "campusguard_event_store_up", backend="postgresql") == 0
     finally:
         svc.stop()
