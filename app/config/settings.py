@@ -157,9 +157,8 @@ class Settings(BaseSettings):
                                  "before it is blocked")
     auth_fail_window_s: float = Field(60.0, gt=0, description="Window in which wrong keys are counted per address")
     auth_block_s: float = Field(300.0, ge=0, description="How long a blocked address is refused (429); 0 = never block")
-    forwarded_allow_ips: str = Field("127.0.0.1", description="Proxies whose X-Forwarded-For names the client "
-                                     "(uvicorn's forwarded_allow_ips syntax; comma list of "
-                                     "addresses or CIDRs, * = any); only a valid IP address is taken")
+    forwarded_allow_ips: str = Field("127.0.0.1", description="Proxies whose X-Forwarded-For names the client (comma "
+                                     "list of addresses or CIDRs, * = any); only a valid IP address is taken")
     secrets_dir: Path | None = Field(None, description="Folder of secret files for ${VAR} in the site file "
                                      "(file name = variable)")
     events_db_url_file: Path | None = Field(None, description="File holding CAMPUSGUARD_EVENTS_DB_URL")

@@ -19,7 +19,7 @@ import kubernetes_validate
 import pytest
 
 from tests.deploy.conftest import K8S, hpa_queries, load_yaml
-from tests.support.k8s_render import RENDERS, VERSIONS, named, render, one, CLUSTER_SCOPED
+from tests.support.k8s_render import CLUSTER_SCOPED, RENDERS, VERSIONS, json_patch, named, one, render
 
 CRD_SCHEMAS = {("monitoring.coreos.com/v1", "ServiceMonitor"): K8S / "schemas/servicemonitor-monitoring-v1.json"}
 

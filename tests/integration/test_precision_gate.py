@@ -33,8 +33,8 @@ def frames(dataset, tmp_path_factory) -> Path:
     return make_dataset(tmp_path_factory.mktemp("calib") / "frames", dataset, n=8)
 
 
-def settings_for(cache: Path, frames: Path, **extra) -> Settings:
-    return Settings(_env_file=None, backend="onnx", precision="int8", imgsz=IMGSZ, threads=2, warmup_iters=0,
+def settings_for(weights: Path, cache: Path, frames: Path, **extra) -> Settings:
+    return Settings(_env_file=None, weights=weights, backend="onnx", precision="int8", imgsz=IMGSZ, threads=2, warmup_iters=0,
                     onnx_cache_dir=cache, calibration_dir=frames, calibration_images=8, **extra)
 
 
@@ -42,7 +42,7 @@ def settings_for(cache: Path, frames: Path, **extra) -> Settings:
 def broken_cache(weights, frames, tmp_path_factory) -> Path:
     """A data folder whose int8 model (at the path the service computes) is the broken one."""
     cache = tmp_path_factory.mktemp("cache")
-    settings = settings_for(cache, frames)
+    settings = settings_for(weights, cache, frames)
     options, precision = wiring.backend_options(settings), wiring.precision_options(settings)
     fp32 = export_onnx(weights, cached_export_path(weights, IMGSZ, False, cache), imgsz=IMGSZ, dynamic_batch=True,
                        threads=2)
@@ -52,9 +52,9 @@ def broken_cache(weights, frames, tmp_path_factory) -> Path:
     return cache
 
 
-def test_unlabelled_gate_refuses_a_bad_int8_model(broken_cache, frames, caplog):
+def test_unlabelled_gate_refuses_a_bad_int8_model(weights, broken_cache, frames, caplog):
     caplog.set_level(logging.INFO, logger="campusguard.precision")
-    provisioned = wiring.provision_detector(settings_for(broken_cache, frames))
+    provisioned = wiring.provision_detector(settings_for(weights, broken_cache, frames))
     verdict = provisioned.verdict
     assert provisioned.fallback and provisioned.detector.precision == "fp32"
     assert verdict.mode == "unlabelled" and verdict.metric == "f1" and not verdict.passed
@@ -63,8 +63,8 @@ def test_unlabelled_gate_refuses_a_bad_int8_model(broken_cache, frames, caplog):
     provisioned.detector.close()
 
 
-def test_labelled_gate_compares_map_and_refuses(broken_cache, frames, dataset):
-    provisioned = wiring.provision_detector(settings_for(broken_cache, frames, gate_dataset=frames))
+def test_labelled_gate_compares_map_and_refuses(weights, broken_cache, frames, dataset):
+    provisioned = wiring.provision_detector(settings_for(weights, broken_cache, frames, gate_dataset=frames))
     verdict = provisioned.verdict
     assert verdict.mode == "labelled" and verdict.metric == "map50_95_drop" and verdict.threshold == 0.01
     assert verdict.reference_map > 0.2 and verdict.candidate_map < 0.05 and not verdict.passed
@@ -72,14 +72,14 @@ def test_labelled_gate_compares_map_and_refuses(broken_cache, frames, dataset):
     provisioned.detector.close()
 
 
-def test_server_serves_fp32_and_says_so(broken_cache, frames, bus_jpg, caplog):
+def test_server_serves_fp32_and_says_so(weights, broken_cache, frames, bus_jpg, caplog):
     """/health, the log and campusguard_precision_fallback; detections still come (from fp32)."""
     from fastapi.testclient import TestClient
 
     from app.main import create_app
 
     caplog.set_level(logging.INFO)
-    with TestClient(create_app(settings_for(broken_cache, frames))) as client:
+    with TestClient(create_app(settings_for(weights, broken_cache, frames))) as client:
         wait_until_ready(client, 120, 0.2)
         health = client.get("/health").json()
         assert health["precision"] == "fp32" and health["precision_requested"] == "int8"
@@ -112,7 +112,7 @@ def test_parity_refuses_the_int8_model_the_service_would_not_serve(broken_cache,
 def test_a_passing_int8_model_is_built_cached_and_reported(weights, frames, tmp_path, bus_jpg):
     """The default recipe, built from the .pt into the data folder; the gate (floor lowered:
     8 calibration frames at 320 are not a deployment) passes and int8 is what runs."""
-    settings = settings_for(tmp_path, frames, gate_min_f1=0.5)
+    settings = settings_for(weights, tmp_path, frames, gate_min_f1=0.5)
     seen: list[str] = []
     provisioned = wiring.provision_detector(settings, seen.append)
     assert provisioned.detector.precision == "int8" and not provisioned.fallback and provisioned.verdict.passed
@@ -129,8 +129,8 @@ def test_a_passing_int8_model_is_built_cached_and_reported(weights, frames, tmp_
     assert not any("calibrating" in s for s in again) and built[0].is_file()
 
 
-def test_int8_without_calibration_frames_is_a_clear_error(tmp_path):
+def test_int8_without_calibration_frames_is_a_clear_error(weights, tmp_path):
     from app.core.errors import ConfigError
 
     with pytest.raises(ConfigError, match="CAMPUSGUARD_CALIBRATION_DIR, which is not a folder"):
-        wiring.precision_options(settings_for(tmp_path, tmp_path / "missing"))
+        wiring.precision_options(settings_for(weights, tmp_path, tmp_path / "missing"))

@@ -159,14 +159,14 @@ def test_non_utf8_site_file_is_a_site_config_error(tmp_path, service):
     assert "plaza-cam" in svc.camera_ids
 
 
-def test_non_utf8_site_file_stops_startup_with_the_reason(tmp_path):
+def test_non_utf8_site_file_stops_startup_with_the_reason(weights, tmp_path):
     from fastapi.testclient import TestClient
 
     from app.main import create_app
 
     bad = tmp_path / "latin1.yaml"
     bad.write_bytes(EXAMPLE_SITE.read_bytes() + "# Bibliothèque\n".encode("latin-1"))
-    app = create_app(Settings(site_config=bad, events_db_url=f"sqlite:///{tmp_path}/e.db"))
+    app = create_app(Settings(weights=weights, site_config=bad, events_db_url=f"sqlite:///{tmp_path}/e.db"))
     with pytest.raises(SiteConfigError, match="not UTF-8"):
         with TestClient(app):
             pass  # the lifespan refuses before the model is loaded
