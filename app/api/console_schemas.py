@@ -55,9 +55,10 @@ class RecentBucket(BaseModel):
     images: int = Field(description="Images detected: those of the requests and the frames this server pulled")
     pulled: int = Field(0, description="Of the images, frames this server pulled from camera streams itself "
                                        "(embedded ingest; no request); the rest were posted")
-    errors: int = Field(description="Requests answered 5xx (including 503 refusals under load) and pulled frames refused")
-    p50_ms: float | None = Field(None, description="Median latency (requests end to end, pulled frames detection and rules); "
-                                                   "null without traffic")
+    errors: int = Field(description="Requests answered 5xx (including 503 refusals under load) "
+                                    "and pulled frames refused so")
+    p50_ms: float | None = Field(None, description="Median latency (a request's end to end, a pulled frame's "
+                                                   "detection and rules); null without traffic")
     p95_ms: float | None = None
 
 
