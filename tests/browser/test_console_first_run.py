@@ -162,3 +162,70 @@ def test_frames_the_service_pulls_are_counted_as_pulled_on_the_status_page(node,
     fact = page.locator("dl.facts-list dt:text-is('Last 10 s') + dd")
     fact.wait_for()
     assert fact.inner_text() == "5 images (4 pulled from camera streams, 1 posted), 0 errors"
+
+
+def starter_rule(url: str) -> dict:
+    cams = httpx.get(f"{url}/site", timeout=30).json()["config"]["cameras"]
+    zone = next(z for c in cams if c["id"] == "front-door" for z in c["zones"])
+    return {"kind": zone["kind"], **zone["rules"][0]}
+
+
+def test_zone_editor_speaks_in_words_and_edits_active_hours_with_time_inputs(node, open_page):
+    """The zone's kind is a select (with its own label under "Other"), the rule type a select in
+    words, the parameters labelled in words with their units, and active hours time windows
+    (from, to, the days) instead of JSON; what is saved reads back the same (issue 42)."""
+    ip, url = node
+    page = open_page(url)
+    goto(page, "zones?camera=front-door")
+    page.wait_for_selector("form.zone-form[data-ready=true]")
+    kind = page.get_by_label("Kind of zone")
+    assert kind.evaluate("el => el.tagName") == "SELECT" and kind.input_value() == "restricted"
+    rule = page.locator("fieldset.rule").first
+    rule_type = rule.get_by_label("Rule type")
+    assert rule_type.input_value() == "intrusion"
+    assert rule_type.locator("option:checked").inner_text() == "Intrusion"
+    assert "Line crossing" in rule_type.locator("option").all_inner_texts()
+    labels = page.locator("fieldset.rule label").evaluate_all("ls => ls.map((l) => l.textContent.trim())")  # folded too
+    for words in ("Minimum duration (seconds)", "Cooldown (seconds)", "Clear after (seconds)",
+                  "Minimum confidence (0 to 1)"):
+        assert any(label.startswith(words) for label in labels), "; ".join(labels)
+    assert not [label for label in labels if re.search(r"\b(Min|Max) \w+|\bS$", label)], labels
+    hours = rule.locator("fieldset.hours")
+    assert "Active at all hours" in hours.inner_text() and page.locator("textarea[data-field$=active_hours]").count() == 0
+    # a night window on Friday and Saturday
+    hours.get_by_role("button", name="Add time window").click()
+    hours.get_by_label("From").fill("22:00")
+    hours.get_by_label("To").fill("06:00")
+    hours.get_by_label("Fri").check()
+    hours.get_by_label("Sat").check()
+    rule.get_by_label("Cooldown (seconds)").fill("45")
+    kind.select_option("__other")
+    page.get_by_label("Other kind").fill("bike_rack")
+    page.get_by_role("button", name="Save zone").click()
+    page.wait_for_selector(".zone-form .result.ok, .zone-form .result.error")
+    assert "Saved" in page.locator(".zone-form .result").inner_text(), page.locator(
+        ".field-error:not(:empty), ul.errors li").all_inner_texts()
+    saved = starter_rule(url)
+    assert saved["kind"] == "bike_rack" and saved["cooldown_s"] == 45
+    assert [(w["start"][:5], w["end"][:5], w["days"]) for w in saved["active_hours"]] == [("22:00", "06:00", ["fri", "sat"])]
+    # read back into the same widgets
+    page.reload()
+    page.wait_for_selector("form.zone-form[data-ready=true]")
+    assert page.get_by_label("Kind of zone").input_value() == "__other"
+    assert page.get_by_label("Other kind").input_value() == "bike_rack"
+    hours = page.locator("fieldset.rule").first.locator("fieldset.hours")
+    assert (hours.get_by_label("From").input_value(), hours.get_by_label("To").input_value()) == ("22:00", "06:00")
+    assert [hours.get_by_label(d).is_checked() for d in ("Thu", "Fri", "Sat")] == [False, True, True]
+    # a window without its end is refused, the error next to the active hours; nothing changes
+    hours.get_by_label("To").fill("")
+    page.get_by_role("button", name="Save zone").click()
+    error = page.locator("[data-for$='.active_hours'] > .field-error")
+    error.wait_for(state="visible")
+    assert "Not saved" in page.locator(".zone-form .result").inner_text() and starter_rule(url) == saved
+    # no window: active at all hours again, and the usual kind back
+    hours.get_by_role("button", name="Remove window").click()
+    page.get_by_label("Kind of zone").select_option("restricted")
+    page.get_by_role("button", name="Save zone").click()
+    page.wait_for_selector(".zone-form .result.ok")
+    after = starter_rule(url)
+    assert after["kind"] == "restricted" and after.get("active_hours") is None
