@@ -96,7 +96,7 @@ function hoursControl(common, current, windowSchema, defs, title) {
     rows.append(row);
     none.hidden = true;
   }
-  for (const w of current || []) add(w);
+  for (const w of Array.isArray(current) ? current : current ? [current] : []) add(w); // one window may be written alone
   none.hidden = windows.length > 0;
   const control = h("fieldset", { ...common, class: "hours" }, h("legend", { class: "sr-only" }, title), none, rows,
     h("button", { type: "button", class: "small", onclick: () => add({}) }, "Add time window"),
