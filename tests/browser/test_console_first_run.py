@@ -100,6 +100,26 @@ def test_a_first_run_says_how_to_send_a_frame_and_that_call_works(node, open_pag
     assert lobby.count() == 1 and lobby.get_attribute("open") is None  # a camera sent frames: folded
 
 
+def test_a_camera_whose_stream_is_pulled_waits_for_it_instead(node, open_page):
+    """A camera with a stream (pulled here or by a gateway) gets its frames from it: its tile
+    says so, not the call to post one."""
+    ip, url = node
+    now = dt.datetime.now(dt.timezone.utc).isoformat()
+    report = {"gateway": "gateway-0", "reported_at": now, "ttl_s": 300,
+              "source": {"source": "rtsp://10.0.0.5:554/lobby", "state": "connecting", "since": now}}
+    assert httpx.put(f"{url}/cameras/lobby-cam/source", json=report, timeout=30).status_code == 204
+    page = open_page(url)
+    try:
+        goto(page, "cameras")
+        tile = page.locator("article.tile[data-camera=lobby-cam]")
+        tile.locator(".stream-connecting").wait_for()
+        assert tile.locator(".first-step").inner_text() == "No frame yet: the first one comes from its stream."
+        assert tile.locator("details.how").count() == 0
+    finally:
+        assert httpx.delete(f"{url}/cameras/lobby-cam/source", timeout=30).status_code == 204
+    tile.locator("details.how").wait_for()  # no stream any more: how to post one again
+
+
 def test_a_portrait_frame_keeps_its_shape_and_its_zones(node, open_page):
     ip, url = node
     r = httpx.post(f"{url}/detect?camera_id=lobby-cam", timeout=30,
