@@ -52,9 +52,13 @@ class ZoneSaved(BaseModel):
 class RecentBucket(BaseModel):
     t: dt.datetime = Field(description="Bucket start (10 s buckets)")
     requests: int = Field(description="Detection requests (/detect, /detect/batch, DeepStack) that ended in it")
-    images: int = Field(description="Images detected by them")
-    errors: int = Field(description="Of the requests, answered 5xx (including 503 refusals under load)")
-    p50_ms: float | None = Field(None, description="Median end-to-end latency; null without requests")
+    images: int = Field(description="Images detected: those of the requests and the frames this server pulled")
+    pulled: int = Field(0, description="Of the images, frames this server pulled from camera streams itself "
+                                       "(embedded ingest; no request); the rest were posted")
+    errors: int = Field(description="Requests answered 5xx (including 503 refusals under load) "
+                                    "and pulled frames refused so")
+    p50_ms: float | None = Field(None, description="Median latency (a request's end to end, a pulled frame's "
+                                                   "detection and rules); null without traffic")
     p95_ms: float | None = None
 
 

@@ -2,9 +2,10 @@
 
 ``make demo``. The clip is made once from ``bus.jpg`` (it ships with ultralytics) under
 ``<data_dir>/demo/``; ``demo-cam`` is added to the first run's site file (created if
-missing, as ``make run`` does), with the clip as its ``file://`` source, looped; then the
-service starts with rules and the embedded ingest on. Open the console: the camera's tile
-shows frames within seconds, the Events page a line crossing and an intrusion soon after.
+missing, as ``make run`` does), with the clip as its ``file://`` source, looped (it stays for
+later ``make run``s: the summary then says how to remove it); then the service starts with
+rules and the embedded ingest on. Open the console: the camera's tile shows frames within
+seconds, the Events page a line crossing and an intrusion soon after.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def prepare(data_dir: Path, site: Path) -> dict[str, str]:
     """The clip (made once) and ``demo-cam`` in the site file; what was done, for the summary."""
     from app.tooling.demo.clip import bus_jpg, make_walk_clip, street_background
-    from app.tooling.demo.site import add_demo_camera
+    from app.tooling.demo.site import add_demo_camera, removal
 
     folder = data_dir / "demo"
     clip = folder / "walk.mp4"
@@ -45,6 +46,7 @@ def prepare(data_dir: Path, site: Path) -> dict[str, str]:
         done["clip"] += " (made now)"
     if add_demo_camera(site, clip):
         done["site file"] += " (demo-cam added)"
+        done["to remove it"] = removal(site)
     return done
 
 

@@ -6,7 +6,8 @@ For single-node sites and ``make run``. Each sampled frame goes through the fram
 time first (a refused frame is dropped and counted ``invalid_timestamp``), the engine's
 admission may refuse it (503 ``queue_full``: the frame is dropped and the camera waits for
 the Retry-After), the rules evaluate it with the decoded frame (detection log, evidence,
-view checks), the detections are counted per camera like a request's. Once answered, the
+view checks), the detections are counted per camera like a request's, and the frame is counted in
+the status page's recent traffic as a pulled image (app/core/recent.py). Once answered, the
 frame is offered to the shadow lane (docs/shadow.md) with its camera id, sampled like the routes'.
 The lane gets the full-size RGB array the reader produced (a new array per frame, never
 reused, so it is queued without a copy); the reference letterboxes it itself.
@@ -23,11 +24,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Protocol
 
+from app.core.errors import ServiceError
 from app.core.sources import SourceBook
 from app.flow.frame import FrameFlow
 from app.inference.pipeline import DetectParams
@@ -84,8 +87,19 @@ class EngineFeed:
         if flow is None:  # the model is still loading: wait a moment, like a gateway's 503
             return SinkResult.busy(1.0, "not_ready")
         admitted = flow.admit(frame.camera_id, frame.captured_at)  # InvalidTimestamp: dropped
-        # the reader's RGB array goes to the engine and the shadow lane alike (it is the kept frame)
-        await flow.run(admitted, frame.as_rgb(), self.params, admitted.keep())  # QueueFull: busy
+        start, detected, failed = time.perf_counter(), 0, False
+        try:
+            # the reader's RGB array goes to the engine and the shadow lane alike (it is the kept frame)
+            await flow.run(admitted, frame.as_rgb(), self.params, admitted.keep())  # QueueFull: busy
+            detected = 1
+        except ServiceError as exc:
+            failed = exc.status >= 500  # a 503 refusal under load is an error, as a request's would be
+            raise
+        except Exception:
+            failed = True
+            raise
+        finally:  # the status page's recent traffic counts pulled frames too, marked as pulled
+            flow.metrics.recent.observe(time.perf_counter() - start, detected, failed, pulled=True)
         return SinkResult.sent()
 
 

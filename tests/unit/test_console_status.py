@@ -43,7 +43,7 @@ def test_status_document(tmp_path):
     recent = body["recent"]
     assert len(recent) == 90 and recent == sorted(recent, key=lambda b: b["t"])
     assert sum(b["requests"] for b in recent) == 5 and sum(b["images"] for b in recent) == 5
-    assert sum(b["errors"] for b in recent) == 0
+    assert sum(b["errors"] for b in recent) == 0 and sum(b["pulled"] for b in recent) == 0  # all posted
     assert any(b["p50_ms"] is not None and b["p95_ms"] >= b["p50_ms"] > 0 for b in recent)
     assert body["queue_depth"] == 0 and body["event_store"] == "ok" and body["mqtt"] is None
     [hook_state] = body["webhooks"]
@@ -66,12 +66,14 @@ def test_recent_window_buckets_errors_and_percentiles():
         w.observe((i + 1) / 1000, images=2, error=i % 10 == 0, now=1005.0)
     w.observe(0.5, images=1, error=False, now=1015.0)
     w.observe(9.9, images=1, error=True, now=900.0)  # older than the span: dropped
+    w.observe(0.3, images=1, error=False, now=1011.0, pulled=True)  # a frame pulled by the server: no request
     snap = w.snapshot(now=1019.0)
     assert [b["t"].timestamp() for b in snap] == [960, 970, 980, 990, 1000, 1010]
     first = snap[4]
-    assert (first["requests"], first["images"], first["errors"]) == (100, 200, 10)
+    assert (first["requests"], first["images"], first["pulled"], first["errors"]) == (100, 200, 0, 10)
+    assert (snap[5]["requests"], snap[5]["images"], snap[5]["pulled"]) == (1, 2, 1)
     assert 25 <= first["p50_ms"] <= 75 and first["p95_ms"] >= 80
-    assert snap[5]["p50_ms"] == snap[5]["p95_ms"] == 500.0 and snap[0]["p50_ms"] is None
+    assert snap[5]["p50_ms"] == 300.0 and snap[5]["p95_ms"] == 500.0 and snap[0]["p50_ms"] is None
     assert sum(b["requests"] for b in w.snapshot(now=2000.0)) == 0  # everything aged out
 
 

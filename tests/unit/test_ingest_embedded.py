@@ -87,6 +87,39 @@ def test_a_frame_feeds_engine_and_rules_as_if_posted(tmp_path, loop):
         rules.stop()
 
 
+def test_pulled_frames_are_counted_in_the_recent_traffic_as_pulled(tmp_path, loop):
+    """Issue 42: during `make demo` the status page read "Last 10 s: 0 images" while the demo camera
+    streamed. A pulled frame is an image of the recent window, marked pulled (no request); a frame
+    refused for its capture time is not an image, and a refusal while draining is an error."""
+    s = settings(tmp_path, site_config=EXAMPLE_SITE)
+    metrics = Metrics()
+    rules = build_rules(s, metrics)
+    engine = None
+    try:
+        engine = build_engine(s, Pipeline(scene_detector(), 0, s.max_pixels), metrics)
+        engine.start()
+        engine.mark_ready()
+        sink = AsyncSink(loop, EngineFeed(build_flow(rules, metrics, lambda: engine), DetectParams()))
+        now = dt.datetime.now(dt.timezone.utc)
+        for i in range(3):
+            assert sink(frame("plaza-cam", now + dt.timedelta(milliseconds=500 * i))) == SinkResult.sent()
+        assert sink(frame("plaza-cam", now - dt.timedelta(days=2))) == SinkResult.dropped("invalid_timestamp")
+
+        def totals() -> tuple[int, ...]:
+            snap = metrics.recent.snapshot()
+            return tuple(sum(b[k] for b in snap) for k in ("requests", "images", "pulled", "errors"))
+
+        assert totals() == (0, 3, 3, 0)
+        assert any(b["p50_ms"] is not None for b in metrics.recent.snapshot())
+        engine.begin_drain()
+        assert sink(frame("plaza-cam", now + dt.timedelta(seconds=2))) == SinkResult.busy(1.0, "shutting_down")
+        assert totals() == (0, 3, 3, 1)
+    finally:
+        if engine is not None:
+            engine.stop()
+        rules.stop()
+
+
 def test_check_site_needs_the_variables_only_where_ingest_runs(tmp_path):
     site = tmp_path / "site.yaml"
     site.write_text(BAD_VAR_SITE)
@@ -131,6 +164,30 @@ def test_starter_site_is_created_once_and_valid(tmp_path):
     assert s.events_db_url == f"sqlite:///{tmp_path / 'data' / 'events.db'}"  # one setting for the data folder
     assert s.snapshot_dir == tmp_path / "data" / "snapshots"
     shutil.rmtree(tmp_path / "data")
+
+
+def test_make_demo_says_how_to_remove_the_camera_it_adds(tmp_path):
+    """`make demo` adds demo-cam to the site file for good (issue 42): when it adds it, its
+    summary says how to take it out; a second run, which adds nothing, says nothing of it."""
+    from app.commands.demo import prepare
+    from app.commands.serve import starter_site
+    from app.rules.site.loader import load_site_config
+    from app.tooling.demo.site import DEMO_CAMERA
+
+    s = Settings(_env_file=None, data_dir=tmp_path / "data")
+    site = starter_site(s)
+    (tmp_path / "data" / "demo").mkdir()
+    (tmp_path / "data" / "demo" / "walk.mp4").write_bytes(b"made before")  # no clip to make here
+    done = prepare(s.data_dir, site)
+    assert "(demo-cam added)" in done["site file"]
+    hint = done["to remove it"]
+    assert str(site) in hint and f"- id: {DEMO_CAMERA}" in hint and "delete the file" in hint
+    assert "to remove it" not in prepare(s.data_dir, site)
+    # the advice works: without the block it names, the site is the starter's again
+    text = site.read_text()
+    block = text[text.index(f"- id: {DEMO_CAMERA}"):]
+    site.write_text(text.replace(block, "").rstrip() + "\n")
+    assert [c.id for c in load_site_config(site).cameras] == ["front-door"]
 
 
 class BlindToCars(FakeDetector):

@@ -98,6 +98,14 @@ def add_demo_camera(path: Path, clip: Path) -> bool:
     return True
 
 
+def removal(path: Path) -> str:
+    """How to take ``demo-cam`` out again: it stays in the site file, so later ``make run``s
+    keep pulling the clip (printed by ``make demo`` when it adds the camera; docs/cameras.md)."""
+    return (f"demo-cam stays in {path} for later `make run`s too; to remove it, delete its "
+            f"`- id: {DEMO_CAMERA}` block under `cameras:` (the service reloads the file within "
+            "seconds), or delete the file to get the starter site back on the next `make run`")
+
+
 def next_steps(host: str, port: int) -> str:
     """What a newcomer does after ``make run``: where the console is, and the one call that makes
     the starter camera raise an event (bus.jpg's people stand in the starter zone)."""

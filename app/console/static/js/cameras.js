@@ -70,6 +70,7 @@ export function mount(main, ctx) {
     return box;
   }
 
+  let firstRun = false; // no camera of the site sent a frame yet: tiles unfold their next step
   function place(cam, serverNow) {
     let t = tiles.get(cam.id);
     if (!t) {
@@ -80,7 +81,7 @@ export function mount(main, ctx) {
       observer.observe(t.frame);
       if (site) t.drawZones((cameraOf(site, cam.id) || {}).zones || []);
     }
-    t.update(cam, serverNow);
+    t.update(cam, serverNow, firstRun);
     return t;
   }
 
@@ -103,6 +104,7 @@ export function mount(main, ctx) {
       areaSelect.value = names.includes(chosen) ? chosen : "";
     }
     const all = Object.values(f.status).reduce((a, b) => a + b, 0);
+    firstRun = all > 0 && !f.status.online && !f.status.offline;
     const parts = STATUS_OPTIONS.slice(1).filter(([k]) => f.status[k]).map(([k, text]) => `${f.status[k]} ${text.toLowerCase()}`);
     const shown = total === all ? "" : ` Showing ${total}.`;
     summary.textContent = `${all} camera${all === 1 ? "" : "s"}: ${parts.join(", ") || "none"}.${shown} Refreshes every 3 s.`;

@@ -3,6 +3,7 @@
 
 import { blobUrl } from "./api.js";
 import { age, h, replace, when } from "./dom.js";
+import { nextStep } from "./firstrun.js";
 import { zoneOverlay } from "./site.js";
 import { acceptAction, problemText } from "./view.js";
 
@@ -43,6 +44,8 @@ export class Tile {
     this.href = null;
     this.zonesKey = null;
     this.overlay = null;
+    this.zoneList = null; // the zones drawn, kept to draw them again over a frame of another shape
+    this.aspect = null; // the frame's width / height, once one was shown
     this.img = h("img", { alt: `Latest frame of ${cam.name || cam.id}`, hidden: true });
     this.empty = h("p", { class: "no-frame" }, "No frame yet");
     this.frame = h("div", { class: "frame" }, this.img, this.empty);
@@ -54,6 +57,9 @@ export class Tile {
     this.open = h("span", { class: "open-events" });
     this.zones = h("p", { class: "zones muted" });
     this.stream = h("p", { class: "stream", hidden: true });
+    this.me = ctx.me;
+    this.firstStep = null; // what to do while the camera never sent a frame (firstrun.js)
+    this.hintBox = h("div", { class: "first-step" });
     this.el = h("article", { class: "tile", dataset: { camera: cam.id }, "aria-label": cam.name || cam.id },
       this.frame,
       h("div", { class: "tile-body" },
@@ -62,12 +68,14 @@ export class Tile {
         h("p", { class: "facts" }, this.status, " ", this.view, " ", this.age, " ", this.open),
         this.viewBox,
         this.stream,
+        this.hintBox,
         this.zones,
         h("p", {}, h("a", { href: `#/events?camera_id=${encodeURIComponent(cam.id)}` }, "Events of this camera"))));
   }
 
-  /** New facts from GET /camera-summary; `serverNow` is the server's clock (ms) for the ages. */
-  update(cam, serverNow) {
+  /** New facts from GET /camera-summary; `serverNow` is the server's clock (ms) for the ages;
+   * `firstRun`: no camera of the site sent a frame yet (the next step is shown unfolded). */
+  update(cam, serverNow, firstRun = false) {
     this.cam = cam;
     updateStream(this.stream, cam.stream);
     this.status.textContent = STATUS_TEXT[cam.status] || cam.status;
@@ -80,6 +88,24 @@ export class Tile {
     this.view.textContent = problem;
     this.view.hidden = !problem;
     this.viewBox.hidden = !problem && !this.accept.result.textContent;
+    this.updateFirstStep(cam, firstRun);
+  }
+
+  /** A camera that never sent a frame says how to send one: its stream (if this server or a
+   * gateway pulls it) is awaited, else the POST a camera makes, with `make demo` as the other way;
+   * unfolded on a first run (no camera sent anything yet), one click away on a running site. */
+  updateFirstStep(cam, firstRun) {
+    const want = cam.last_frame_at || cam.last_seen_at ? "" : cam.stream ? "stream" : "post";
+    if (want === this.firstStep) return;
+    this.firstStep = want;
+    if (want === "stream") {
+      replace(this.hintBox, h("p", { class: "hint" }, "No frame yet: the first one comes from its stream."));
+    } else if (want === "post") {
+      replace(this.hintBox, h("details", { class: "how", open: firstRun || undefined },
+        h("summary", {}, "No frame yet: how to send one"),
+        nextStep(cam.id, this.me, "This camera sends its own frames. Post one as it would (a person in one of "
+          + "its zones raises an event):")));
+    } else replace(this.hintBox);
   }
 
   /** "last frame 4 s ago", from the arrival time and the server's clock (no clock skew of the viewer). */
@@ -88,13 +114,14 @@ export class Tile {
     this.age.textContent = Number.isNaN(seen) ? "" : `last frame ${age((serverNow - seen) / 1000)}`;
   }
 
-  /** The camera's zones from GET /site (drawn again only when they changed). */
+  /** The camera's zones from GET /site (drawn again only when they or the frame's shape changed). */
   drawZones(zones) {
-    const key = JSON.stringify(zones.map((z) => [z.name, z.kind, z.polygon]));
+    this.zoneList = zones;
+    const key = JSON.stringify([this.aspect, zones.map((z) => [z.name, z.kind, z.polygon])]);
     if (key === this.zonesKey) return;
     this.zonesKey = key;
     if (this.overlay) this.overlay.remove();
-    this.overlay = zoneOverlay(zones);
+    this.overlay = zoneOverlay(zones, this.aspect);
     this.frame.append(this.overlay);
     this.zones.textContent = zones.length ? `Zones: ${zones.map((z) => z.name).join(", ")}` : "No zones";
   }
@@ -109,7 +136,17 @@ export class Tile {
       if (isStopped()) { URL.revokeObjectURL(href); return; }
       const old = this.href;
       this.href = href;
-      this.img.onload = () => { if (old) URL.revokeObjectURL(old); };
+      this.img.onload = () => {
+        if (old) URL.revokeObjectURL(old);
+        // the picture keeps its own shape (a portrait camera is not stretched to 16:9): the
+        // zones follow it
+        const aspect = this.img.naturalWidth / this.img.naturalHeight;
+        if (aspect !== this.aspect) {
+          this.aspect = aspect;
+          this.frame.dataset.aspect = aspect.toFixed(3);
+          if (this.zoneList) this.drawZones(this.zoneList);
+        }
+      };
       this.img.src = href;
       this.img.hidden = false;
       this.empty.hidden = true;

@@ -2,6 +2,7 @@
 
 import { api, blobUrl } from "./api.js";
 import { h, input, replace, select, uid, when } from "./dom.js";
+import { nextStep } from "./firstrun.js";
 import { loadSite } from "./site.js";
 import { KIND_TEXT, acceptAction } from "./view.js";
 
@@ -118,6 +119,16 @@ export function mount(main, ctx) {
     }
   }
 
+  /** "No events match", or on a node that has none at all yet, how to raise the first one. */
+  function empty() {
+    const cams = [...form.elements.camera_id.options].map((o) => o.value).filter(Boolean);
+    const filtered = Object.values(Object.fromEntries(new FormData(form))).some((v) => v);
+    if (filtered || pageIndex || !cams.length) return "No events match.";
+    return h("div", { class: "no-events" }, h("p", {}, "No events yet. An event starts when a frame of a camera "
+      + "meets a rule of one of its zones (the Zone editor shows them)."),
+    nextStep(cams[0], ctx.me, `To raise one now, post a photo with people in it as ${cams[0]}:`));
+  }
+
   async function load() {
     const cursor = cursors[pageIndex];
     const page = await api("/events", { params: { ...filters(), limit: PAGE, ...(cursor ? { cursor } : {}) } });
@@ -133,7 +144,7 @@ export function mount(main, ctx) {
       page.items.forEach((e) => seen.add(e.id));
       forget(new Set(page.items.map((e) => e.id)));
       if (page.items.length) replace(tbody, page.items.map(row));
-      else replace(tbody, h("tr", {}, h("td", { colspan: 8 }, "No events match.")));
+      else replace(tbody, h("tr", {}, h("td", { colspan: 8 }, empty())));
       const first = pageIndex * PAGE;
       cursors[pageIndex + 1] = page.next_cursor;
       const total = page.total_exact ? `${page.total}` : `more than ${page.total.toLocaleString("en")}`;
@@ -264,6 +275,7 @@ export function mount(main, ctx) {
     const want = initial.get("camera_id") || "";
     for (const c of cams) sel.append(h("option", { value: c.id }, c.name ? `${c.name} (${c.id})` : c.id));
     sel.value = want;
+    lastKey = ""; // an empty list drawn before the cameras were known is drawn again with its next step
   }).catch(() => { /* the list still works without the camera names */ });
   loadSite().then((site) => { // suggestions for the zone and rule filters
     const cams = (site && site.config.cameras) || [];

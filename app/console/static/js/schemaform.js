@@ -43,12 +43,79 @@ const same = (a, b) => JSON.stringify(a) === JSON.stringify(b);
 /** Docstrings are written for Sphinx/Markdown: ``classes`` reads as classes on a form. */
 const plain = (text) => (text ? text.replace(/``?/g, "") : text);
 
+// Labels in words, with their units: the schema's generated titles read "Min Duration S".
+const LABELS = {
+  name: "Rule name", min_confidence: "Minimum confidence (0 to 1)",
+  min_area: "Minimum box size (fraction of the frame)", max_area: "Maximum box size (fraction of the frame)",
+  min_ratio: "Minimum width / height of a box", max_ratio: "Maximum width / height of a box",
+  min_frames: "Minimum frames in a row", min_count: "Minimum number of objects", timezone: "Time zone",
+  snapshot: "Snapshot per event", exclude: "Areas to ignore (polygons, JSON)", line: "Line (points, JSON)",
+};
+const WORDS = { min: "minimum", max: "maximum" };
+/** What the schema calls a rule type, in words (the value stays the type). */
+export const RULE_TEXT = { intrusion: "Intrusion", crowd: "Crowd", fire_lane: "Fire lane (vehicle stays)",
+  loitering: "Loitering", line_crossing: "Line crossing" };
+const DAY_TEXT = { mon: "Mon", tue: "Tue", wed: "Wed", thu: "Thu", fri: "Fri", sat: "Sat", sun: "Sun" };
+
+/** "min_duration_s" -> "Minimum duration (seconds)": a parameter's name in words, its unit named. */
+export function words(name) {
+  if (LABELS[name]) return LABELS[name];
+  const seconds = name.endsWith("_s");
+  const text = (seconds ? name.slice(0, -2) : name).split("_").map((w) => WORDS[w] || w).join(" ");
+  return `${text.charAt(0).toUpperCase()}${text.slice(1)}${seconds ? " (seconds)" : ""}`;
+}
+
+/** pydantic's title for a field without one of its own: "min_duration_s" -> "Min Duration S". */
+const generated = (name) => name.split("_").map((w) => w.charAt(0).toUpperCase() + w.slice(1)).join(" ");
+
+/** Active hours (a list of {start, end, days} windows) as time inputs and day boxes, one row
+ * per window; no window is a rule active at all hours. */
+function hoursControl(common, current, windowSchema, defs, title) {
+  const daysSchema = unwrap((windowSchema.properties || {}).days, defs).schema;
+  const days = deref(daysSchema.items, defs).enum || Object.keys(DAY_TEXT);
+  const hm = (v) => (typeof v === "string" && /^\d\d:\d\d:00$/.test(v) ? v.slice(0, 5) : v || "");
+  const rows = h("div", { class: "windows" });
+  const none = h("p", { class: "hint" }, "Active at all hours (no time window).");
+  const windows = [];
+  function add(w) {
+    const from = h("input", { type: "time", id: uid("from"), value: hm(w.start), required: true });
+    const to = h("input", { type: "time", id: uid("to"), value: hm(w.end), required: true });
+    const boxes = days.map((d) => h("label", { class: "check" },
+      h("input", { type: "checkbox", value: d, checked: (w.days || []).includes(d) }), ` ${DAY_TEXT[d] || d}`));
+    const entry = { from, to, boxes };
+    const row = h("div", { class: "window" },
+      h("div", { class: "field" }, h("label", { for: from.id }, "From"), from),
+      h("div", { class: "field" }, h("label", { for: to.id }, "To"), to),
+      h("fieldset", { class: "checks days" }, h("legend", {}, "On (none ticked: every day)"), boxes),
+      h("button", { type: "button", class: "small", onclick: () => {
+        windows.splice(windows.indexOf(entry), 1);
+        row.remove();
+        none.hidden = windows.length > 0;
+      } }, "Remove window"));
+    windows.push(entry);
+    rows.append(row);
+    none.hidden = true;
+  }
+  for (const w of Array.isArray(current) ? current : current ? [current] : []) add(w); // one window may be written alone
+  none.hidden = windows.length > 0;
+  const control = h("fieldset", { ...common, class: "hours" }, h("legend", { class: "sr-only" }, title), none, rows,
+    h("button", { type: "button", class: "small", onclick: () => add({}) }, "Add time window"),
+    h("p", { class: "hint" }, "A window whose end is before its start runs past midnight (22:00 to 06:00: the "
+      + "night). The days are those on which a window starts."));
+  const read = () => (windows.length ? windows.map(({ from, to, boxes }) => {
+    const picked = boxes.map((b) => b.firstChild).filter((c) => c.checked).map((c) => c.value);
+    return { start: from.value, end: to.value, ...(picked.length ? { days: picked } : {}) };
+  }) : undefined);
+  return { control, read };
+}
+
 /** One input for one property; read() gives the value to send, or undefined to leave it out. */
 function field(name, prop, value, path, defs, required) {
   const { schema, nullable } = unwrap(prop, defs);
   const id = uid(`f-${name}`);
   const errId = `${id}-err`;
-  const title = schema.title || prop.title || name;
+  const given = schema.title || prop.title;
+  const title = given && given !== generated(name) ? given : words(name);
   const description = plain(prop.description || schema.description);
   const def = prop.default !== undefined ? prop.default : schema.default;
   const current = value !== undefined ? value : def;
@@ -97,7 +164,9 @@ function field(name, prop, value, path, defs, required) {
     control = h("input", { ...common, type: "text", value: (current || []).join(", "),
       placeholder: "comma separated" });
     read = () => control.value.split(",").map((v) => v.trim()).filter(Boolean);
-  } else { // nested lists and objects (polygons, time windows): JSON, checked by the server
+  } else if (type === "array" && items.properties && items.properties.start && items.properties.end) {
+    ({ control, read } = hoursControl(common, current, items, defs, title));
+  } else { // nested lists and objects (polygons, masks): JSON, checked by the server
     control = h("textarea", { ...common, rows: 2, class: "json", spellcheck: "false",
       placeholder: "JSON; empty = none" }, current === null || current === undefined || same(current, []) ? "" : JSON.stringify(current));
     read = () => {
@@ -128,7 +197,7 @@ export function ruleForm(variants, defs, rule, index, onRemove, onType) {
   const path = `rules.${index}`;
   const typeId = uid("rule-type");
   const typeSelect = h("select", { id: typeId, dataset: { field: `${path}.type` } },
-    Object.keys(variants).map((t) => h("option", { value: t }, t)));
+    Object.keys(variants).map((t) => h("option", { value: t }, RULE_TEXT[t] || words(t))));
   typeSelect.value = type;
   typeSelect.addEventListener("change", () => onType(typeSelect.value));
   const required = new Set(schema.required || []);
@@ -138,7 +207,7 @@ export function ruleForm(variants, defs, rule, index, onRemove, onType) {
   const shown = ([name, f]) => COMMON.has(name) || required.has(name) || f.value() !== undefined;
   const more = fields.filter((nf) => !shown(nf));
   const el = h("fieldset", { class: "rule", dataset: { for: path } },
-    h("legend", {}, `Rule ${index + 1}: ${type}`),
+    h("legend", {}, `Rule ${index + 1}: ${RULE_TEXT[type] || words(type)}`),
     schema.description ? h("p", { class: "hint" }, plain(schema.description)) : null,
     h("div", { class: "field" }, h("label", { for: typeId }, "Rule type"), typeSelect),
     h("p", { class: "field-error", "aria-live": "polite" }),

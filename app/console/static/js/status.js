@@ -79,6 +79,16 @@ async function latestAudit(ctx) {
   }
 }
 
+/** "12 images (10 pulled from camera streams, 2 posted)": frames this server pulls itself
+ * (embedded ingest) count as images, and the page says which came which way. */
+function traffic(b) {
+  const pulled = b.pulled || 0;
+  const posted = b.images - pulled;
+  const ways = pulled ? ` (${pulled} pulled from camera streams${posted ? `, ${posted} posted` : ""})`
+    : b.images ? " (posted)" : "";
+  return `${b.images} image${b.images === 1 ? "" : "s"}${ways}`;
+}
+
 function render(st, audit, openWorst) {
   const hl = st.health || {};
   const buckets = st.recent || [];
@@ -97,7 +107,7 @@ function render(st, audit, openWorst) {
         ["Up for", hl.uptime_s !== undefined ? age(hl.uptime_s).replace(" ago", "") : null]]),
       facts("Work", [["Queue depth", String(st.queue_depth ?? hl.queue_depth ?? 0)],
         ["Images (total)", String(hl.images ?? 0)], ["Inferences (total)", String(hl.inferences ?? 0)],
-        ["Last 10 s", last.t ? `${last.images} images, ${last.errors} errors` : "no traffic"]]),
+        ["Last 10 s", last.t ? `${traffic(last)}, ${last.errors} errors` : "no traffic"]]),
       facts("Event store", [["State", st.event_store ?? hl.event_store ?? "rules off"]]),
       facts("MQTT", mqtt ? [["Broker", mqtt.target], ["Connected", mqtt.connected ? "yes" : "no"],
         ["Pending", mqtt.pending === null ? "unknown (store down)" : String(mqtt.pending)],

@@ -7,7 +7,11 @@ import { ruleForm, ruleVariants } from "./schemaform.js";
 import { cameraOf, loadSite } from "./site.js";
 
 const HIT_PX = 12; // how close a click must be to grab a point
-const KINDS = ["restricted", "assembly", "fire_lane", "entrance", "parking", "generic"];
+// A zone's kind is a free label (events carry it; restricted zones are drawn red): the usual
+// ones in words, and "Other" for a label of the site's own.
+const KINDS = [["restricted", "Restricted (no entry)"], ["assembly", "Assembly area"], ["fire_lane", "Fire lane"],
+  ["entrance", "Entrance"], ["parking", "Parking"], ["counting", "Counting"], ["generic", "Generic"]];
+const OTHER = "__other";
 
 export function mount(main, ctx) {
   const camId = uid("cam");
@@ -24,9 +28,20 @@ export function mount(main, ctx) {
   const clearPoints = h("button", { type: "button" }, "Clear points");
   const nameInput = h("input", { id: uid("zname"), type: "text", required: true, "aria-describedby": "name-err",
     dataset: { field: "name" }, autocomplete: "off" });
-  const kindList = h("datalist", { id: uid("kinds") }, KINDS.map((k) => h("option", { value: k })));
-  const kindInput = h("input", { id: uid("zkind"), type: "text", list: kindList.id, "aria-describedby": "kind-err",
-    dataset: { field: "kind" }, autocomplete: "off" });
+  const kindSelect = h("select", { id: uid("zkind"), "aria-describedby": "kind-err", dataset: { field: "kind" } },
+    KINDS.map(([value, text]) => h("option", { value }, text)), h("option", { value: OTHER }, "Other…"));
+  const kindOther = h("input", { id: uid("zkind-other"), type: "text", autocomplete: "off", hidden: true,
+    "aria-describedby": "kind-err", maxlength: 64 });
+  const kindOtherLabel = h("label", { for: kindOther.id, hidden: true }, "Other kind (letters, digits, _ . : -)");
+  const showOther = () => { kindOther.hidden = kindOtherLabel.hidden = kindSelect.value !== OTHER; };
+  kindSelect.addEventListener("change", showOther);
+  const kindValue = () => (kindSelect.value === OTHER ? kindOther.value.trim() : kindSelect.value);
+  function setKind(kind) {
+    const known = KINDS.some(([k]) => k === kind);
+    kindSelect.value = known ? kind : OTHER;
+    kindOther.value = known ? "" : kind;
+    showOther();
+  }
   const rulesBox = h("div", { class: "rules" });
   const addRule = h("button", { type: "button" }, "Add rule");
   const canEdit = ctx.can("admin");
@@ -39,8 +54,8 @@ export function mount(main, ctx) {
   const form = h("form", { class: "zone-form", novalidate: true, "aria-label": "Zone settings" },
     h("div", { class: "field", dataset: { for: "name" } }, h("label", { for: nameInput.id }, "Zone name"), nameInput,
       h("p", { class: "hint" }, "Letters, digits and _ . : - (appears in events)"), fieldError("name-err", "name")),
-    h("div", { class: "field", dataset: { for: "kind" } }, h("label", { for: kindInput.id }, "Kind"), kindInput, kindList,
-      fieldError("kind-err", "kind")),
+    h("div", { class: "field", dataset: { for: "kind" } }, h("label", { for: kindSelect.id }, "Kind of zone"), kindSelect,
+      kindOtherLabel, kindOther, fieldError("kind-err", "kind")),
     h("h2", {}, "Rules"), rulesBox, addRule,
     general,
     h("div", { class: "buttons" }, save, del),
@@ -268,7 +283,7 @@ export function mount(main, ctx) {
     points = zone ? zone.polygon.map((p) => [...p]) : [];
     selectedPoint = -1;
     nameInput.value = zone ? zone.name : "";
-    kindInput.value = zone ? zone.kind || "generic" : "restricted";
+    setKind(zone ? zone.kind || "generic" : "restricted");
     rules = zone ? (zone.rules || []).map((r) => ({ ...r })) : [];
     del.hidden = !zone;
     confirmDelete = false;
@@ -345,7 +360,7 @@ export function mount(main, ctx) {
   form.addEventListener("submit", async (ev) => {
     ev.preventDefault();
     syncRules();
-    const zone = { name: nameInput.value.trim(), kind: kindInput.value.trim() || "generic", polygon: points, rules };
+    const zone = { name: nameInput.value.trim(), kind: kindValue(), polygon: points, rules };
     const cam = cameraSelect.value;
     const path = `/admin/site/cameras/${encodeURIComponent(cam)}/zones/${encodeURIComponent(original || zone.name || "_")}`;
     result.textContent = "Saving…";
