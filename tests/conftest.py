@@ -23,6 +23,7 @@ from tests.support.faults import FaultSwitch
 from app.core.logs import quiet_third_party_loggers
 from tests.support.logwatch import WATCH, watch_settings
 from tests.support.net import free_port
+from tests.support.slowwatch import WATCH as SLOW_WATCH
 
 os.environ.setdefault("YOLO_OFFLINE", "1")
 # Four workers share two cores, and each starts servers and CLIs with torch's OpenMP threads. By
@@ -83,6 +84,18 @@ def pytest_sessionfinish(session, exitstatus):
         session.config.workeroutput["secret_leaks"] = leaks
         return
     _report_leaks(session, leaks + getattr(session.config, "_secret_leaks", []))
+
+
+def pytest_runtest_logreport(report):
+    """Each phase's time, for the list of slow tests without a marker (tests/support/slowwatch.py).
+    With xdist the controller gets every worker's reports; a worker keeps none of its own."""
+    if os.environ.get("PYTEST_XDIST_WORKER") is None:
+        SLOW_WATCH.record(report)
+
+
+def pytest_terminal_summary(terminalreporter):
+    for line in SLOW_WATCH.lines():
+        terminalreporter.write_line(line, yellow=True)
 
 
 def pytest_collection_modifyitems(config, items):

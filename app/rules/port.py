@@ -130,8 +130,9 @@ def disabled() -> NotFound:
     return NotFound("rules are disabled: no site_config is set", code="rules_disabled")
 
 
-class NoRules:
-    """No site file: every frame passes through unevaluated; rules routes are 404."""
+class NoRules(FrameRules, RulesStatus, RulesLifecycle):
+    """No site file: every frame passes through unevaluated; rules routes are 404. The frame, status and
+    lifecycle roles are answered here; the others (events, cameras, site) refuse through ``__getattr__``."""
 
     enabled = False
     camera_ids: list[str] = []

@@ -58,7 +58,7 @@ SITE = {"cameras": [{"id": "door", "zones": [
 @pytest.fixture(scope="module")
 def walked(tmp_path_factory, weights):
     """The frames posted to one server with the detection log on: (server, replies' events, t0, folder)."""
-    tmp = tmp_path_factory.mktemp("rules-v2")
+    tmp = tmp_path_factory.mktemp("loitering-crossing")
     site = tmp / "site.yaml"
     site.write_text(yaml.safe_dump(SITE))
     server = start_server(tmp, weights, site_config=site, events_db_url=f"sqlite:///{tmp}/events.db",

@@ -77,6 +77,7 @@ def test_batch_over_image_limit_and_body_limits(bus_jpg):
     assert ok.status_code == 200
 
 
+@pytest.mark.slow  # 1,000 requests up to 4K: 40 s alone
 def test_soak_rss_stays_flat():
     """1,000 mixed-size JPEG/PNG requests (64x64 .. 4K JPEG) through the whole HTTP path and the
     engine (decode, letterbox, batching; the fake detector instead of the model): RSS growth

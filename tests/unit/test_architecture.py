@@ -9,6 +9,7 @@ stays thin, and a server without a site file never loads the rules stack.
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +17,7 @@ from pathlib import Path
 import grimp
 import networkx as nx
 import pytest
+import tomllib
 
 REPO = Path(__file__).resolve().parents[2]
 APP = REPO / "app"
@@ -34,7 +36,35 @@ def test_every_layer_contract_is_kept():
     out = subprocess.run([str(Path(sys.executable).with_name("lint-imports")), "--config", "pyproject.toml",
                           "--no-cache", "--no-logo"], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
-    assert out.stdout.count(" KEPT") >= 4  # layers, rules layers, HTTP without the rules stack, no Settings below
+    # layers, rules layers, HTTP and flow without the rules stack, the flow by the port, ingest by the flow, no Settings
+    assert out.stdout.count(" KEPT") >= 6
+
+
+def contract_modules(config: dict) -> list[str]:
+    """Every module an import-linter contract names (layers, sources, forbidden), as written."""
+    named: list[str] = []
+    for contract in config["tool"]["importlinter"]["contracts"]:
+        for layer in contract.get("layers", []):
+            named += [part.strip() for part in layer.split("|")]
+        named += contract.get("source_modules", []) + contract.get("forbidden_modules", [])
+    return named
+
+
+def test_every_module_the_contracts_name_exists_and_none_is_optional():
+    """A layer in parentheses is optional to import-linter: renamed, its contract would pass on
+    with the layer silently gone. Every app module named must exist; none may be optional."""
+    named = contract_modules(tomllib.loads((REPO / "pyproject.toml").read_text()))
+    optional = [name for name in named if name.startswith("(")]
+    missing = [name for name in named if name.startswith("app") and not (
+        (REPO / name.replace(".", "/")).with_suffix(".py").is_file() or (REPO / name.replace(".", "/")).is_dir())]
+    assert {"app.ingest", "app.flow", "app.rules.logic"} <= set(named)
+    assert optional == [] and missing == [], f"optional: {optional}; missing: {missing}"
+
+
+def test_the_docs_state_the_module_cap_the_test_enforces():
+    for doc in ("docs/architecture.md", "docs/testing.md"):
+        text = " ".join((REPO / doc).read_text().split())
+        assert re.findall(r"module (?:in `app/` )?over (\d+) lines", text) == [str(MAX_MODULE_LINES)], doc
 
 
 def test_the_import_graph_has_no_cycle(graph):

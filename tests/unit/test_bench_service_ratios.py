@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import http.server
 import threading
-import time
 
 import pytest
 
@@ -12,41 +11,62 @@ from app.tooling.bench import service_ratios
 from app.tooling.bench.service_ratios import measure, server_step
 
 
-def constant(rate: float):
-    """A contestant that 'answers' ``rate`` images per second of its slice (sleeping, no real work)."""
+class SliceClock:
+    """``time`` for ``measure`` in place of wall time: it moves only when a contestant spends its
+    slice, by exactly that slice, so each rate is exact however loaded the machine is (sleeping
+    contestants on the wall clock overshoot their slices under load and skew the ratios)."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def perf_counter(self) -> float:
+        return self.now
+
+
+def constant(clock: SliceClock, rate: float):
+    """A contestant that 'answers' ``rate`` images per second of its slice (no real work)."""
 
     def run(seconds: float) -> int:
-        time.sleep(seconds)
+        clock.now += seconds
         return round(rate * seconds)
 
     return run
 
 
-def test_the_anchor_and_bf16_ratios_are_computed_for_the_servers_present():
+def test_the_anchor_and_bf16_ratios_are_computed_for_the_servers_present(monkeypatch):
+    clock = SliceClock()
+    monkeypatch.setattr(service_ratios, "time", clock)
     contestants = {
-        "server openvino int8 t2 1080p": constant(300), "bare model call openvino int8 384x640 t2": constant(400),
-        "server openvino bf16 t2 1080p": constant(200), "server onnx fp32 t2 1080p": constant(100),
-        "ultralytics predict 1080p": constant(50), "anchor: ultralytics predict openvino int8 384x640 1080p": constant(240),
+        "server openvino int8 t2 1080p": constant(clock, 300),
+        "bare model call openvino int8 384x640 t2": constant(clock, 400),
+        "server openvino bf16 t2 1080p": constant(clock, 200), "server onnx fp32 t2 1080p": constant(clock, 100),
+        "ultralytics predict 1080p": constant(clock, 50),
+        "anchor: ultralytics predict openvino int8 384x640 1080p": constant(clock, 240),
     }
-    result = measure(contestants, seconds=2.4, rounds_n=2, threads=2)  # 0.2 s slices: sleep overshoot small
+    result = measure(contestants, seconds=2.4, rounds_n=2, threads=2)  # 0.2 s slices
     ratios = result["ratios"]
     assert set(result["ratio_ranges"]) == set(ratios)
     assert all(low <= ratios[k] <= high for k, (low, high) in result["ratio_ranges"].items())
     by_label = {label.split(", server")[0]: value for label, value in ratios.items()}
     assert by_label["openvino int8 server / the anchor, Ultralytics on its OpenVINO int8 (openvino int8: >= 1.25)"] == \
-        pytest.approx(1.25, rel=0.15)
-    assert by_label["openvino bf16 server / onnx fp32 server (>= 1.6)"] == pytest.approx(2.0, rel=0.15)
-    assert by_label["openvino int8: server / bare model call"] == pytest.approx(0.75, rel=0.15)
-    assert by_label["onnx fp32 server / Ultralytics torch predict loop (onnx int8: >= 3)"] == pytest.approx(2.0, rel=0.15)
+        pytest.approx(1.25)
+    assert by_label["openvino bf16 server / onnx fp32 server (>= 1.6)"] == pytest.approx(2.0)
+    assert by_label["openvino int8: server / bare model call"] == pytest.approx(0.75)
+    assert by_label["onnx fp32 server / Ultralytics torch predict loop (onnx int8: >= 3)"] == pytest.approx(2.0)
+    assert result["img_s"]["server onnx fp32 t2 1080p"] == pytest.approx(100)
+    assert clock.now == pytest.approx(2.4 + 6 * 0.2)  # the rounds' slices, after one untimed slice each
     # no bare onnx call, no full-decode loop, no onnx int8 server: no ratio against them
     assert not any(label.startswith(("onnx fp32: server / bare", "onnx int8", "bus.jpg")) for label in by_label)
     assert "openvino bf16: server / bare model call" not in by_label  # its bare call was not timed
 
 
-def test_without_the_anchor_no_anchor_ratio():
-    ratios = measure({"server onnx fp32 t1 1080p": constant(100), "ultralytics predict 1080p": constant(50)},
-                     seconds=0.2, rounds_n=1, threads=1)["ratios"]
-    assert list(ratios) == ["onnx fp32 server / Ultralytics torch predict loop (onnx int8: >= 3), server 1 thread(s) vs 1"]
+def test_without_the_anchor_no_anchor_ratio(monkeypatch):
+    clock = SliceClock()
+    monkeypatch.setattr(service_ratios, "time", clock)
+    contestants = {"server onnx fp32 t1 1080p": constant(clock, 100), "ultralytics predict 1080p": constant(clock, 50)}
+    ratios = measure(contestants, seconds=0.2, rounds_n=1, threads=1)["ratios"]
+    label = "onnx fp32 server / Ultralytics torch predict loop (onnx int8: >= 3), server 1 thread(s) vs 1"
+    assert ratios == {label: pytest.approx(2.0)}
 
 
 class _Detect(http.server.BaseHTTPRequestHandler):

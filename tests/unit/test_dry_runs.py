@@ -68,6 +68,7 @@ def proc_status(pid: int) -> tuple[int, int, str]:
     return int(fields[16]), int(fields[38]), limits.split()[3]
 
 
+@pytest.mark.slow  # a 1,500-camera site parsed by an idle-class worker: 7-9 s alone, 20-30 s in the suite
 def test_one_at_a_time_in_the_idle_class_the_next_gets_429_with_retry_after(env):
     runner = use(env, cpu_s=60, timeout_s=240)
     thread, first = in_background(lambda: post(env, big_site(1500)))
@@ -117,6 +118,7 @@ def test_the_worker_reads_either_store(db_url, tmp_path):
         svc.stop()
 
 
+@pytest.mark.slow  # waits out the worker's idle time, then starts a new one: 9 s alone, over 20 s in the suite
 def test_the_worker_leaves_when_idle_and_comes_back(env):
     runner = use(env, idle=False, idle_s=3, timeout_s=240)
     assert post(env, yaml.safe_dump(SITE)).status_code == 200

@@ -10,6 +10,8 @@ import sys
 import tempfile
 import textwrap
 
+import pytest
+
 from app.config import Settings
 from tests.conftest import REPO
 from tests.support.logwatch import WATCH, SecretWatch
@@ -53,6 +55,7 @@ def test_the_session_watch_is_installed_and_learns_settings(tmp_path):
     assert "viewer:env-key-learned" not in WATCH.secrets
 
 
+@pytest.mark.slow  # a pytest run on two workers in a subprocess: 25 s alone
 def test_a_leak_on_one_worker_fails_the_whole_run(tmp_path):
     (tmp_path / "test_leaky.py").write_text(textwrap.dedent('''
         import logging

@@ -1,4 +1,4 @@
-"""Rules v2 on synthetic tracks: loitering, line crossing (direction, cooldown, jitter),
+"""Loitering and line crossing on synthetic tracks (direction, cooldown, jitter),
 the per-rule filters (exclude masks, box ratio, max_area, min_frames) and their validation."""
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ from app.rules.site.loader import load_site_config
 from app.rules.site.schema import IDENT, RULE_TYPES
 from tests.support.console_util import site_app
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]  # 120 examples through the HTTP editor: 50 s in the suite
 URL = "/admin/site/cameras/gate-cam/zones/{}"
 
 SPECIAL = "\x00\x85\u2028\u2029\ufeff\t\r\n :#'\"-?[]{},&*!|>%@`~=\\"

@@ -6,6 +6,7 @@ import json
 import os
 
 import cv2
+import pytest
 
 from app.tooling.viewcheck.bench import bench
 from app.tooling.viewcheck.scenarios import SCENARIOS
@@ -34,6 +35,7 @@ def test_frames_carry_capture_times_truth_and_real_boxes(dataset):
     assert any(f.boxes for f in frames)  # people walk past, with their boxes
 
 
+@pytest.mark.slow  # the whole report over two scenarios of the labelled set: 25 s alone
 def test_the_report_prints_both_parts_and_writes_json(dataset, tmp_path, capsys):
     out, md = tmp_path / "report.json", tmp_path / "report.md"
     affinity, threads = os.sched_getaffinity(0), cv2.getNumThreads()
