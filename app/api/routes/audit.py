@@ -33,7 +33,8 @@ class AuditRecord(BaseModel):
                         "site, the keys file, or the refused request)")
     outcome: str = Field(examples=["ok"], description="ok, or refused (an admin route refused this caller)")
     before: str | None = Field(None, description="Short JSON of the state before (cut at 2,000 characters)")
-    after: str | None = Field(None, description="Short JSON of the state after, or why it was refused")
+    after: str | None = Field(None, description="Short JSON of the state after, or why it was refused; a record "
+                              "of repeated refusals: JSON reason, count, first_at, last_at, clients")
 
 
 class AuditPage(BaseModel):
