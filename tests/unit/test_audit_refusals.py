@@ -8,15 +8,20 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import shutil
 
 import pytest
 
 from app.api.state import state_of
+from app.config import Settings
 from app.core.audit import AuditEntry, NoAudit
+from app.core.metrics import Metrics
 from app.core.refusal_digest import ACTION, MAX_CLIENTS, WINDOW_S, LocalWindows, RefusalDigest
 from app.core.timeutil import utcnow
+from app.wiring.rules import build_rules_stack
 from tests.support import audit_app
 from tests.support.audit_app import ALICE, CAROL, as_, sha
+from tests.support.rules_util import EXAMPLE_SITE
 
 pytestmark = pytest.mark.timeout(180)
 env = audit_app.env  # the fixture: the site app with the three keys
@@ -172,3 +177,24 @@ def test_two_processes_each_fold_their_own_refusals_and_never_count_one_twice():
     two.stop()
     written = trails[0].entries + trails[1].entries
     assert len(written) == 4 and total(written) == 301
+
+
+def test_the_servers_trail_folds_refusals_and_a_clean_stop_writes_the_open_windows(tmp_path):
+    """The trail as the lifespan builds it (build_rules_stack): 1,000 refusals, then a stop (the
+    lifespan's ``stack.audit.stop()``) with the window still open: two rows in the event store,
+    and their counts add up to 1,000."""
+    site = tmp_path / "site.yaml"
+    shutil.copy(EXAMPLE_SITE, site)
+    stack = build_rules_stack(Settings(site_config=site, events_db_url=f"sqlite:///{tmp_path}/e.db",
+                                       snapshot_dir=tmp_path / "snaps", clips=False), Metrics())
+    try:
+        stack.audit.start()
+        for i in range(1000):
+            stack.audit.record(AuditEntry(actor="viewer", client="10.0.0.7", action=ACTION, target=f"DELETE /x/{i}",
+                                          outcome="refused", after="insufficient_role", route=ROUTE))
+        stack.audit.stop()
+        rows, _ = stack.rules.store.audit.page(cursor=None, limit=50)
+    finally:
+        stack.rules.stop()
+    assert [r["target"] for r in rows] == [ROUTE, "DELETE /x/0"]
+    assert json.loads(rows[0]["after"])["count"] == 999
