@@ -8,7 +8,9 @@ Every route that needs a key asks the ``Gate`` (through ``app.api.deps.require``
   file changes) and checks the route's permission (app/core/roles.py);
 * on a refusal: counts it in ``campusguard_auth_failures_total{reason}``, logs it with the
   client address and the key's id (``key:<8 hex>`` of a wrong key, the name of a valid one;
-  never the key), and records a refused *admin* attempt in the audit trail;
+  never the key), and records a refused *admin* attempt in the audit trail (the trail folds a
+  key's repeats on one route into one record with their count: app/core/refusal_digest.py; the
+  request itself is refused as fast as ever, a valid key with a small role is no failed login);
 * on success: remembers the caller in ``request.state.principal`` for the access log, event
   reviews and the audit trail (``Recorder``).
 """
@@ -111,9 +113,11 @@ class Gate:
                     who or "none")
         if who is not None and (permission == "admin" or "admin" in route_permissions(request)):
             # a person tried to change something (the route's read check may be the one that refused)
+            # the route names the group its repeats are folded into (app/core/refusal_digest.py)
+            route = getattr(request.scope.get("route"), "path", request.url.path)
             self.audit.get().record(AuditEntry(actor=who, client=client, action="auth.refused",
                                                target=f"{request.method} {request.url.path}"[:512],
-                                               outcome="refused", after=reason))
+                                               outcome="refused", after=reason, route=f"{request.method} {route}"))
 
 
 def route_permissions(request: Request) -> set[str]:

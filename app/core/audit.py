@@ -33,7 +33,8 @@ ACTIONS: dict[str, str] = {
     "camera.view_accept": "a camera's current view accepted as its view-check reference (operator)",
     "event.review": "an event acknowledged, marked false positive or annotated",
     "keys.reload": "the keys file reloaded (changed on disk, or SIGHUP)",
-    "auth.refused": "an admin route refused: a wrong key, or a role without the admin permission",
+    "auth.refused": "an admin route refused: a wrong key, or a role without the admin permission (repeats of one "
+                    "key and route within 5 minutes are one record with their count)",
 }
 
 
@@ -55,6 +56,9 @@ class AuditEntry:
     before: str | None = None
     after: str | None = None
     at: dt.datetime = field(default_factory=utcnow)
+    # a refusal: the route it was refused on ("POST /admin/cameras/{camera_id}/reset"), by which its
+    # repeats are folded into one record (app/core/refusal_digest.py); not stored
+    route: str | None = None
 
     def log_line(self) -> None:
         log.info("audit: %s from %s %s %s: %s", self.actor, self.client or "-", self.action, self.target, self.outcome)
@@ -67,8 +71,8 @@ class AuditTrail(Protocol):
 
     def record(self, entry: AuditEntry) -> None: ...
 
-    def page(self, *, cursor: int | None, limit: int, action: str | None = None,
-             actor: str | None = None) -> tuple[list[dict[str, Any]], int | None]: ...
+    def page(self, *, cursor: int | None, limit: int, action: str | None = None, actor: str | None = None,
+             exclude_action: str | None = None) -> tuple[list[dict[str, Any]], int | None]: ...
 
     def start(self) -> None: ...
 
@@ -88,8 +92,8 @@ class NoAudit(AuditTrail):
     def record(self, entry: AuditEntry) -> None:
         entry.log_line()
 
-    def page(self, *, cursor: int | None, limit: int, action: str | None = None,
-             actor: str | None = None) -> tuple[list[dict[str, Any]], int | None]:
+    def page(self, *, cursor: int | None, limit: int, action: str | None = None, actor: str | None = None,
+             exclude_action: str | None = None) -> tuple[list[dict[str, Any]], int | None]:
         raise audit_disabled()
 
     def start(self) -> None:

@@ -10,8 +10,12 @@ follower list. ``RulesService`` receives them finished.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from app.config import Settings
+from app.core.audit import AuditTrail
 from app.core.metrics import Metrics
+from app.core.refusal_digest import RefusalDigest
 from app.core.sources import SourceBook
 from app.rules.delivery.mqtt import MqttBridge, NoMqtt
 from app.rules.delivery.webhooks import WebhookOptions, WebhookWorker
@@ -37,7 +41,7 @@ from app.rules.service.siteconfig import SiteListener, SiteManager
 from app.rules.service.upkeep import ClipFailed, Declare, LocalCameras, Reloaded, Retire, store_up
 from app.rules.service.views import ViewChecks
 from app.rules.site.writer import SiteFile
-from app.rules.store.audit import StoreAudit
+from app.rules.store.audit import AuditRepo, StoreAudit
 from app.rules.store.db import EventStore
 from app.rules.store.framelog import FrameLog, NoFrameLog
 from app.rules.store.retention import RetentionOptions, RetentionSweeper
@@ -106,4 +110,10 @@ def build_service(settings: Settings, metrics: Metrics, sources: SourceBook | No
         listeners.append(sources)  # the streams' book follows reloads (which cameras it reports)
         sources.listeners.append(mqtt.source_state)  # each stream's availability, for Home Assistant
     service.connect()
-    return RulesStack(service, StoreAudit(store.audit, store_up=up, metrics=metrics), listeners)
+    return RulesStack(service, audit_trail(store.audit, up, metrics), listeners)
+
+
+def audit_trail(repo: AuditRepo, store_up: Callable[[], bool], metrics: Metrics) -> AuditTrail:
+    """The audit trail in the event store, repeated refusals folded into one record per key,
+    route and window (app/core/refusal_digest.py); the in-process test app builds it here too."""
+    return RefusalDigest(StoreAudit(repo, store_up=store_up, metrics=metrics))

@@ -479,6 +479,41 @@ def test_status_page_shows_the_latest_audit_records_to_an_admin(server, api, ope
     assert rows.nth(1).locator("td").all_inner_texts()[3:5] == ["zone.put", "plaza-cam/audit-zone"]
 
 
+NO_REFUSAL_ROWS = ("() => { const rows = [...document.querySelectorAll('#audit-latest tbody tr')];"
+                   " return rows.length > 0 && rows.every((r) => r.cells[3].textContent !== 'auth.refused'); }")
+
+
+def test_status_page_hides_refusals_on_request(server, api, open_page):
+    """A viewer key's refused admin attempts show in the audit card (the first of each key and
+    route at once, the repeats folded); "Hide refusals" asks GET /audit?exclude_action=auth.refused,
+    so the real changes show alone, and the choice holds across refreshes and a reload of the tab."""
+    assert api.post("/admin/cameras/plaza-cam/reset").status_code == 200
+    with httpx.Client(base_url=server.url, headers={"x-api-key": KEYS["viewer"]}, timeout=60) as viewer:
+        for route in ("/admin/reload", "/admin/cameras/plaza-cam/reset"):
+            assert {viewer.post(route).status_code for _ in range(5)} == {403}
+    page = open_page(server.url, KEYS["admin"])
+    goto(page, "status")
+    rows = page.locator("#audit-latest tbody tr")
+    page.wait_for_function("() => document.querySelectorAll('#audit-latest tbody tr').length >= 3")
+    actions = [rows.nth(i).locator("td").nth(3).inner_text() for i in range(3)]
+    assert actions == ["auth.refused", "auth.refused", "camera.reset"], actions  # two routes: two first records
+    hide = page.get_by_label("Hide refusals")
+    assert not hide.is_checked()
+    with page.expect_request(lambda r: "exclude_action=auth.refused" in r.url):
+        hide.check()
+    page.wait_for_function(NO_REFUSAL_ROWS)
+    assert rows.first.locator("td").all_inner_texts()[3:5] == ["camera.reset", "plaza-cam"]
+    page.wait_for_timeout(3500)  # a refresh later: still hidden, and the box still checked
+    assert page.evaluate(NO_REFUSAL_ROWS) and hide.is_checked()
+    page.reload()
+    page.wait_for_selector("body[data-ready=true]")
+    page.wait_for_function(NO_REFUSAL_ROWS)
+    assert page.get_by_label("Hide refusals").is_checked()  # remembered for this tab
+    page.get_by_label("Hide refusals").uncheck()
+    page.wait_for_function("() => [...document.querySelectorAll('#audit-latest tbody tr')]"
+                           ".some((r) => r.cells[3].textContent === 'auth.refused')")
+
+
 @pytest.mark.parametrize("auth", ["loopback", "off"])
 def test_open_access_notice_without_keys(tmp_path, weights, browser, open_page, auth):
     """A server without keys: the page says so; with CAMPUSGUARD_AUTH=off a banner says that

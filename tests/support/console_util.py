@@ -42,8 +42,9 @@ def site_app(tmp: Path, site_file: Path = EXAMPLE_SITE, **settings) -> Iterator[
     site = tmp / "site.yaml"
     if Path(site_file) != site:
         shutil.copy(site_file, site)
+    settings.setdefault("events_db_url", f"sqlite:///{tmp}/e.db")  # or another store (PostgreSQL)
     s = Settings(imgsz=IMGSZ, threads=1, preprocess_workers=1, warmup_iters=0, site_config=site,
-                 events_db_url=f"sqlite:///{tmp}/e.db", snapshot_dir=tmp / "snaps", clips=False, **settings)
+                 snapshot_dir=tmp / "snaps", clips=False, **settings)
     built: list[RulesService] = []
 
     def rules_on(metrics: Metrics) -> RulesService:

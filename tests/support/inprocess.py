@@ -89,9 +89,9 @@ def inprocess_app(settings: Settings | None = None, *, ready: bool = True, rules
     if rules is not None:
         app.dependency_overrides[get_rules] = lambda: rules
         if rules.enabled:  # the trail in its event store, as the lifespan's rules stack builds it
-            from app.rules.store.audit import StoreAudit
+            from app.wiring.rules_service import audit_trail
 
-            state.gate.audit.put(StoreAudit(rules.store.audit, store_up=lambda: rules.writer.up, metrics=state.metrics))
+            state.gate.audit.put(audit_trail(rules.store.audit, lambda: rules.writer.up, state.metrics))
     try:
         yield InProcess(app, TestClient(app, raise_server_exceptions=False), engine)
     finally:

@@ -33,7 +33,8 @@ class AuditRecord(BaseModel):
                         "site, the keys file, or the refused request)")
     outcome: str = Field(examples=["ok"], description="ok, or refused (an admin route refused this caller)")
     before: str | None = Field(None, description="Short JSON of the state before (cut at 2,000 characters)")
-    after: str | None = Field(None, description="Short JSON of the state after, or why it was refused")
+    after: str | None = Field(None, description="Short JSON of the state after, or why it was refused; a record "
+                              "of repeated refusals: JSON reason, count, first_at, last_at, clients")
 
 
 class AuditPage(BaseModel):
@@ -53,10 +54,15 @@ async def audit_page(
                       AfterValidator(clean_text)] = None,
     actor: Annotated[str | None, Query(max_length=128, description="Only this key name"),
                      AfterValidator(clean_text)] = None,
+    exclude_action: Annotated[str | None, Query(max_length=32, description="All but this action "
+                                                "(`auth.refused`: the console's \"hide refusals\")"),
+                              AfterValidator(clean_text)] = None,
 ) -> AuditPage:
     """Every change a person made (zone edits, reloads, camera resets, event reviews, keys-file
     reloads) and every refused admin attempt, with the key's name, the client address, a short
-    before/after and the time. 404 ``audit_disabled`` without an event store (no site file)."""
+    before/after and the time (a key's repeated refusals on one route within 5 minutes: the first,
+    then one record with their count). 404 ``audit_disabled`` without an event store (no site file)."""
     position = min(int(cursor), MAX_CURSOR) if cursor is not None else None
-    items, after = await asyncio.to_thread(audit.page, cursor=position, limit=limit, action=action, actor=actor)
+    items, after = await asyncio.to_thread(audit.page, cursor=position, limit=limit, action=action, actor=actor,
+                                           exclude_action=exclude_action)
     return AuditPage(items=[AuditRecord(**i) for i in items], next_cursor=str(after) if after is not None else None)

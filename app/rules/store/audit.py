@@ -49,8 +49,8 @@ class AuditRepo:
                                        "action": e.action[:32], "target": e.target[:512], "outcome": e.outcome[:16],
                                        "before": e.before, "after": e.after} for e in entries])
 
-    def page(self, *, cursor: int | None, limit: int, action: str | None = None,
-             actor: str | None = None) -> tuple[list[dict[str, Any]], int | None]:
+    def page(self, *, cursor: int | None, limit: int, action: str | None = None, actor: str | None = None,
+             exclude_action: str | None = None) -> tuple[list[dict[str, Any]], int | None]:
         """Records newest first, ``limit`` of them, older than the record ``cursor`` (its id);
         and the cursor of the next page (None: this was the last)."""
         conds = []
@@ -60,6 +60,8 @@ class AuditRepo:
             conds.append(t.c.action == action)
         if actor is not None:
             conds.append(t.c.actor == actor)
+        if exclude_action is not None:
+            conds.append(t.c.action != exclude_action)
         with self.engine.connect() as conn:
             rows = conn.execute(select(t).where(*conds).order_by(t.c.id.desc()).limit(limit + 1)).all()
         more = len(rows) > limit
@@ -102,11 +104,12 @@ class StoreAudit(AuditTrail):
     def flush(self) -> int:
         return self.buffer.flush() if self.store_up() else 0
 
-    def page(self, *, cursor: int | None, limit: int, action: str | None = None,
-             actor: str | None = None) -> tuple[list[dict[str, Any]], int | None]:
+    def page(self, *, cursor: int | None, limit: int, action: str | None = None, actor: str | None = None,
+             exclude_action: str | None = None) -> tuple[list[dict[str, Any]], int | None]:
         try:
             self.flush()
-            return self.repo.page(cursor=cursor, limit=limit, action=action, actor=actor)
+            return self.repo.page(cursor=cursor, limit=limit, action=action, actor=actor,
+                                  exclude_action=exclude_action)
         except Exception as exc:
             if is_outage(exc):
                 raise StoreUnavailable(f"event store unreachable: {describe(exc)}") from None

@@ -51,28 +51,52 @@ function facts(title, rows) {
 }
 
 const AUDIT_ROWS = 10;
+const HIDE_REFUSALS = "campusguard.audit.hideRefusals"; // the choice, for this browser tab
 
 /** The latest records of the audit trail (admins only: GET /audit needs the admin role). */
-function auditCard(audit) {
-  if (audit === undefined) return null; // not an admin: the trail is not shown
-  const body = audit === null
-    ? h("p", { class: "muted" }, "Audit trail off: it is kept in the event store (rules need a site file).")
-    : audit.items.length
-      ? h("div", { class: "scroll" }, h("table", { class: "plain", id: "audit-latest" },
-        h("thead", {}, h("tr", {}, ["When", "Who", "From", "Action", "Target", "Outcome"].map(
-          (t) => h("th", { scope: "col" }, t)))),
-        h("tbody", {}, audit.items.map((a) => h("tr", {},
-          h("td", {}, new Date(a.at).toLocaleString()), h("td", {}, a.actor), h("td", {}, a.client || "-"),
-          h("td", {}, a.action), h("td", {}, a.target),
-          h("td", { class: a.outcome === "ok" ? "" : "refused" }, a.outcome))))))
-      : h("p", { class: "muted" }, "No changes recorded yet.");
-  return h("section", { class: "card" }, h("h2", {}, `Audit trail (latest ${AUDIT_ROWS})`), body);
+function auditRows(audit, hideRefusals) {
+  if (audit === null) return h("p", { class: "muted" }, "Audit trail off: it is kept in the event store (rules need a site file).");
+  if (!audit.items.length) {
+    return h("p", { class: "muted" }, hideRefusals ? "No changes recorded yet (refusals hidden)." : "No changes recorded yet.");
+  }
+  return h("div", { class: "scroll" }, h("table", { class: "plain", id: "audit-latest" },
+    h("thead", {}, h("tr", {}, ["When", "Who", "From", "Action", "Target", "Outcome"].map(
+      (t) => h("th", { scope: "col" }, t)))),
+    h("tbody", {}, audit.items.map((a) => h("tr", {},
+      h("td", {}, new Date(a.at).toLocaleString()), h("td", {}, a.actor), h("td", {}, a.client || "-"),
+      h("td", {}, a.action), h("td", {}, refusalCount(a) ? `${a.target} (×${refusalCount(a)} more)` : a.target),
+      h("td", { class: a.outcome === "ok" ? "" : "refused" }, a.outcome))))));
 }
 
-async function latestAudit(ctx) {
+/** How many repeated refusals a folded record stands for (0: an ordinary record). */
+function refusalCount(a) {
+  if (a.action !== "auth.refused" || !(a.after || "").startsWith("{")) return 0;
+  try { return Number(JSON.parse(a.after).count) || 0; } catch { return 0; }
+}
+
+/** The audit card: built once (so its "Hide refusals" box keeps focus across refreshes), its
+ * table replaced on each refresh; hidden for a key without the admin role. */
+function auditCard(onToggle) {
+  const hide = h("input", { type: "checkbox", id: "audit-hide-refusals", checked: sessionStorage.getItem(HIDE_REFUSALS) === "1",
+    onchange: () => { sessionStorage.setItem(HIDE_REFUSALS, hide.checked ? "1" : "0"); onToggle(); } });
+  const rows = h("div", {});
+  const card = h("section", { class: "card", id: "audit-card", hidden: true },
+    h("h2", {}, `Audit trail (latest ${AUDIT_ROWS})`),
+    h("div", { class: "field check" }, h("label", { for: hide.id }, hide, " Hide refusals")), rows);
+  return {
+    card,
+    get hideRefusals() { return hide.checked; },
+    show(audit) {
+      card.hidden = audit === undefined; // not an admin: the trail is not shown
+      if (audit !== undefined) replace(rows, auditRows(audit, hide.checked));
+    },
+  };
+}
+
+async function latestAudit(ctx, hideRefusals) {
   if (!ctx.can("admin")) return undefined;
   try {
-    return await api("/audit", { params: { limit: AUDIT_ROWS } });
+    return await api("/audit", { params: { limit: AUDIT_ROWS, ...(hideRefusals ? { exclude_action: "auth.refused" } : {}) } });
   } catch (err) {
     if (err.status === 404) return null; // audit_disabled
     throw err;
@@ -89,7 +113,7 @@ function traffic(b) {
   return `${b.images} image${b.images === 1 ? "" : "s"}${ways}`;
 }
 
-function render(st, audit, openWorst) {
+function render(st, openWorst) {
   const hl = st.health || {};
   const buckets = st.recent || [];
   const span = buckets.length ? 10 : 1; // 10 s buckets
@@ -131,24 +155,32 @@ function render(st, audit, openWorst) {
             h("td", {}, w.last_error || "none"))))))
         : h("p", { class: "muted" }, "No webhooks configured.")),
     shadowCard(st.shadow, openWorst),
-    auditCard(audit),
   ].filter(Boolean);
 }
 
 export function mount(main, ctx) {
   const body = h("div", { class: "status" }, h("p", { class: "muted" }, "Loading…"));
   const worstHolder = h("div", { class: "status" });
-  main.append(h("h1", {}, "Status"), h("p", { class: "muted" }, "Refreshes every 3 s."), body, worstHolder);
+  const audit = auditCard(() => { clearTimeout(timer); refresh(); });
+  main.append(h("h1", {}, "Status"), h("p", { class: "muted" }, "Refreshes every 3 s."), body,
+    h("div", { class: "status" }, audit.card), worstHolder);
   const worst = worstFrames(worstHolder);
   const openWorst = ctx.can("admin")
     ? () => worst.load().catch((err) => ctx.alert(`Worst frames: ${err.message}`)) : null;
   let timer = null;
   let stopped = false;
+  let busy = false; // one refresh at a time; a toggle meanwhile asks for another right after
+  let again = false;
   async function refresh() {
+    if (busy) { again = true; return; }
+    busy = true;
     try {
       if (document.hidden) return; // a background tab does not poll the server
-      const [st, audit] = await Promise.all([api("/status"), latestAudit(ctx)]);
-      if (!stopped) replace(body, render(st, audit, openWorst));
+      const [st, trail] = await Promise.all([api("/status"), latestAudit(ctx, audit.hideRefusals)]);
+      if (!stopped) {
+        replace(body, render(st, openWorst));
+        audit.show(trail);
+      }
       ctx.alert("");
     } catch (err) {
       if (err.status === 404) { // an older server: its health document at least
@@ -156,7 +188,9 @@ export function mount(main, ctx) {
         if (!stopped && hl) replace(body, render({ health: hl, recent: [], webhooks: [] }));
       } else ctx.alert(`Status: ${err.message}`);
     } finally {
-      if (!stopped) timer = setTimeout(refresh, REFRESH_MS);
+      busy = false;
+      clearTimeout(timer);
+      if (again && !stopped) { again = false; refresh(); } else if (!stopped) timer = setTimeout(refresh, REFRESH_MS);
     }
   }
   refresh();
