@@ -11,10 +11,12 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
+from app.api.access import Gate
 from app.api.errors import install_error_handlers
-from app.api.routes import deepstack, detect
+from app.api.routes import deepstack, deepstack_custom, detect, models
 from app.config import Settings
 from app.core.errors import ConfigError
+from app.core.roles import Keyring
 from app.core.slot import Slot
 from app.flow.models import ModelRouter
 from app.inference.catalog import ModelsConfigError
@@ -159,23 +161,27 @@ def test_models_file_errors_name_the_setting_and_the_field(tmp_path: Path, weigh
     assert models.get("fast").class_names()[0] == "person" and models.get("fast").backend == "onnx"
 
 
-@pytest.fixture()
-def two_engines():
-    """A bare app with the detection routes over two fake models, ``coco`` (the default) and
-    ``campus`` (other classes), and the site's ``gate-1`` on ``campus``."""
-    coco = make_engine(FakeDetector(names=COCO))
-    campus = make_engine(FakeDetector(names=CAMPUS))
-    coco.pipeline.detector.model_name, campus.pipeline.detector.model_name = "coco", "campus"
+def app_over(coco, campus, keys: tuple[str, ...] = ()) -> TestClient:
+    """A bare app with the detection, DeepStack and models routes over two engines, ``coco``
+    (the default) and ``campus`` (other classes), the site's ``gate-1`` on ``campus``."""
     app = FastAPI()
     install_error_handlers(app)
-    for module in (detect, deepstack):
+    for module in (detect, deepstack, deepstack_custom, models):
         app.include_router(module.router)
     router = ModelRouter(ModelSet([ServedModel("coco", Path("coco.pt"), classes=COCO),
                                    ServedModel("campus", Path("campus.pt"), classes=CAMPUS, slot=Slot(campus))]),
                          {"gate-1": "campus", "plaza": "coco"})
-    install_state(app, engine=coco, models=router)
+    install_state(app, engine=coco, models=router, gate=Gate.of(Keyring.parse(keys)) if keys else None)
+    return TestClient(app, raise_server_exceptions=False)
+
+
+@pytest.fixture()
+def two_engines():
+    coco = make_engine(FakeDetector(names=COCO))
+    campus = make_engine(FakeDetector(names=CAMPUS))
+    coco.pipeline.detector.model_name, campus.pipeline.detector.model_name = "coco", "campus"
     try:
-        yield TestClient(app, raise_server_exceptions=False), coco, campus
+        yield app_over(coco, campus), coco, campus
     finally:
         for engine in (coco, campus):
             engine.begin_drain()
@@ -213,3 +219,64 @@ def test_a_model_that_is_still_loading_is_a_503_of_its_own(two_engines):
     assert r.status_code == 503
     ok = client.post("/detect", content=png(), headers={"Content-Type": "image/png"})
     assert ok.status_code == 200  # one model unavailable does not stop the other
+
+
+def test_the_deepstack_custom_routes_use_the_named_model_and_answer_in_deepstacks_shape(two_engines):
+    client, coco, campus = two_engines
+    image = {"image": ("a.png", png(), "image/png")}
+    listed = client.post("/v1/vision/custom/list").json()
+    assert listed["success"] is True and listed["models"] == ["coco", "campus"] and listed["count"] == 2
+    custom = client.post("/v1/vision/custom/campus", files=image, data={"min_confidence": "0.5"}).json()
+    assert custom["success"] is True and [p["label"] for p in custom["predictions"]] == ["student"]
+    assert [p["label"] for p in client.post("/v1/vision/custom/coco", files=image).json()["predictions"]] == ["person"]
+    missing = client.post("/v1/vision/custom/nope", files=image)
+    assert missing.status_code == 404 and missing.json()["success"] is False and missing.json()["code"] == 404
+    assert "unknown model 'nope'" in missing.json()["error"]
+    bad = client.post("/v1/vision/custom/campus", files=image, data={"min_confidence": "2"})
+    assert bad.status_code == 400 and bad.json()["success"] is False  # the detection route's errors
+    campus.begin_drain()
+    assert client.post("/v1/vision/custom/campus", files=image).status_code == 503
+
+
+def test_the_custom_routes_judge_the_key_first_and_name_no_model_to_a_caller_without_one():
+    coco, campus = make_engine(FakeDetector(names=COCO)), make_engine(FakeDetector(names=CAMPUS))
+    try:
+        client = app_over(coco, campus, keys=("camera:cam-key-0123456789", "viewer:view-key-0123456789"))
+        image = {"image": ("a.png", png(), "image/png")}
+        for model in ("nope", "campus"):  # the same refusal whether the model exists or not
+            r = client.post(f"/v1/vision/custom/{model}", files=image)
+            assert r.status_code == 401 and r.json()["success"] is False
+            wrong = client.post(f"/v1/vision/custom/{model}", files=image, data={"api_key": "wrong"})
+            assert wrong.status_code == 403
+        viewer = client.post("/v1/vision/custom/campus", files=image, headers={"X-API-Key": "view-key-0123456789"})
+        assert viewer.status_code == 403  # detection needs the detect permission
+        by_header = client.post("/v1/vision/custom/nope", files=image, headers={"X-API-Key": "cam-key-0123456789"})
+        assert by_header.status_code == 404
+        by_form = client.post("/v1/vision/custom/campus", files=image, data={"api_key": "cam-key-0123456789"})
+        assert by_form.status_code == 200 and by_form.json()["predictions"][0]["label"] == "student"
+        assert client.post("/v1/vision/custom/list").status_code == 401
+        listed = client.post("/v1/vision/custom/list", data={"api_key": "cam-key-0123456789"},
+                             files={"x": ("x", b"", "text/plain")})
+        assert listed.status_code == 200 and listed.json()["models"] == ["coco", "campus"]
+        assert client.get("/models").status_code == 401
+        assert [m["name"] for m in client.get("/models", headers={"X-API-Key": "view-key-0123456789"}).json()[
+            "models"]] == ["coco", "campus"]
+    finally:
+        for engine in (coco, campus):
+            engine.begin_drain()
+            engine.stop()
+
+
+def test_the_models_document_says_what_each_model_is_doing(two_engines):
+    client, coco, campus = two_engines
+    client.post("/detect", params={"model": "campus"}, content=png(), headers={"Content-Type": "image/png"})
+    reply = client.get("/models").json()
+    assert reply["default"] == "coco"
+    first, second = reply["models"]
+    assert first["default"] and first["classes"] == ["person", "car"] and first["cameras"] == ["plaza"]
+    assert second["classes"] == ["student", "vehicle"] and second["cameras"] == ["gate-1"]
+    assert second["state"] == "ready" and second["backend"] == "fake" and second["images"] == 1
+    assert second["images_per_s"] is not None and second["images_per_s"] > 0 and second["queue_depth"] == 0
+    assert second["weights"] == "campus.pt" and second["weights_bytes"] is None  # no such file here
+    campus.begin_drain()
+    assert client.get("/models").json()["models"][1]["state"] == "unavailable"
