@@ -76,14 +76,19 @@ def free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def server(models_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def site_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("site")
+
+
+@pytest.fixture(scope="module")
+def server(models_dir: Path, site_dir: Path) -> Iterator[str]:
     """The real app with its lifespan (both models loaded) on a loopback socket; its base URL."""
     import uvicorn
 
     from app.main import create_app
 
     port = free_port()
-    app = create_app(settings_for(models_dir, tmp_path_factory.mktemp("site")))
+    app = create_app(settings_for(models_dir, site_dir))
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, lifespan="on", log_level="warning",
                                            access_log=False))
     thread = threading.Thread(target=server.run, name="models-e2e-server", daemon=True)
@@ -196,3 +201,24 @@ def test_a_camera_rule_on_a_class_its_model_lacks_stops_startup(models_dir: Path
     unknown = settings_for(models_dir, tmp_path, SITE.replace("model: campus", "model: yolo11"))
     with pytest.raises(ConfigError, match=r"cameras\[1\]\.model: unknown model 'yolo11'"):
         check_site(unknown, catalog)
+
+
+def test_a_reload_or_zone_edit_naming_a_class_the_cameras_model_lacks_changes_nothing(server: str, site_dir: Path,
+                                                                                      bus: bytes):
+    site = site_dir / "site.yaml"
+    before = site.read_bytes()
+    zone = {"name": "door", "polygon": [[0, 0], [1, 0], [1, 1], [0, 1]],
+            "rules": [{"type": "intrusion", "classes": ["person"], "cooldown_s": 0}]}
+    edit = httpx.put(f"{server}/admin/site/cameras/gate/zones/door", json=zone)
+    assert edit.status_code == 422 and edit.json()["error"] == "invalid_site_config"
+    assert "are not classes of model 'campus'" in edit.text
+    assert site.read_bytes() == before  # refused before anything was written
+    zone["rules"][0]["classes"] = ["student", "vehicle"]
+    assert httpx.put(f"{server}/admin/site/cameras/gate/zones/door", json=zone).status_code == 200
+    site.write_text(SITE.replace("classes: [student]", "classes: [person]"))  # edited by hand
+    reload = httpx.post(f"{server}/admin/reload")
+    assert reload.status_code == 422 and "cameras[1].zones[0].rules[0].classes" in reload.text
+    gate = httpx.post(f"{server}/detect", params={"camera_id": "gate"}, timeout=60,
+                      files={"image": ("bus.jpg", bus, "image/jpeg")}).json()
+    # the running config (student, vehicle) stays in force: its zone, reset by the edit, fires on students again
+    assert gate["model"] == "campus" and [e["state"] for e in gate["events"]] == ["started"]

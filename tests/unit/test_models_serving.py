@@ -280,3 +280,17 @@ def test_the_models_document_says_what_each_model_is_doing(two_engines):
     assert second["weights"] == "campus.pt" and second["weights_bytes"] is None  # no such file here
     campus.begin_drain()
     assert client.get("/models").json()["models"][1]["state"] == "unavailable"
+
+
+def test_serve_stops_with_exit_2_naming_the_models_files_field(tmp_path: Path, monkeypatch, capsys):
+    from app.cli import main
+
+    (tmp_path / "models").mkdir()
+    (tmp_path / "secret.pt").write_bytes(b"not for the service")
+    (tmp_path / "models.yaml").write_text("models:\n  - {name: coco, weights: ../secret.pt}\n")
+    monkeypatch.chdir(tmp_path)  # no .env of the checkout
+    monkeypatch.setenv("CAMPUSGUARD_WEIGHTS", str(tmp_path / "models" / "yolov8n.pt"))
+    monkeypatch.setenv("CAMPUSGUARD_MODELS_FILE", str(tmp_path / "models.yaml"))
+    assert main(["serve"]) == 2
+    err = capsys.readouterr().err
+    assert "CAMPUSGUARD_MODELS_FILE=" in err and "models[0].weights: must be inside the models folder" in err
