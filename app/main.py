@@ -87,7 +87,8 @@ def load_engine(state: AppState, settings: Settings, choice: Choice, metrics: Me
         metrics.build_info.info({"version": __version__, "backend": detector.backend, "provider": detector.provider,
                                  "model": detector.model_name, "precision": detector.precision,
                                  "device": info.device, "device_name": info.name,
-                                 "imgsz": format_imgsz(settings.imgsz), "shapes": shapes})
+                                 "imgsz": format_imgsz(settings.imgsz), "shapes": shapes,
+                                 "models": ",".join(state.models.models.names())})  # the default first
         for index, (name, own, own_choice) in enumerate(others, start=2):
             progress.set("loading", f"model {name} ({index} of {len(others) + 1}): {own_choice.backend} "
                                     f"{own_choice.precision} from {own.weights}")

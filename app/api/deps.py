@@ -75,11 +75,13 @@ async def get_phase(state: StateDep) -> str:
 
 
 async def get_startup(state: StateDep) -> dict:
-    """What the loader is doing (in words) and the precision it settled on, for /health."""
+    """What the loader is doing (in words), the precision it settled on and each served model's
+    state, for /health."""
     provisioned = state.provisioned.get()
     return {"phase_detail": state.progress.describe(),
             "precision_report": provisioned.report() if provisioned is not None else None,
-            "backend_choice": state.backend_choice.get()}
+            "backend_choice": state.backend_choice.get(),
+            "models": {model.name: model.state for model in state.models.models.all()}}
 
 
 async def get_started_at(state: StateDep) -> float:

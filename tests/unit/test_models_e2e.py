@@ -137,6 +137,11 @@ def test_both_models_are_listed_with_their_classes_and_cameras(server: str):
     assert campus["backend"] == "torch" and campus["precision"] == "fp32" and campus["shapes"] == ["320x320"]
     assert coco["cameras"] == ["plaza"] and campus["cameras"] == ["gate"]
     assert campus["weights"] == "campus.pt" and campus["weights_bytes"] > 1_000_000
+    health = httpx.get(f"{server}/health").json()
+    assert health["models"] == {"coco": "ready", "campus": "ready"} and health["model"] == "coco"
+    info = next(line for line in httpx.get(f"{server}/metrics").text.splitlines()
+                if line.startswith("campusguard_build_info{"))
+    assert 'models="coco,campus"' in info and 'model="coco"' in info
 
 
 def test_each_request_and_each_camera_gets_its_model(server: str, bus: bytes):
