@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from app.core.errors import InvalidParameter, ServiceError, shorten
@@ -124,9 +124,3 @@ class ModelSet:
             entries[model.name] = model
             self._entries = entries
         return old
-
-    def with_classes(self, name: str, classes: Mapping[int, str]) -> ServedModel:
-        """The entry of ``name`` with its classes known (read from the loaded detector)."""
-        model = replace(self.get(name), classes=dict(classes))
-        self.replace(model)
-        return model
