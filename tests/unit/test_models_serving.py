@@ -294,3 +294,33 @@ def test_serve_stops_with_exit_2_naming_the_models_files_field(tmp_path: Path, m
     assert main(["serve"]) == 2
     err = capsys.readouterr().err
     assert "CAMPUSGUARD_MODELS_FILE=" in err and "models[0].weights: must be inside the models folder" in err
+
+
+def test_a_runtime_a_model_cannot_run_is_a_startup_error_naming_the_model(tmp_path: Path, weights: Path):
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper
+
+    from app.wiring import check_models
+
+    folder = tmp_path / "models"
+    folder.mkdir()
+    shutil.copy(weights, folder / "yolov8n.pt")
+    graph = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])])
+    model = helper.make_model(graph)
+    entry = model.metadata_props.add()
+    entry.key, entry.value = "names", "{0: 'student', 1: 'vehicle'}"
+    onnx.save(model, str(folder / "campus.onnx"))
+    models_file = tmp_path / "models.yaml"
+    models_file.write_text("models:\n  - {name: coco, weights: yolov8n.pt}\n"
+                           "  - {name: campus, weights: campus.onnx, backend: torch}\n")
+    settings = Settings(_env_file=None, weights=folder / "yolov8n.pt", models_file=models_file, backend="torch",
+                        precision="fp32")
+    catalog = load_catalog(settings)
+    assert catalog is not None and catalog.get("campus").names == CAMPUS
+    with pytest.raises(ConfigError, match=r"CAMPUSGUARD_MODELS_FILE: models\[1\] \(campus\): .*cannot load an .onnx"):
+        check_models(settings, catalog)
+    models_file.write_text(models_file.read_text().replace("backend: torch", "backend: onnx"))
+    choices = check_models(settings, load_catalog(settings))
+    assert choices["campus"].backend == "onnx" and "coco" not in choices  # the default is resolved by serve itself
