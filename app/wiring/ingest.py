@@ -5,13 +5,17 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from app.config import Settings
 from app.core.metrics import Metrics
+from app.core.slot import Slot
 from app.core.sources import SourceBook
 from app.flow.frame import LiveFlow
 from app.flow.models import ModelRouter
+from app.inference.engine import InferenceEngine
+from app.inference.modelset import ModelSet, ServedModel
 from app.rules.port import Rules
 from app.wiring.rules import RulesStack
 from app.wiring.runtime import detect_defaults
@@ -39,7 +43,6 @@ def check_site(settings: Settings, catalog: Catalog | None = None) -> None:
     from app.rules.site.writer import SiteFile
 
     config, _ = SiteFile(settings.site_config).load()
-    from app.core.slot import Slot
     from app.wiring.models import build_model_set, check_site_models
 
     # each camera's model is served and its rules' classes are that model's (docs/models.md)
@@ -50,18 +53,38 @@ def check_site(settings: Settings, catalog: Catalog | None = None) -> None:
         check_sources(config, settings.secrets_dir, settings.site_config, os.environ)
 
 
-def build_flow(rules: Rules, metrics: Metrics, models: ModelRouter,
+class _Reading(Slot[InferenceEngine | None]):
+    """A slot that reads a getter: one model whose engine a caller already reads from somewhere."""
+
+    def __init__(self, read: Callable[[], InferenceEngine | None]) -> None:
+        super().__init__(None)
+        self._read = read
+
+    def get(self) -> InferenceEngine | None:
+        return self._read()
+
+
+def model_router(models: ModelRouter | Callable[[], InferenceEngine | None]) -> ModelRouter:
+    """``models`` as a router: itself, or one model whose engine is ``models()`` (a tool or test
+    that feeds a single engine, as before several models)."""
+    if isinstance(models, ModelRouter):
+        return models
+    return ModelRouter(ModelSet([ServedModel("default", Path(), slot=_Reading(models))]))
+
+
+def build_flow(rules: Rules, metrics: Metrics, models: ModelRouter | Callable[[], InferenceEngine | None],
                shadow: Callable[[], ShadowLane | NoShadow] | None = None) -> LiveFlow:
     """The per-frame use case (app/flow/frame.py) for frames that arrive outside a request:
-    over each camera's model's engine once it is loaded and the shadow lane once its reference
-    is. The routes get theirs per request from their dependencies (app/api/deps.py, ``get_flow``)."""
+    over each camera's model's engine once it is loaded (``models``; or one engine's getter) and
+    the shadow lane once its reference is. The routes get theirs per request from their
+    dependencies (app/api/deps.py, ``get_flow``)."""
     from app.inference.shadow.lane import NoShadow
 
-    return LiveFlow(models, rules, shadow or NoShadow, metrics)
+    return LiveFlow(model_router(models), rules, shadow or NoShadow, metrics)
 
 
 def build_ingest(settings: Settings, stack: RulesStack, metrics: Metrics, book: SourceBook,
-                 models: ModelRouter,
+                 models: ModelRouter | Callable[[], InferenceEngine | None],
                  shadow: Callable[[], ShadowLane | NoShadow] | None = None) -> EmbeddedIngest | NoIngest:
     """The embedded ingest following the rules' site file, feeding each camera's model's engine
     (``models``: None while it loads) and the rules; ``NoIngest`` with ``CAMPUSGUARD_INGEST=off`` or
