@@ -14,6 +14,7 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Sequence
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
@@ -31,10 +32,14 @@ from app.config import Settings
 from app.core.errors import ConfigError
 from app.core.imgsz import format_imgsz
 from app.core.metrics import Metrics
+from app.core.slot import Slot
 from app.core.types import GpuInventory
+from app.flow.models import ModelRouter
 from app.inference.backends.auto import Choice
 from app.inference.backends.models import require_weights
+from app.inference.catalog import Catalog
 from app.inference.devices import parse_device, torch_inventory, validate_device
+from app.inference.engine import InferenceEngine
 from app.inference.series import InferenceSeries
 from app.inference.vision.shapes import describe as describe_shapes
 
@@ -52,9 +57,12 @@ def preflight(settings: Settings) -> None:
     wiring.check_shadow(settings)
 
 
-def load_engine(state: AppState, settings: Settings, choice: Choice, metrics: Metrics) -> None:
+def load_engine(state: AppState, settings: Settings, choice: Choice, metrics: Metrics,
+                others: Sequence[tuple[str, Settings, Choice]] = ()) -> None:
     """Load (build and gate a reduced precision), start the worker, warm up every shape, then
-    flip readiness (background thread). Each step is reported in /health as it happens."""
+    flip readiness (background thread). Each step is reported in /health as it happens. The
+    default model first; ``others`` (the rest of the models file) after it, each with its own
+    engine; the service is ready once every model is."""
     progress = state.progress
     try:
         progress.set("loading", f"{choice.backend} {choice.precision} model from {settings.weights}")
@@ -79,7 +87,12 @@ def load_engine(state: AppState, settings: Settings, choice: Choice, metrics: Me
         metrics.build_info.info({"version": __version__, "backend": detector.backend, "provider": detector.provider,
                                  "model": detector.model_name, "precision": detector.precision,
                                  "device": info.device, "device_name": info.name,
-                                 "imgsz": format_imgsz(settings.imgsz), "shapes": shapes})
+                                 "imgsz": format_imgsz(settings.imgsz), "shapes": shapes,
+                                 "models": ",".join(state.models.models.names())})  # the default first
+        for index, (name, own, own_choice) in enumerate(others, start=2):
+            progress.set("loading", f"model {name} ({index} of {len(others) + 1}): {own_choice.backend} "
+                                    f"{own_choice.precision} from {own.weights}")
+            load_other(state, name, own, own_choice, metrics)
         engine.mark_ready()
         progress.set("ready")
         log.info("ready: %s on %s (%s), provider %s, %s (requested %s), shapes %s, warm-up %.2fs", detector.model_name,
@@ -93,6 +106,19 @@ def load_engine(state: AppState, settings: Settings, choice: Choice, metrics: Me
         log.critical("model loading failed; exiting", exc_info=True)
         logging.shutdown()
         os._exit(LOAD_FAILURE_EXIT_CODE)
+
+
+def load_other(state: AppState, name: str, settings: Settings, choice: Choice, metrics: Metrics) -> None:
+    """One more model of the models file: built and gated like the default, with its own engine
+    (queue, batches, admission), warm, then put behind its name (``ModelSet``)."""
+    _, provisioned = wiring.provision_served(settings, choice, state.progress.note)
+    engine = wiring.build_engine(settings, wiring.build_pipeline(settings, provisioned.detector), metrics)
+    engine.start()
+    engine.warmup(settings.warmup_iters)
+    engine.mark_ready()
+    state.models.models.get(name).slot.put(engine)
+    log.info("model %s ready: %s %s from %s", name, provisioned.detector.backend, provisioned.detector.precision,
+             settings.weights)
 
 
 def fall_back(state: AppState, settings: Settings, choice: Choice, exc: BaseException) -> None:
@@ -131,14 +157,22 @@ def log_auth(settings: Settings, gate: Gate) -> None:
                     "connect. Beyond loopback keys are required (docs/security.md)", settings.host)
 
 
-def create_app(settings: Settings | None = None, choice: Choice | None = None) -> FastAPI:
+def create_app(settings: Settings | None = None, choice: Choice | None = None,
+               catalog: Catalog | None = None) -> FastAPI:
     """The app for ``settings``; ``choice``: the runtime already resolved for them (``campusguard
-    serve`` resolves it first, to exit 2 on a runtime that cannot run), else resolved here."""
-    settings = settings or Settings()
+    serve`` resolves it first, to exit 2 on a runtime that cannot run), else resolved here;
+    ``catalog``: the models file already read (else read here when CAMPUSGUARD_MODELS_FILE is set)."""
+    configured = settings or Settings()
+    if catalog is None:
+        catalog = wiring.load_catalog(configured)  # ConfigError naming the models file's field
+    settings = wiring.default_settings(configured, catalog)  # the default model's runtime: as one model before
     choice = choice or wiring.resolve_runtime(settings)  # ConfigError: a precision or weights it cannot run
+    choices = wiring.check_models(configured, catalog)  # the same for every other model
+    others = [(name, own, choices[name]) for name, own in wiring.other_models(configured, catalog)]
     metrics = Metrics(settings.metrics_max_cameras)
     InferenceSeries.of(metrics)  # the engine's families from the first scrape: ready is 0 while the model loads
-    state = wiring.build_state(settings, metrics, choice)  # ConfigError: exposed without a key, bad keys file
+    router = ModelRouter(wiring.build_model_set(configured, catalog, Slot[InferenceEngine | None](None)))
+    state = wiring.build_state(settings, metrics, choice, router)  # ConfigError: exposed without a key...
     gate, sources = state.gate, state.sources
     wiring.register_shadow_metrics(metrics, state.shadow.get)
 
@@ -148,8 +182,10 @@ def create_app(settings: Settings | None = None, choice: Choice | None = None) -
         log_backend(choice)
         log_auth(settings, gate)
         stack = wiring.build_rules_stack(settings, metrics, sources)
-        ingest = wiring.build_ingest(settings, stack, metrics, sources, state.engine.get, state.shadow.get)
         rules = stack.rules
+        if rules.enabled:  # SiteConfigError: a camera's model not served, a rule's class not its model's
+            wiring.follow_site_models(stack.site_listeners, rules.config, state.models, settings.site_config or "")
+        ingest = wiring.build_ingest(settings, stack, metrics, sources, state.models, state.shadow.get)
         ingest.start(rules.config if rules.enabled else None, asyncio.get_running_loop())  # SiteConfigError: stop
         rules.start()
         sources.start()
@@ -157,14 +193,13 @@ def create_app(settings: Settings | None = None, choice: Choice | None = None) -
         stack.audit.start()
         gate.audit.put(stack.audit)  # refusals, route changes and keys-file reloads are recorded there
         gate.keys.start()
-        loader = threading.Thread(target=load_engine, args=(state, settings, choice, metrics),
+        loader = threading.Thread(target=load_engine, args=(state, settings, choice, metrics, others),
                                   name="campusguard-load", daemon=True)
         loader.start()
         yield
         await asyncio.to_thread(ingest.stop)  # every ffmpeg gone; its frames in flight finish on this loop
         sources.stop()
-        engine = state.engine.get()
-        if engine is not None:
+        for engine in state.models.models.engines():  # every model's, the default's too
             engine.begin_drain()
             engine.stop()
         state.shadow.get().stop()

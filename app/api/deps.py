@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import Depends, Request, Security
+from fastapi import Depends, Query, Request, Security
 from fastapi.security import APIKeyHeader
 
 from app.api.access import Gate, Recorder, principal_of
@@ -28,6 +28,7 @@ from app.core.metrics import Metrics
 from app.core.roles import Permission, Principal
 from app.core.sources import SourceBook
 from app.flow.frame import FrameFlow
+from app.flow.models import ModelRouter
 from app.inference.backends.base import Detector
 from app.inference.engine import InferenceEngine
 from app.inference.shadow.lane import NoShadow, ShadowLane
@@ -74,11 +75,13 @@ async def get_phase(state: StateDep) -> str:
 
 
 async def get_startup(state: StateDep) -> dict:
-    """What the loader is doing (in words) and the precision it settled on, for /health."""
+    """What the loader is doing (in words), the precision it settled on and each served model's
+    state, for /health."""
     provisioned = state.provisioned.get()
     return {"phase_detail": state.progress.describe(),
             "precision_report": provisioned.report() if provisioned is not None else None,
-            "backend_choice": state.backend_choice.get()}
+            "backend_choice": state.backend_choice.get(),
+            "models": {model.name: model.state for model in state.models.models.all()}}
 
 
 async def get_started_at(state: StateDep) -> float:
@@ -159,11 +162,40 @@ SiteAdminDep = Annotated[SiteAdmin, Depends(require_rules)]
 FrameRulesDep = Annotated[FrameRules, Depends(get_rules)]
 
 
-async def get_flow(engine: EngineDep, rules: FrameRulesDep, shadow: ShadowDep, metrics: MetricsDep) -> FrameFlow:
-    """The per-frame use case (app/flow/frame.py) over this request's parts: the engine is the
-    ready one (503 before the body is read while loading or full), the rules are ``NoRules``
-    without a site file, the shadow lane ``NoShadow`` while off."""
-    return FrameFlow(engine, rules, shadow, metrics)
+async def get_models(state: StateDep) -> ModelRouter:
+    """The served models by name and which camera uses which (app/flow/models.py)."""
+    return state.models
+
+
+ModelsDep = Annotated[ModelRouter, Depends(get_models)]
+ModelQuery = Annotated[str | None, Query(max_length=64, description=(
+    "The model to detect with (GET /models lists them); default: the camera's (`model:` in the site file), "
+    "else the first. A model other than the camera's is refused (422 model_mismatch)"))]
+
+
+async def flow_for(name: str, models: ModelRouter, engine: InferenceEngine | None, rules: FrameRules,
+                   shadow: ShadowLane | NoShadow, metrics: Metrics, phase: str) -> FrameFlow:
+    """The flow of model ``name``: its engine if it can take work now (503 while it loads or is full,
+    before the body is read). ``engine`` is the default model's (``get_engine``, which tests swap);
+    the shadow lane compares the default model only (its reference is that model's)."""
+    if name != models.default:
+        engine, shadow = models.engine(name), NoShadow()
+        if engine is None:
+            metrics.rejected.labels("not_ready").inc()
+            raise NotReady(f"model {name!r} is not ready yet (GET /models says what each model is doing)")
+        engine.check_capacity()
+        return FrameFlow(engine, rules, shadow, metrics, name)
+    return FrameFlow(await ready_engine(engine, metrics, phase), rules, shadow, metrics, name)
+
+
+async def get_flow(request: Request, models: ModelsDep, engine: MaybeEngineDep, rules: FrameRulesDep,
+                   shadow: ShadowDep, metrics: MetricsDep, phase: PhaseDep, model: ModelQuery = None) -> FrameFlow:
+    """The per-frame use case (app/flow/frame.py) over this request's parts: the model asked for
+    (``?model=``) or its camera's (``camera_id``; 404 unknown_model, 422 model_mismatch), that
+    model's ready engine (503 before the body is read while loading or full), the rules
+    (``NoRules`` without a site file), the shadow lane (``NoShadow`` while off)."""
+    name = models.choose(model, request.query_params.get("camera_id"))
+    return await flow_for(name, models, engine, rules, shadow, metrics, phase)
 
 
 FlowDep = Annotated[FrameFlow, Depends(get_flow)]

@@ -103,6 +103,8 @@ class Health(BaseModel):
     phase_detail: str | None = Field(None, description="While not ready: what the replica is doing, e.g. building "
                                      "the int8 model or waiting for another replica's build")
     classes: list[str] = Field(default_factory=list)
+    models: dict[str, str] | None = Field(None, description="Every served model and its state (loading, ready, "
+                                          "unavailable); the fields above are the default model's (GET /models)")
     uptime_s: float
     inferences: int = 0
     images: int = 0

@@ -21,7 +21,9 @@ from app.core.metrics import Metrics
 from app.core.progress import StartupProgress
 from app.core.slot import Slot
 from app.core.sources import SourceBook
+from app.flow.models import ModelRouter
 from app.inference.engine import InferenceEngine
+from app.inference.modelset import ModelSet
 from app.inference.precision.provision import Provisioned
 from app.inference.shadow.lane import NoShadow, ShadowLane
 from app.rules.port import NoRules, Rules
@@ -35,6 +37,8 @@ class AppState:
     sources: SourceBook = field(default_factory=SourceBook)  # camera streams (app/core/sources.py)
     rules: Slot[Rules] = field(default_factory=lambda: Slot[Rules](NoRules()))  # the lifespan's, with a site file
     engine: Slot[InferenceEngine | None] = field(default_factory=lambda: Slot[InferenceEngine | None](None))
+    # every served model by name (the default's engine is ``engine``'s slot), and which camera uses which
+    models: ModelRouter = field(default_factory=lambda: ModelRouter(ModelSet.single("default")))
     shadow: Slot[ShadowLane | NoShadow] = field(default_factory=lambda: Slot[ShadowLane | NoShadow](NoShadow()))
     progress: StartupProgress = field(default_factory=StartupProgress)  # what the loader is doing (/health)
     provisioned: Slot[Provisioned | None] = field(default_factory=lambda: Slot[Provisioned | None](None))

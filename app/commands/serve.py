@@ -58,15 +58,17 @@ def serve(overrides: dict) -> int:
     """Start the service with the environment's settings and ``overrides``; the exit code."""
     tune_allocator()  # before any worker thread creates its own malloc arena
     settings = load_settings(**overrides)
-    from app.wiring import auth_mode, check_site, resolve_runtime
+    from app.wiring import auth_mode, check_models, check_site, default_settings, load_catalog, resolve_runtime
 
     auth_mode(settings)  # exposed without a key: refuse (exit 2) before anything loads
-    choice = resolve_runtime(settings)  # auto on this machine; a precision or weights it cannot run: exit 2
-    check_site(settings)  # an invalid site file, a camera source's ${VAR} set nowhere: exit 2, field named
+    catalog = load_catalog(settings)  # CAMPUSGUARD_MODELS_FILE: a bad file, a path outside the models folder: exit 2
+    choice = resolve_runtime(default_settings(settings, catalog))  # a precision or weights it cannot run: exit 2
+    check_models(settings, catalog)  # the same for every other model of the models file
+    check_site(settings, catalog)  # an invalid site file, a camera's model or class unknown: exit 2, field named
     configure_logging(settings.log_format, settings.log_level)
     from app.main import create_app
 
-    app = create_app(settings, choice)
+    app = create_app(settings, choice, catalog)
     config = uvicorn.Config(app, host=settings.host, port=settings.port, log_config=None, access_log=False,
                             # uvicorn types it int but takes any number (asyncio.timeout): keep fractions
                             timeout_graceful_shutdown=settings.drain_timeout_s,  # type: ignore[arg-type]

@@ -1,4 +1,5 @@
-"""The service's settings: their model (``settings``) and reading them at startup (``loading``).
+"""The service's settings: their model (``settings``, with how some values are read in
+``values``) and reading them at startup (``loading``).
 
 Only the composition root and the commands above it import this package (import-linter
 contract in pyproject.toml): components below take small option objects, never ``Settings``.

@@ -9,55 +9,34 @@ resolved by the composition root (app/wiring/runtime.py), which decides what run
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import AnyUrl, Field, SecretStr, TypeAdapter, UrlConstraints, field_validator, model_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from app.config.values import (
+    DEFAULT_DATA_DIR,
+    ONNX_PROVIDER_ALIASES,
+    data_dir_defaults,
+    mqtt_url,
+    normalize_device,
+    onnx_providers,
+    split_csv,
+)
 from app.core.imgsz import ImgSize, format_imgsz, input_hw, parse_imgsz
 from app.core.secrets import resolve_file_settings
+
+__all__ = [
+    "DEFAULT_DATA_DIR", "DEFAULT_WEIGHTS", "FILE_SETTINGS", "ONNX_PROVIDER_ALIASES", "Settings", "normalize_device"]
 
 ENV_PREFIX = "CAMPUSGUARD_"
 ENV_FILE = Path(".env")
 DEFAULT_WEIGHTS = Path("../shared/models/yolov8n.pt")
-DEFAULT_DATA_DIR = Path(".cache/campusguard")
-ONNX_PROVIDER_ALIASES = {"migraphx": "MIGraphXExecutionProvider", "rocm": "ROCMExecutionProvider",
-    "cuda": "CUDAExecutionProvider", "tensorrt": "TensorrtExecutionProvider", "cpu": "CPUExecutionProvider"}
-MQTT_URL = TypeAdapter(Annotated[AnyUrl, UrlConstraints(allowed_schemes=["mqtt", "mqtts"], host_required=True)])
-_DEVICE_RE = re.compile(r"^(cpu|cuda(:\d+)?)$")
 # each has a <name>_file twin (app/core/secrets.py; tests/unit/test_secret_settings.py checks none is missing)
 FILE_SETTINGS = ("events_db_url", "webhook_secret", "mqtt_url", "mqtt_password")
 MIN_SHARED_SECRET = 16  # like an API key: a webhook secret is typed by nobody, so no reason for a short one
-
-
-def normalize_device(value: str) -> str:
-    """'cpu', 'cuda', '0', 'cuda:1' -> 'cpu' or 'cuda:N'; anything else is a ValueError."""
-    value = value.strip().lower()
-    if value.isdigit():
-        value = f"cuda:{value}"
-    if not _DEVICE_RE.match(value):
-        raise ValueError(f"device must be 'cpu' or 'cuda:N', got {value!r}")
-    return "cuda:0" if value == "cuda" else value
-
-
-def _data_dir_defaults(data: dict) -> dict:
-    """Paths not given default to places in ``data_dir`` (one setting moves them all)."""
-    base = Path(str(data.get("data_dir") or DEFAULT_DATA_DIR))
-    if not data.get("events_db_url"):
-        data["events_db_url"] = f"sqlite:///{base / 'events.db'}"
-    for name, default in (("snapshot_dir", base / "snapshots"), ("onnx_cache_dir", base)):
-        if data.get(name) in (None, ""):
-            data[name] = default
-    return data
-
-
-def _split_csv(value: object) -> object:
-    if isinstance(value, str):
-        return [item.strip() for item in value.split(",") if item.strip()]
-    return value
 
 
 class Settings(BaseSettings):
@@ -109,6 +88,10 @@ class Settings(BaseSettings):
         "exports, int8 models, OpenVINO IR, MIGraphX programs (default: data_dir)")
     onnx_cpu_fallback: bool = Field(
         False, description="Accept ONNX Runtime falling back to CPU when the GPU provider fails (default: refuse)")
+    models_file: Path | None = Field(None, description="YAML file naming several models, each camera choosing one "
+        "(docs/models.md); unset = one model, WEIGHTS, named MODEL_NAME or after the weights' file")
+    models_dir: Path | None = Field(None, description="The only folder the models file's weights are read from "
+        "(a path outside it is refused); default: the folder of WEIGHTS")
 
     # --- shadow reference (docs/shadow.md) ----------------------------------------------------
     shadow_backend: Literal["", "torch", "onnx", "openvino"] = Field("", description="Reference runtime; empty = off")
@@ -255,40 +238,23 @@ class Settings(BaseSettings):
         here so the value is validated like one given directly (app/core/secrets.py)."""
         if isinstance(data, dict):
             data = resolve_file_settings(dict(data), FILE_SETTINGS, ENV_PREFIX)
-            data = _data_dir_defaults(data)
+            data = data_dir_defaults(data)
         return data
 
     @field_validator("onnx_providers", mode="before")
     @classmethod
     def _providers(cls, value: object) -> object:
-        value = _split_csv(value)
-        if isinstance(value, list):
-            out = []
-            for item in value:
-                name = ONNX_PROVIDER_ALIASES.get(str(item).lower(), str(item))
-                if not name.endswith("ExecutionProvider"):
-                    raise ValueError(f"unknown onnx provider {item!r}; use {sorted(ONNX_PROVIDER_ALIASES)}")
-                out.append(name)
-            return out
-        return value
+        return onnx_providers(value)
 
     @field_validator("cors_origins", "webhook_urls", "public_routes", mode="before")
     @classmethod
     def _csv(cls, value: object) -> object:
-        return _split_csv(value)
+        return split_csv(value)
 
     @field_validator("mqtt_url", mode="before")
     @classmethod
     def _mqtt_url(cls, value: object) -> object:
-        """Empty means off. Otherwise an ``mqtt://`` or ``mqtts://`` URL with a host, a valid
-        port and no path or query (topics come from mqtt_topic_prefix), checked here so a bad
-        URL stops startup with the variable named."""
-        if value is None or (isinstance(value, str) and not value.strip()):
-            return None
-        url = MQTT_URL.validate_python(str(value).strip())
-        if url.path not in (None, "", "/") or url.query:
-            raise ValueError("mqtt_url takes no path or query (set topics with mqtt_topic_prefix)")
-        return str(value).strip()
+        return mqtt_url(value)  # app/config/values.py: empty = off, else mqtt(s)://host[:port] only
 
     @field_validator("webhook_secret")
     @classmethod
@@ -314,7 +280,7 @@ class Settings(BaseSettings):
     def _keys(cls, value: object) -> object:
         """Empty means no auth; a value that holds only blanks and commas (" ", ",") is a
         mistake that would silently switch auth off, so it stops startup."""
-        keys = _split_csv(value)
+        keys = split_csv(value)
         if isinstance(value, str) and value and not keys:
             raise ValueError("api_keys holds no key (only blanks or commas); leave it empty to turn auth off")
         if isinstance(keys, list):
@@ -394,6 +360,11 @@ class Settings(BaseSettings):
     @property
     def resolved_threads(self) -> int:
         return self.threads or (os.cpu_count() or 1)
+
+    @property
+    def resolved_models_dir(self) -> Path:
+        """CAMPUSGUARD_MODELS_DIR, or the folder of WEIGHTS."""
+        return self.models_dir if self.models_dir is not None else self.weights.parent
 
     @property
     def display_model_name(self) -> str:

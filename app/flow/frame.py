@@ -39,8 +39,10 @@ import numpy as np
 from app.core.errors import ServiceError
 from app.core.metrics import Metrics
 from app.core.types import Detection
+from app.flow.models import ModelRouter
 from app.inference.engine import DetectResult, InferenceEngine
 from app.inference.pipeline import DetectParams, Keep
+from app.inference.shadow.lane import NoShadow
 from app.rules.port import FrameRules
 
 Image = bytes | np.ndarray  # an encoded upload (routes) or a decoded RGB frame (embedded ingest)
@@ -82,12 +84,14 @@ class Outcome:
 
 @dataclass(frozen=True, slots=True)
 class FrameFlow:
-    """The per-frame use case over one ready engine, the rules, the shadow lane and the metrics."""
+    """The per-frame use case over one model's ready engine, the rules, the shadow lane (the
+    default model's only: its reference is that model's) and the metrics."""
 
     engine: InferenceEngine
     rules: FrameRules
     shadow: Shadow
     metrics: Metrics
+    model: str = ""  # the served model's name (ModelRouter); the engine is that model's
 
     # --- phase 1: before the body is read ----------------------------------------------------
     def admit(self, camera_id: str | None, timestamp: dt.datetime | None) -> Admitted:
@@ -136,14 +140,19 @@ class FrameFlow:
 
 
 class LiveFlow:
-    """A ``FrameFlow`` over parts that arrive after startup (the engine once its model is
-    loaded, the shadow lane once its reference is), for callers outside a request: the
-    embedded ingest asks for the flow per frame; None while the model is loading."""
+    """A ``FrameFlow`` over parts that arrive after startup (each model's engine once it is
+    loaded, the shadow lane once its reference is), for callers outside a request: the embedded
+    ingest asks for the flow of a camera per frame, and gets its model's engine (the site file's
+    ``model:``), or None while that model is loading."""
 
-    def __init__(self, engine: Callable[[], InferenceEngine | None], rules: FrameRules,
-                 shadow: Callable[[], Shadow], metrics: Metrics) -> None:
-        self.engine, self.rules, self.shadow, self.metrics = engine, rules, shadow, metrics
+    def __init__(self, models: ModelRouter, rules: FrameRules, shadow: Callable[[], Shadow],
+                 metrics: Metrics) -> None:
+        self.models, self.rules, self.shadow, self.metrics = models, rules, shadow, metrics
 
-    def __call__(self) -> FrameFlow | None:
-        engine = self.engine()
-        return None if engine is None else FrameFlow(engine, self.rules, self.shadow(), self.metrics)
+    def __call__(self, camera_id: str | None = None) -> FrameFlow | None:
+        name = self.models.model_of(camera_id)
+        engine = self.models.engine(name)
+        if engine is None:
+            return None
+        shadow = self.shadow() if name == self.models.default else NoShadow()
+        return FrameFlow(engine, self.rules, shadow, self.metrics, name)

@@ -79,11 +79,11 @@ class EngineFeed:
     """One frame into the frame flow (detection, shadow, the camera's rules, metrics), as
     POST /detect would send it."""
 
-    def __init__(self, flow: Callable[[], FrameFlow | None], params: DetectParams) -> None:
-        self.flow, self.params = flow, params  # the flow per frame: None until the model is loaded
+    def __init__(self, flow: Callable[[str | None], FrameFlow | None], params: DetectParams) -> None:
+        self.flow, self.params = flow, params  # the flow of a camera per frame: None until its model is loaded
 
     async def __call__(self, frame: Frame) -> SinkResult:
-        flow = self.flow()
+        flow = self.flow(frame.camera_id)  # the camera's model (the site file's ``model:``)
         if flow is None:  # the model is still loading: wait a moment, like a gateway's 503
             return SinkResult.busy(1.0, "not_ready")
         admitted = flow.admit(frame.camera_id, frame.captured_at)  # InvalidTimestamp: dropped

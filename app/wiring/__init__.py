@@ -30,6 +30,16 @@ from app.wiring.http import (
     replica_id,
 )
 from app.wiring.ingest import build_flow, build_ingest, check_site, ingest_options
+from app.wiring.models import (
+    build_model_set,
+    check_models,
+    check_site_models,
+    default_settings,
+    follow_site_models,
+    load_catalog,
+    model_settings,
+    other_models,
+)
 from app.wiring.rules import RulesStack, build_rules, build_rules_stack, fleet_options, mqtt_options
 from app.wiring.runtime import (
     backend_options,
@@ -63,5 +73,6 @@ __all__ = [
     "engine_limits", "fleet_options", "ingest_options", "is_loopback", "key_source", "keyring", "load_detector",
     "mqtt_options", "precision_options", "provision_detector", "provision_served", "record_key_change",
     "reference_options", "register_shadow_metrics", "replica_id", "resolve_runtime", "shadow_options",
-    "shadow_weights", "site_resolutions",
+    "shadow_weights", "site_resolutions", "build_model_set", "check_models", "check_site_models", "default_settings",
+    "follow_site_models", "load_catalog", "model_settings", "other_models",
 ]

@@ -24,7 +24,9 @@ from app.core.slot import Slot
 from app.core.sourcemetrics import SourceCollector
 from app.core.sources import SourceBook
 from app.core.throttle import FailureThrottle, ThrottleOptions
+from app.flow.models import ModelRouter
 from app.inference.backends.auto import Choice
+from app.inference.modelset import ModelSet
 from app.wiring.runtime import detect_defaults
 
 
@@ -109,10 +111,13 @@ def build_sources(metrics: Metrics) -> SourceBook:
     return book
 
 
-def build_state(settings: Settings, metrics: Metrics, choice: Choice) -> AppState:
+def build_state(settings: Settings, metrics: Metrics, choice: Choice, models: ModelRouter | None = None) -> AppState:
     """The routes' view of the app: options, metrics, the gate (ConfigError: exposed without a
-    key, a bad keys file), the camera streams, and empty slots for what the lifespan brings."""
+    key, a bad keys file), the camera streams, the served models (``models``: the default's
+    engine slot is the state's ``engine``), and empty slots for what the lifespan brings."""
+    router = models or ModelRouter(ModelSet.single(settings.display_model_name, settings.weights))
     state = AppState(options=api_options(settings), metrics=metrics, gate=build_gate(settings, metrics),
-                     sources=build_sources(metrics), progress=StartupProgress("starting"))
+                     sources=build_sources(metrics), progress=StartupProgress("starting"), models=router,
+                     engine=router.models.get(router.default).slot)
     state.backend_choice.put(choice.describe())  # /health: BACKEND/PRECISION as set, served, why
     return state

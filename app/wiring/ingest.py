@@ -5,18 +5,23 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from app.config import Settings
 from app.core.metrics import Metrics
+from app.core.slot import Slot
 from app.core.sources import SourceBook
 from app.flow.frame import LiveFlow
+from app.flow.models import ModelRouter
 from app.inference.engine import InferenceEngine
+from app.inference.modelset import ModelSet, ServedModel
 from app.rules.port import Rules
 from app.wiring.rules import RulesStack
 from app.wiring.runtime import detect_defaults
 
 if TYPE_CHECKING:
+    from app.inference.catalog import Catalog
     from app.inference.shadow.lane import NoShadow, ShadowLane
     from app.ingest.embedded import EmbeddedIngest, IngestOptions, NoIngest
 
@@ -28,8 +33,9 @@ def ingest_options(settings: Settings) -> IngestOptions:
                          max_pixels=settings.ingest_max_pixels, max_readers=settings.ingest_max_readers)
 
 
-def check_site(settings: Settings) -> None:
-    """Before the server starts: the site file as the lifespan will read it, and (ingest
+def check_site(settings: Settings, catalog: Catalog | None = None) -> None:
+    """Before the server starts: the site file as the lifespan will read it, checked against the
+    models (``catalog``: the models file's, None for the one model of WEIGHTS), and (ingest
     embedded) every camera source's ${VAR} filled in and ffmpeg present. A ConfigError naming
     the field otherwise: `campusguard serve` exits 2 with it."""
     if settings.site_config is None:
@@ -37,33 +43,57 @@ def check_site(settings: Settings) -> None:
     from app.rules.site.writer import SiteFile
 
     config, _ = SiteFile(settings.site_config).load()
+    from app.wiring.models import build_model_set, check_site_models
+
+    # each camera's model is served and its rules' classes are that model's (docs/models.md)
+    check_site_models(config, settings.site_config, build_model_set(settings, catalog, Slot(None)))
     if settings.ingest == "embedded":
         from app.ingest.embedded import check_sources
 
         check_sources(config, settings.secrets_dir, settings.site_config, os.environ)
 
 
-def build_flow(rules: Rules, metrics: Metrics, engine: Callable[[], InferenceEngine | None],
+class _Reading(Slot[InferenceEngine | None]):
+    """A slot that reads a getter: one model whose engine a caller already reads from somewhere."""
+
+    def __init__(self, read: Callable[[], InferenceEngine | None]) -> None:
+        super().__init__(None)
+        self._read = read
+
+    def get(self) -> InferenceEngine | None:
+        return self._read()
+
+
+def model_router(models: ModelRouter | Callable[[], InferenceEngine | None]) -> ModelRouter:
+    """``models`` as a router: itself, or one model whose engine is ``models()`` (a tool or test
+    that feeds a single engine, as before several models)."""
+    if isinstance(models, ModelRouter):
+        return models
+    return ModelRouter(ModelSet([ServedModel("default", Path(), slot=_Reading(models))]))
+
+
+def build_flow(rules: Rules, metrics: Metrics, models: ModelRouter | Callable[[], InferenceEngine | None],
                shadow: Callable[[], ShadowLane | NoShadow] | None = None) -> LiveFlow:
     """The per-frame use case (app/flow/frame.py) for frames that arrive outside a request:
-    over the engine once its model is loaded and the shadow lane once its reference is. The
-    routes get theirs per request from their dependencies (app/api/deps.py, ``get_flow``)."""
+    over each camera's model's engine once it is loaded (``models``; or one engine's getter) and
+    the shadow lane once its reference is. The routes get theirs per request from their
+    dependencies (app/api/deps.py, ``get_flow``)."""
     from app.inference.shadow.lane import NoShadow
 
-    return LiveFlow(engine, rules, shadow or NoShadow, metrics)
+    return LiveFlow(model_router(models), rules, shadow or NoShadow, metrics)
 
 
 def build_ingest(settings: Settings, stack: RulesStack, metrics: Metrics, book: SourceBook,
-                 engine: Callable[[], InferenceEngine | None],
+                 models: ModelRouter | Callable[[], InferenceEngine | None],
                  shadow: Callable[[], ShadowLane | NoShadow] | None = None) -> EmbeddedIngest | NoIngest:
-    """The embedded ingest following the rules' site file, feeding ``engine()`` (the engine slot:
-    None while the model loads) and the rules; ``NoIngest`` with ``CAMPUSGUARD_INGEST=off`` or
+    """The embedded ingest following the rules' site file, feeding each camera's model's engine
+    (``models``: None while it loads) and the rules; ``NoIngest`` with ``CAMPUSGUARD_INGEST=off`` or
     without a site file. It joins the site file's followers, so a reload restarts its streams."""
     from app.ingest.embedded import EmbeddedIngest, EngineFeed, NoIngest
 
     if not stack.rules.enabled or settings.ingest == "off":
         return NoIngest()
-    feed = EngineFeed(build_flow(stack.rules, metrics, engine, shadow), detect_defaults(settings))
+    feed = EngineFeed(build_flow(stack.rules, metrics, models, shadow), detect_defaults(settings))
     ingest = EmbeddedIngest(ingest_options(settings), feed, book, settings.site_config or "", os.environ)
     stack.site_listeners.append(ingest)
     return ingest

@@ -7,6 +7,7 @@ import asyncio
 import datetime as dt
 import threading
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import cv2
@@ -19,6 +20,8 @@ from app.core.errors import InvalidImage, InvalidTimestamp, QueueFull, ServiceEr
 from app.core.metrics import Metrics
 from app.core.types import Detection
 from app.flow.frame import NO_CAMERA, Admitted, FrameFlow, LiveFlow
+from app.flow.models import ModelRouter
+from app.inference.modelset import ModelSet, ServedModel
 from app.inference.pipeline import DetectParams
 from app.inference.shadow.lane import NoShadow
 from app.rules.port import NoRules
@@ -204,13 +207,24 @@ def test_a_batch_with_one_503_among_answers_keeps_going(engine):
 
 def test_live_flow_waits_for_the_engine_and_follows_the_shadow_lane(engine):
     steps = Steps()
-    current: dict[str, Any] = {"engine": None, "shadow": NoShadow()}
-    live = LiveFlow(lambda: current["engine"], RecordingRules(steps), lambda: current["shadow"], Metrics())
-    assert live() is None  # the model is still loading
-    current["engine"] = engine
-    assert live().engine is engine and isinstance(live().shadow, NoShadow)
+    current: dict[str, Any] = {"shadow": NoShadow()}
+    models = ModelRouter(ModelSet([ServedModel("coco", Path("a.pt")), ServedModel("campus", Path("b.pt"))]),
+                         {"gate-1": "campus", "plaza": "coco"})
+    live = LiveFlow(models, RecordingRules(steps), lambda: current["shadow"], Metrics())
+    assert live() is None and live("plaza") is None  # the model is still loading
+    models.models.get("coco").slot.put(engine)
+    assert live().engine is engine and isinstance(live().shadow, NoShadow) and live("plaza").model == "coco"
+    assert live("gate-1") is None  # its camera's model, campus, is still loading
     current["shadow"] = RecordingShadow(steps)
     assert live().shadow is current["shadow"]  # the lane replaces NoShadow once its reference is loaded
+    other = make_engine(FakeDetector())
+    try:
+        models.models.get("campus").slot.put(other)
+        flow = live("gate-1")
+        assert flow.engine is other and flow.model == "campus"
+        assert isinstance(flow.shadow, NoShadow)  # the reference is the default model's: never offered another's
+    finally:
+        other.stop()
 
 
 def test_every_detection_route_sends_its_frames_through_the_flow_with_its_own_parameters():

@@ -21,6 +21,9 @@ import pytest
 from app.config import Settings
 from app.core.errors import ConfigError
 from app.core.metrics import Metrics
+from app.core.slot import Slot
+from app.flow.models import ModelRouter
+from app.inference.modelset import ModelSet
 from app.inference.pipeline import DetectParams, Pipeline
 from app.ingest.asyncsink import AsyncSink
 from app.ingest.embedded import EngineFeed
@@ -62,11 +65,11 @@ def test_a_frame_feeds_engine_and_rules_as_if_posted(tmp_path, loop):
     engine = None
     try:
         engine = build_engine(s, Pipeline(scene_detector(), 0, s.max_pixels), metrics)
-        current = {"engine": None}
-        sink = AsyncSink(loop, EngineFeed(build_flow(rules, metrics, lambda: current["engine"]), DetectParams()))
+        models = ModelRouter(ModelSet.single("default"))
+        sink = AsyncSink(loop, EngineFeed(build_flow(rules, metrics, models), DetectParams()))
         now = dt.datetime.now(dt.timezone.utc)
         assert sink(frame("plaza-cam", now)) == SinkResult.busy(1.0, "not_ready")  # still loading
-        current["engine"] = engine
+        models.models.get("default").slot.put(engine)
         engine.start()
         assert sink(frame("plaza-cam", now)) == SinkResult.busy(1.0, "not_ready")  # loaded, not warm yet
         engine.mark_ready()
@@ -222,7 +225,8 @@ def test_a_pulled_frame_is_offered_to_the_shadow_lane_full_size_per_camera(tmp_p
         engine.start()
         engine.mark_ready()
         lane.start()
-        sink = AsyncSink(loop, EngineFeed(build_flow(rules, metrics, lambda: engine, lambda: lane), DetectParams()))
+        models = ModelRouter(ModelSet.single("default", slot=Slot(engine)))
+        sink = AsyncSink(loop, EngineFeed(build_flow(rules, metrics, models, lambda: lane), DetectParams()))
         now = dt.datetime.now(dt.timezone.utc)
         big = np.full((720, 1280, 3), 90, np.uint8)
         for camera in ("plaza-cam", "plaza-cam", "plaza-cam", "gate-cam"):

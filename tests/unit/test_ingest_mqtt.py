@@ -15,6 +15,8 @@ import yaml
 from app.config import Settings
 from app.core.metrics import Metrics
 from app.core.sources import SourceBook
+from app.flow.models import ModelRouter
+from app.inference.modelset import ModelSet
 from app.wiring import build_ingest, build_rules_stack
 from tests.support.mqtt_broker import Subscriber
 
@@ -45,7 +47,7 @@ def test_stream_state_is_retained_and_announced(tmp_path, mosquitto):
     book = SourceBook(clock)
     stack = build_rules_stack(s, metrics, book)  # ${GATE_PW_UNSET} is not needed: this replica pulls nothing
     rules = stack.rules
-    assert not build_ingest(s, stack, metrics, book, lambda: None).enabled
+    assert not build_ingest(s, stack, metrics, book, ModelRouter(ModelSet.single("default"))).enabled
     sub = Subscriber(mosquitto.port, "#")
     rules.start()
     try:

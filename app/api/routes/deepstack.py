@@ -23,10 +23,11 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Request, Security
 
 from app.api.deps import FlowDep, GateDep, OptionsDep, api_key_header
-from app.api.images import MAX_FORM_FIELDS, read_upload, require_images
+from app.api.images import MAX_FORM_FIELDS, Parsed, read_upload, require_images
+from app.api.options import ApiOptions
 from app.api.schemas import DeepStackPrediction, DeepStackResponse
 from app.core.errors import InvalidParameter, shorten
-from app.flow.frame import NO_CAMERA
+from app.flow.frame import NO_CAMERA, FrameFlow
 from app.inference.pipeline import DetectParams
 
 router = APIRouter(tags=["deepstack"])
@@ -71,7 +72,7 @@ def parse_min_confidence(raw: str | None) -> float:
 
 
 @router.post("/v1/vision/detection", response_model=DeepStackResponse, openapi_extra=BODY,
-             responses={code: {"model": DeepStackResponse} for code in (400, 401, 403, 413, 429, 500, 503)},
+             responses={code: {"model": DeepStackResponse} for code in (400, 401, 403, 404, 413, 429, 500, 503)},
              summary="DeepStack-compatible object detection")
 async def deepstack_detection(request: Request, header: Annotated[str | None, Depends(header_key)],
                               gate: GateDep, flow: FlowDep, options: OptionsDep) -> DeepStackResponse:
@@ -81,6 +82,12 @@ async def deepstack_detection(request: Request, header: Annotated[str | None, De
     parsed = await read_upload(request, ("image",), MAX_FORM_FIELDS, options.max_body_bytes)
     if not header:
         gate.check(request, parsed.fields.get("api_key"), "detect")
+    return await answer(request, flow, parsed, options, started)
+
+
+async def answer(request: Request, flow: FrameFlow, parsed: Parsed, options: ApiOptions,
+                 started: float) -> DeepStackResponse:
+    """The detection reply of a DeepStack route, once the caller's key has been judged."""
     image = require_images(parsed, ("image",), 1).images[0]
     min_conf = parse_min_confidence(parsed.fields.get("min_confidence"))
     params = DetectParams(conf=min_conf, iou=options.defaults.iou, max_det=options.defaults.max_det)

@@ -11,7 +11,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import Response
 
-from app.api.deps import Detect, EngineDep, FlowDep, OptionsDep, PrincipalDep
+from app.api.deps import Detect, FlowDep, OptionsDep, PrincipalDep
 from app.api.images import parse_upload
 from app.api.options import ApiOptions
 from app.api.schemas import (
@@ -34,7 +34,7 @@ from app.rules.site.schema import IDENT as CAMERA_RE
 
 log = logging.getLogger("campusguard.api")
 router = APIRouter(tags=["detection"], dependencies=[Detect])
-ERRORS = error_responses(400, 401, 403, 413, 415, 422, 429, 500, 503, 504)
+ERRORS = error_responses(400, 401, 403, 404, 413, 415, 422, 429, 500, 503, 504)
 IMAGE_BODY = {
     "requestBody": {
         "required": True,
@@ -82,7 +82,7 @@ async def frame_of(
 FrameDep = Annotated[Frame, Depends(frame_of)]
 
 
-def resolve_classes(spec: str | None, names: dict[int, str]) -> frozenset[int] | None:
+def resolve_classes(spec: str | None, names: dict[int, str], model: str = "") -> frozenset[int] | None:
     """'person,car' or '0,2' (or a mix) -> class ids; unknown entries are a 422.
 
     Absent or empty means every class; a list with no entry (``,,,``) is a mistake, not
@@ -104,14 +104,15 @@ def resolve_classes(spec: str | None, names: dict[int, str]) -> frozenset[int] |
             unknown.append(shorten(token, 40))
     if unknown:
         listed = ", ".join(unknown[:10]) + (f" and {len(unknown) - 10} more" if len(unknown) > 10 else "")
-        raise InvalidParameter(f"unknown classes: {listed} (the model knows {len(names)} classes; "
-                               "see GET /health)", code="unknown_class")
+        which = f"model {model!r}" if model else "the model"
+        raise InvalidParameter(f"unknown classes: {listed} ({which} knows {len(names)} classes; "
+                               "see GET /models)", code="unknown_class")
     return frozenset(ids)
 
 
 async def detect_params(
     options: OptionsDep,
-    engine: EngineDep,
+    flow: FlowDep,
     conf: Annotated[float | None, Query(ge=0, le=1, description="Confidence threshold")] = None,
     iou: Annotated[float | None, Query(ge=0, le=1, description="NMS IoU threshold")] = None,
     max_det: Annotated[int | None, Query(ge=1, le=10000, description="Most detections per image")] = None,
@@ -123,7 +124,7 @@ async def detect_params(
         conf=options.defaults.conf if conf is None else conf,
         iou=options.defaults.iou if iou is None else iou,
         max_det=options.defaults.max_det if max_det is None else max_det,
-        classes=resolve_classes(classes, engine.pipeline.detector.names),
+        classes=resolve_classes(classes, flow.engine.pipeline.detector.names, flow.model),  # the chosen model's
     )
 
 

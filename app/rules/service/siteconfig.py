@@ -103,6 +103,11 @@ class SiteManager:
         log.info("site config %s reloaded: %d camera(s), %d unchanged (state kept), %d replaced or removed",
                  self.path, len(config.cameras), kept, len(retired))
 
+    def _check_followers(self, config: SiteConfig) -> None:
+        """A zone edit's config, before it is written, as a reload would check it (each follower)."""
+        for listener in self.listeners:
+            listener.check(config)
+
     def reload_or_log(self) -> bool:
         """``reload`` for signal handlers (SIGHUP): log the error list instead of raising."""
         try:
@@ -154,7 +159,7 @@ class SiteManager:
         reload: the next frame of that camera is evaluated with it, other cameras keep their
         state. Errors (app/rules/site/writer.py) leave the file and the running config unchanged."""
         with self._edit_lock:
-            self.site.put_zone(camera_id, zone_name, zone, if_match)
+            self.site.put_zone(camera_id, zone_name, zone, if_match, check=self._check_followers)
             self.reload("zone_edit")
             out: dict[str, Any] = {"version": self.version, "loaded_at": self.loaded_at}
             if zone is not None:

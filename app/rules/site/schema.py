@@ -19,6 +19,7 @@ from app.rules.site.source import SourceSpec
 from app.rules.site.viewchecks import ViewCheckOptions
 
 IDENT = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$"
+MODEL_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"  # as the models file's names (app/inference/catalog.py)
 WEEKDAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 VEHICLES = ("car", "truck", "bus", "motorcycle")
 # The longest duration a rule or camera setting accepts: a year and a day. Longer is a typo, and
@@ -252,6 +253,9 @@ class Camera(_Strict):
                                           description="Silence before camera_offline; default: the site's")
     source: SourceSpec | None = Field(None, description="The camera's stream, pulled by the service or a gateway "
                                       "(docs/cameras.md); none: frames are POSTed to /detect")
+    model: str | None = Field(None, pattern=MODEL_NAME, description=(
+        "The model that detects for this camera (a name of CAMPUSGUARD_MODELS_FILE, docs/models.md); default: the "
+        "first; its rules' classes must be that model's"))
 
     view_checks: ViewCheckOptions = Field(default_factory=ViewCheckOptions, description=(
         "Camera view checks (covered, blinded, moved, defocused, frozen): on by default; docs/rules.md"))

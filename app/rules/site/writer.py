@@ -23,7 +23,7 @@ import os
 import stat
 import tempfile
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -89,12 +89,14 @@ class SiteFile:
         return os.access(target, os.W_OK) and os.access(target.parent, os.W_OK)
 
     def put_zone(self, camera_id: str, zone_name: str, zone: dict[str, Any] | None,
-                 if_match: str | None = None) -> str:
+                 if_match: str | None = None, check: Callable[[SiteConfig], None] | None = None) -> str:
         """Create, replace (``zone["name"]`` may rename it) or, with ``zone=None``, delete one
         zone of one camera; the rest of the file is untouched. Returns the new version.
 
         Raises NotFound (``unknown_camera`` / ``unknown_zone``), SiteChanged (412),
-        SiteReadOnly (409) or InvalidZone (422); on any of them nothing is written."""
+        SiteReadOnly (409) or InvalidZone (422); on any of them nothing is written. ``check``
+        sees the config as it would read back (the site's followers: a rule's class its camera's
+        model lacks) and refuses it with a SiteConfigError, before anything is written."""
         if zone is not None and too_deep(zone):
             raise InvalidZone(self.path, [Issue(None, f"the zone nests deeper than {MAX_DEPTH} levels")], None)
         if zone is not None and (issues := value_issues(zone)):  # NUL, lone surrogates, Infinity: never written
@@ -140,6 +142,11 @@ class SiteFile:
             y.dump(doc, out)
             new = out.getvalue().encode("utf-8")
             self._validate(new, ci, zones, zi, zone)
+            if check is not None:
+                try:
+                    check(parse_site_file(new, self.path)[1])
+                except SiteConfigError as exc:  # the zone edit's shape (422, detail: field and message)
+                    raise InvalidZone(self.path, exc.issues, None) from None
             self._write(data, new)
             return version_of(new)
 

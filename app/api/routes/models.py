@@ -1,0 +1,87 @@
+"""GET /models: every model this service serves, what it detects and how it is doing (issue 41).
+
+What is cheap to know, read per request from the model set and each engine (no inference, no
+device call beyond the memory counters /health already reads); docs/models.md says what each
+field means.
+"""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+from pydantic import BaseModel, Field
+
+from app.api.deps import ModelsDep, Read
+from app.api.schemas import error_responses
+from app.flow.models import ModelRouter
+from app.inference.modelset import ServedModel
+
+router = APIRouter(tags=["models"], dependencies=[Read], responses=error_responses(401, 403, 429))
+
+
+class DeviceMemory(BaseModel):
+    used_bytes: int = Field(description="In use on the model's device (GPU: live tensors; CPU: this process's "
+                                        "resident memory): shared by every model on that device")
+    reserved_bytes: int = Field(description="Held by the allocator's cache (GPU), else as used")
+    total_bytes: int | None = Field(None, description="The device's memory, where known")
+
+
+class ModelOut(BaseModel):
+    name: str
+    default: bool = Field(description="The model of cameras that name none and of requests without ?model=")
+    state: str = Field(description="loading (no engine yet), ready, or unavailable (warming up, draining, "
+                                   "a worker restarting, the watchdog tripped)")
+    weights: str = Field(description="The weights' file name in the models folder")
+    weights_bytes: int | None = Field(None, description="Size of the weights file")
+    classes: list[str] | None = Field(None, description="What it detects, by class id; null until known "
+                                                        "(no models file: once the model is loaded)")
+    requested_backend: str = Field(description="As the models file or CAMPUSGUARD_BACKEND says (auto too)")
+    requested_precision: str
+    backend: str | None = Field(None, description="The runtime serving it (null while loading)")
+    provider: str | None = None
+    precision: str | None = Field(None, description="What it computes in (after the precision gate)")
+    device: str | None = None
+    shapes: list[str] | None = Field(None, description="Its fixed input shapes, HxW")
+    cameras: list[str] = Field(description="The site file's cameras that use it")
+    queue_depth: int | None = Field(None, description="Frames waiting in its own queue now")
+    images_per_s: float | None = Field(None, description="Its engine's measured rate: images per second over "
+                                                         "its last batches (null before the first)")
+    inferences: int | None = Field(None, description="Batches run since start")
+    images: int | None = Field(None, description="Images detected since start")
+    memory: DeviceMemory | None = None
+
+
+class ModelsResponse(BaseModel):
+    default: str
+    models: list[ModelOut]
+
+
+def describe(model: ServedModel, models: ModelRouter) -> ModelOut:
+    classes = model.class_names()
+    try:
+        size: int | None = model.weights.stat().st_size
+    except OSError:
+        size = None
+    out = ModelOut(name=model.name, default=model.name == models.default, state=model.state,
+                   weights=model.weights.name, weights_bytes=size,
+                   classes=[classes[k] for k in sorted(classes)] if classes is not None else None,
+                   requested_backend=model.backend, requested_precision=model.precision,
+                   cameras=models.cameras_of(model.name))
+    engine = model.engine
+    if engine is None:
+        return out
+    detector = engine.pipeline.detector
+    memory = detector.memory()
+    rate = engine.rate.images_per_s
+    return out.model_copy(update=dict(
+        backend=detector.backend, provider=detector.provider, precision=detector.precision,
+        device=detector.device_info().device, shapes=[f"{h}x{w}" for h, w in engine.pipeline.shapes],
+        queue_depth=engine.queue.qsize(), images_per_s=round(rate, 3) if rate is not None else None,
+        inferences=engine.pipeline.counters.inferences, images=engine.pipeline.counters.images,
+        memory=DeviceMemory(used_bytes=memory.used, reserved_bytes=memory.reserved, total_bytes=memory.total)))
+
+
+@router.get("/models", response_model=ModelsResponse, summary="The models this service serves")
+async def list_models(models: ModelsDep) -> ModelsResponse:
+    """Every served model in the models file's order (the default first): its state, classes,
+    runtime, the cameras using it, its queue, rate and device memory (docs/models.md)."""
+    return ModelsResponse(default=models.default, models=[describe(m, models) for m in models.models.all()])

@@ -1,0 +1,57 @@
+"""``ModelRouter``: which model a frame goes to (issue 41, docs/models.md).
+
+A camera of the site file names its model (``model:``; default: the first model); a request
+may name one (``?model=``, ``/v1/vision/custom/{model}``). The router answers both: the
+camera's model, the one asked for, or the default, and refuses a request that asks for
+another model than its camera's (422 ``model_mismatch`` naming both: the camera's rules are
+written against its model's classes) or for a model this service does not serve (404
+``unknown_model``). The camera map follows the site file (the composition root hands it
+every applied config, app/wiring/models.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from app.core.errors import shorten
+from app.inference.engine import InferenceEngine
+from app.inference.modelset import ModelMismatch, ModelSet
+
+
+class ModelRouter:
+    """The served models and the camera -> model map of the site file in force."""
+
+    def __init__(self, models: ModelSet, cameras: Mapping[str, str] | None = None) -> None:
+        self.models = models
+        self._cameras: dict[str, str] = dict(cameras or {})
+
+    @property
+    def default(self) -> str:
+        return self.models.default
+
+    def assign(self, cameras: Mapping[str, str]) -> None:
+        """The site file's cameras and their models (replaced whole: readers see one map or the other)."""
+        self._cameras = dict(cameras)
+
+    def model_of(self, camera_id: str | None) -> str:
+        """The camera's model; the default for no camera or one the site file does not list."""
+        return self._cameras.get(camera_id, self.models.default) if camera_id is not None else self.models.default
+
+    def cameras_of(self, name: str) -> list[str]:
+        """The site file's cameras that use ``name``, sorted."""
+        return sorted(camera for camera, model in self._cameras.items() if model == name)
+
+    def choose(self, requested: str | None, camera_id: str | None) -> str:
+        """The model of a request: ``requested`` (UnknownModel, 404, if not served), which must be its
+        camera's when the camera is in the site file (ModelMismatch, 422), else the camera's model."""
+        if requested is None or requested == "":
+            return self.model_of(camera_id)
+        self.models.get(requested)  # UnknownModel
+        own = self._cameras.get(camera_id) if camera_id is not None else None
+        if own is not None and own != requested:
+            raise ModelMismatch(f"camera {shorten(camera_id)} uses model {own!r}, not {shorten(requested)}: its rules "
+                                f"are written for {own!r}'s classes (leave model out, or send ?model={own})")
+        return requested
+
+    def engine(self, name: str) -> InferenceEngine | None:
+        return self.models.engine(name)
