@@ -29,7 +29,7 @@ from app.core.keys import KeySource
 from app.core.metrics import Metrics
 from app.core.roles import ANONYMOUS, DEFAULT_ROLE, PERMISSIONS, Keyring, Principal, check_permission, key_id
 from app.core.slot import Slot
-from app.core.throttle import FailureThrottle
+from app.core.throttle import FailureThrottle, Throttle
 
 log = logging.getLogger("campusguard.auth")
 OPEN = Principal(ANONYMOUS, DEFAULT_ROLE)
@@ -52,7 +52,7 @@ def principal_of(request: Request) -> Principal:
 class Gate:
     keys: KeySource
     metrics: Metrics
-    throttle: FailureThrottle = field(default_factory=FailureThrottle)
+    throttle: Throttle = field(default_factory=FailureThrottle)  # shared by every front end of the node
     mode: str = "on"  # what /health and /auth/me report (AUTH_MODES)
     # the trail in the event store, once the lifespan opened it (NoAudit before, and without one)
     audit: Slot[AuditTrail] = field(default_factory=lambda: Slot[AuditTrail](NoAudit()))

@@ -15,6 +15,7 @@ import time
 from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,6 +24,22 @@ class ThrottleOptions:
     window_s: float = 60.0
     block_s: float = 300.0  # 0: count, never refuse
     max_addresses: int = 10_000
+
+
+class Throttle(Protocol):
+    """What the gate asks of the failed-key table: all the state it keeps lives behind these calls.
+
+    Several front-end processes behind one port (the GPU node, issue 40) must share one table,
+    or an attacker spreads guesses over the processes: they share it by being handed one object
+    that implements this (one in-process ``FailureThrottle`` for threads; a shared one, e.g. in
+    shared memory or the event store, for processes), never by each keeping its own."""
+
+    @property
+    def options(self) -> ThrottleOptions: ...
+
+    def blocked_for(self, address: str) -> float: ...
+
+    def failed(self, address: str) -> float: ...
 
 
 @dataclass(slots=True)

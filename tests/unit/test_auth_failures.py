@@ -36,6 +36,20 @@ def client(app, address: str) -> TestClient:
     return TestClient(app, client=(address, 40000), raise_server_exceptions=False)
 
 
+def test_front_ends_that_share_one_throttle_count_one_address_together():
+    """Two apps stand for two front-end processes of one node (issue 42: shareable, for issue 40):
+    handed one throttle, guesses spread over both still block the address on both."""
+    with inprocess_app(settings()) as first, inprocess_app(settings()) as second:
+        shared = state_of(first.app).gate.throttle
+        state_of(second.app).gate.throttle = shared  # what the composition root of a multi-process node does
+        a, b = client(first.app, "10.1.1.9"), client(second.app, "10.1.1.9")
+        codes = [(a if i % 2 else b).get("/health", headers={"x-api-key": f"{WRONG}{i}"}).status_code
+                 for i in range(10)]
+        assert codes == [403] * 10
+        assert a.get("/health", headers={"x-api-key": ADMIN}).status_code == 429
+        assert b.get("/health", headers={"x-api-key": ADMIN}).status_code == 429
+
+
 def test_twenty_wrong_keys_block_that_address_only(caplog):
     caplog.set_level(logging.INFO)
     with inprocess_app(settings()) as ip:
