@@ -63,6 +63,7 @@ def broken_recipe(monkeypatch):
     monkeypatch.setattr(openvino_ir, "INT8_RECIPE", BROKEN)
 
 
+@pytest.mark.slow  # two int8 recipes built and scored on the labelled set: 25-40 s
 def test_the_labelled_gate_separates_the_recipes(weights, openvino_cache, labelled, monkeypatch):
     """Same images, same calibration: without the ignored scope the int8 model fails the default
     0.01, and loses at least one gate width (0.01) more than the good recipe."""

@@ -126,6 +126,7 @@ def broken(shadowed, frames) -> list[dict[str, float]]:
     return scrapes
 
 
+@pytest.mark.slow  # real frames through the primary and the fp32 reference: 25-40 s
 def test_a_primary_that_lost_a_class_drives_agreement_down(shadowed, broken):
     env, _ = shadowed
     cameras = env.client.get("/status").json()["shadow"]["cameras"]
