@@ -19,3 +19,14 @@ def write_onnx_names(path: Path, names: dict[int, str]) -> Path:
     model.metadata_props.add(key="names", value=repr(names))
     onnx.save(model, str(path))
     return path
+
+
+def renamed_copy(weights: Path, target: Path, renamed: dict[int, str]) -> Path:
+    """An Ultralytics checkpoint with some class names changed in its metadata, its weights
+    untouched (a custom model as the models folder sees it)."""
+    import torch
+
+    checkpoint = torch.load(weights, map_location="cpu", weights_only=False)
+    checkpoint["model"].names = {**dict(checkpoint["model"].names), **renamed}
+    torch.save(checkpoint, target)
+    return target
