@@ -174,6 +174,7 @@ def create_app(settings: Settings | None = None, choice: Choice | None = None,
     router = ModelRouter(wiring.build_model_set(configured, catalog, Slot[InferenceEngine | None](None)))
     state = wiring.build_state(settings, metrics, choice, router)  # ConfigError: exposed without a key...
     gate, sources = state.gate, state.sources
+    wiring.install_model_switch(state, configured, catalog, metrics)  # the admin routes' load / swap / unload
     wiring.register_shadow_metrics(metrics, state.shadow.get)
 
     @asynccontextmanager

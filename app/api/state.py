@@ -22,6 +22,7 @@ from app.core.progress import StartupProgress
 from app.core.slot import Slot
 from app.core.sources import SourceBook
 from app.flow.models import ModelRouter
+from app.flow.modelswap import ModelSwitch, NoModelLoader
 from app.inference.engine import InferenceEngine
 from app.inference.modelset import ModelSet
 from app.inference.precision.provision import Provisioned
@@ -44,6 +45,13 @@ class AppState:
     provisioned: Slot[Provisioned | None] = field(default_factory=lambda: Slot[Provisioned | None](None))
     backend_choice: Slot[dict[str, str] | None] = field(default_factory=lambda: Slot[dict[str, str] | None](None))
     started_at: float = field(default_factory=time.time)
+    # runtime load / swap / unload of ``models`` (app/flow/modelswap.py); the composition root puts
+    # one with its loader (app/wiring/model_admin.py), else every change is refused (503)
+    switch: Slot[ModelSwitch] = field(default=None)  # type: ignore[arg-type]
+
+    def __post_init__(self) -> None:
+        if self.switch is None:
+            object.__setattr__(self, "switch", Slot(ModelSwitch(self.models, NoModelLoader())))
 
 
 def install(app: FastAPI, state: AppState) -> AppState:

@@ -32,6 +32,9 @@ ACTIONS: dict[str, str] = {
     "camera.reset": "a camera's rule state reset",
     "camera.view_accept": "a camera's current view accepted as its view-check reference (operator)",
     "event.review": "an event acknowledged, marked false positive or annotated",
+    "model.load": "a model loaded at runtime (POST /admin/models); refused ones too, with their error code",
+    "model.swap": "the weights behind a model's name replaced at runtime (PUT /admin/models/{name})",
+    "model.unload": "a model unloaded at runtime (DELETE /admin/models/{name})",
     "keys.reload": "the keys file reloaded (changed on disk, or SIGHUP)",
     "auth.refused": "an admin route refused: a wrong key, or a role without the admin permission (repeats of one "
                     "key and route within 5 minutes are one record with their count)",

@@ -124,3 +124,19 @@ class ModelSet:
             entries[model.name] = model
             self._entries = entries
         return old
+
+    def add(self, model: ServedModel) -> None:
+        """A new name, served last (a runtime load); ValueError if the name is served already."""
+        with self._lock:
+            if model.name in self._entries:
+                raise ValueError(f"model {model.name!r} is served already")
+            self._entries = {**self._entries, model.name: model}
+
+    def remove(self, name: str) -> ServedModel:
+        """Stop serving ``name`` (a runtime unload; never the default): its entry back."""
+        with self._lock:
+            old = self.get(name)
+            if name == self.default:
+                raise ValueError(f"model {name!r} is the default: it cannot be removed")
+            self._entries = {key: value for key, value in self._entries.items() if key != name}
+        return old

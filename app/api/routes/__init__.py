@@ -23,6 +23,7 @@ from app.api.routes import (
     edge,
     health,
     metrics,
+    model_admin,
     models,
     shadow,
     status,
@@ -31,7 +32,8 @@ from app.api.routes import (
 
 def include_routes(app: FastAPI, *, rules: bool) -> None:
     """Every router of the service; the rules' own (events, cameras, site, admin...) with ``rules``."""
-    for module in (detect, deepstack, deepstack_custom, health, models, auth, edge, audit, status, shadow, metrics):
+    for module in (detect, deepstack, deepstack_custom, health, models, model_admin, auth, edge, audit, status, shadow,
+                   metrics):
         app.include_router(module.router)
     if rules:
         from app.api.routes import admin, camera_summary, cameras, events, frames, site, sources

@@ -7,12 +7,17 @@ field means.
 
 from __future__ import annotations
 
+import hashlib
+from functools import lru_cache
+from pathlib import Path
+
 from fastapi import APIRouter
 from pydantic import BaseModel, Field
 
-from app.api.deps import ModelsDep, Read
+from app.api.deps import ModelsDep, Read, StateDep
 from app.api.schemas import error_responses
 from app.flow.models import ModelRouter
+from app.flow.modelswap import ModelSwitch
 from app.inference.modelset import ServedModel
 
 router = APIRouter(tags=["models"], dependencies=[Read], responses=error_responses(401, 403, 429))
@@ -32,6 +37,12 @@ class ModelOut(BaseModel):
                                    "a worker restarting, the watchdog tripped)")
     weights: str = Field(description="The weights' file name in the models folder")
     weights_bytes: int | None = Field(None, description="Size of the weights file")
+    weights_sha256: str | None = Field(None, description="The first 12 hex digits of the weights file's SHA-256: "
+                                                         "which weights serve (a swap changes it)")
+    weights_mtime: float | None = Field(None, description="The weights file's modification time (Unix seconds)")
+    change: str | None = Field(None, description="A runtime change under way: loading (new weights load beside "
+                                                 "the serving ones), draining (the old engine finishes its "
+                                                 "requests before it is freed); null when none")
     classes: list[str] | None = Field(None, description="What it detects, by class id; null until known "
                                                         "(no models file: once the model is loaded)")
     requested_backend: str = Field(description="As the models file or CAMPUSGUARD_BACKEND says (auto too)")
@@ -55,14 +66,26 @@ class ModelsResponse(BaseModel):
     models: list[ModelOut]
 
 
-def describe(model: ServedModel, models: ModelRouter) -> ModelOut:
+@lru_cache(maxsize=64)
+def digest(path: Path, size: int, mtime_ns: int) -> str:
+    """The weights' SHA-256 prefix, read once per file version (size and mtime are the key)."""
+    sha = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            sha.update(block)
+    return sha.hexdigest()[:12]
+
+
+def describe(model: ServedModel, models: ModelRouter, switch: ModelSwitch | None = None) -> ModelOut:
     classes = model.class_names()
     try:
-        size: int | None = model.weights.stat().st_size
+        stat = model.weights.stat()
+        size, mtime, sha = stat.st_size, stat.st_mtime, digest(model.weights, stat.st_size, stat.st_mtime_ns)
     except OSError:
-        size = None
+        size, mtime, sha = None, None, None
     out = ModelOut(name=model.name, default=model.name == models.default, state=model.state,
-                   weights=model.weights.name, weights_bytes=size,
+                   weights=model.weights.name, weights_bytes=size, weights_sha256=sha, weights_mtime=mtime,
+                   change=switch.phase(model.name) if switch is not None else None,
                    classes=[classes[k] for k in sorted(classes)] if classes is not None else None,
                    requested_backend=model.backend, requested_precision=model.precision,
                    cameras=models.cameras_of(model.name))
@@ -81,7 +104,8 @@ def describe(model: ServedModel, models: ModelRouter) -> ModelOut:
 
 
 @router.get("/models", response_model=ModelsResponse, summary="The models this service serves")
-async def list_models(models: ModelsDep) -> ModelsResponse:
+async def list_models(models: ModelsDep, state: StateDep) -> ModelsResponse:
     """Every served model in the models file's order (the default first): its state, classes,
     runtime, the cameras using it, its queue, rate and device memory (docs/models.md)."""
-    return ModelsResponse(default=models.default, models=[describe(m, models) for m in models.models.all()])
+    switch = state.switch.get()
+    return ModelsResponse(default=models.default, models=[describe(m, models, switch) for m in models.models.all()])
