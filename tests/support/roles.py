@@ -38,11 +38,13 @@ ROUTES: dict[tuple[str, str], str] = {
     ("GET", "/shadow/worst/{frame_id}.jpg"): "admin",
     ("GET", "/models"): "read", ("POST", "/v1/vision/custom/list"): "detect",
     ("POST", "/v1/vision/custom/{model}"): "detect",
+    ("POST", "/admin/models"): "admin", ("PUT", "/admin/models/{name}"): "admin",
+    ("DELETE", "/admin/models/{name}"): "admin",
 }
 
 
 def call(client, method: str, path: str, key: str | None):
-    url = path.replace("{event_id}", "nope").replace("{camera_id}", "nope").replace("{zone_name}", "nope")
+    url = path.replace("{event_id}", "nope").replace("{camera_id}", "nope").replace("{zone_name}", "nope").replace("{name}", "nope")
     headers = {"x-api-key": key} if key is not None else {}
     if method == "POST" and ("detect" in path or path.startswith("/v1/vision/")):
         return client.post(url, files={"image": ("f.png", png(), "image/png")}, headers=headers)
