@@ -75,7 +75,7 @@ def open_page(browser):
         if key is not None:
             context.add_init_script(f"sessionStorage.setItem('campusguard.apiKey', {key!r});")
         page = context.new_page()
-        page.set_default_timeout(20_000)
+        page.set_default_timeout(45_000)  # four workers on two cores: a page can wait 20 s behind a torch start
         console = Console()
         page.on("console", console.on_console)
         page.on("pageerror", console.on_pageerror)
