@@ -21,6 +21,7 @@ import pytest
 from app.config import Settings
 from app.core.errors import ConfigError
 from app.inference.catalog import load_models
+from tests.support.models import renamed_copy
 
 CUSTOM = {0: "student", 2: "vehicle"}  # renamed classes of the custom copy (the other 78 keep COCO's names)
 SITE = """
@@ -39,23 +40,11 @@ cameras:
 """
 
 
-def custom_copy(weights: Path, target: Path) -> None:
-    """The checkpoint with some class names changed in its metadata (what the model says it
-    detects), its weights untouched: how a custom model trained on campus classes looks."""
-    import torch
-
-    checkpoint = torch.load(weights, map_location="cpu", weights_only=False)
-    names = dict(checkpoint["model"].names)
-    names.update(CUSTOM)
-    checkpoint["model"].names = names
-    torch.save(checkpoint, target)
-
-
 @pytest.fixture(scope="module")
 def models_dir(tmp_path_factory: pytest.TempPathFactory, weights: Path) -> Path:
     folder = tmp_path_factory.mktemp("models")
     (folder / "yolov8n.pt").write_bytes(weights.read_bytes())
-    custom_copy(weights, folder / "campus.pt")
+    renamed_copy(weights, folder / "campus.pt", CUSTOM)  # its own classes, as a campus model declares them
     (folder / "models.yaml").write_text("models:\n  - {name: coco, weights: yolov8n.pt}\n"
                                         "  - {name: campus, weights: campus.pt, backend: torch}\n")
     return folder
