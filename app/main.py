@@ -175,6 +175,7 @@ def create_app(settings: Settings | None = None, choice: Choice | None = None,
     state = wiring.build_state(settings, metrics, choice, router)  # ConfigError: exposed without a key...
     gate, sources = state.gate, state.sources
     wiring.install_model_switch(state, configured, catalog, metrics)  # the admin routes' load / swap / unload
+    wiring.install_rollouts(state, configured, metrics)  # rollouts behind the shadow reference, over that switch
     wiring.register_shadow_metrics(metrics, state.shadow.get)
 
     @asynccontextmanager
@@ -197,7 +198,9 @@ def create_app(settings: Settings | None = None, choice: Choice | None = None,
         loader = threading.Thread(target=load_engine, args=(state, settings, choice, metrics, others),
                                   name="campusguard-load", daemon=True)
         loader.start()
+        state.rollouts.get().start_ticking()
         yield
+        state.rollouts.get().stop()
         await asyncio.to_thread(ingest.stop)  # every ffmpeg gone; its frames in flight finish on this loop
         sources.stop()
         for engine in state.models.models.engines():  # every model's, the default's too

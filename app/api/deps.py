@@ -174,18 +174,22 @@ ModelQuery = Annotated[str | None, Query(max_length=64, description=(
 
 
 async def flow_for(name: str, models: ModelRouter, engine: InferenceEngine | None, rules: FrameRules,
-                   shadow: ShadowLane | NoShadow, metrics: Metrics, phase: str) -> FrameFlow:
-    """The flow of model ``name``: its engine if it can take work now (503 while it loads or is full,
-    before the body is read). ``engine`` is the default model's (``get_engine``, which tests swap);
-    the shadow lane compares the default model only (its reference is that model's)."""
+                   shadow: ShadowLane | NoShadow, metrics: Metrics, phase: str,
+                   camera_id: str | None = None) -> FrameFlow:
+    """The flow of model ``name``: its engine (a canary camera's: the rollout's candidate,
+    app/flow/models.py ``serving``) if it can take work now (503 while it loads or is full, before
+    the body is read). ``engine`` is the default model's (``get_engine``, which tests swap); the
+    shadow lane compares the default model only (its reference is that model's)."""
     if name != models.default:
         engine, shadow = models.engine(name), NoShadow()
-        if engine is None:
-            metrics.rejected.labels("not_ready").inc()
-            raise NotReady(f"model {name!r} is not ready yet (GET /models says what each model is doing)")
-        engine.check_capacity()
-        return FrameFlow(engine, rules, shadow, metrics, name)
-    return FrameFlow(await ready_engine(engine, metrics, phase), rules, shadow, metrics, name)
+    engine, tap = models.serving(name, camera_id, engine)
+    if engine is None:
+        metrics.rejected.labels("not_ready").inc()
+        raise NotReady(f"the model is not ready yet ({phase}; GET /health says what it is doing)"
+                       if name == models.default else
+                       f"model {name!r} is not ready yet (GET /models says what each model is doing)")
+    engine.check_capacity()
+    return FrameFlow(engine, rules, shadow, metrics, name, tap)
 
 
 async def get_flow(request: Request, models: ModelsDep, engine: MaybeEngineDep, rules: FrameRulesDep,
@@ -194,8 +198,9 @@ async def get_flow(request: Request, models: ModelsDep, engine: MaybeEngineDep, 
     (``?model=``) or its camera's (``camera_id``; 404 unknown_model, 422 model_mismatch), that
     model's ready engine (503 before the body is read while loading or full), the rules
     (``NoRules`` without a site file), the shadow lane (``NoShadow`` while off)."""
-    name = models.choose(model, request.query_params.get("camera_id"))
-    return await flow_for(name, models, engine, rules, shadow, metrics, phase)
+    camera_id = request.query_params.get("camera_id")
+    name = models.choose(model, camera_id)
+    return await flow_for(name, models, engine, rules, shadow, metrics, phase, camera_id)
 
 
 FlowDep = Annotated[FrameFlow, Depends(get_flow)]

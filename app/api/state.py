@@ -23,6 +23,7 @@ from app.core.slot import Slot
 from app.core.sources import SourceBook
 from app.flow.models import ModelRouter
 from app.flow.modelswap import ModelSwitch, NoModelLoader
+from app.flow.rollout import RolloutController
 from app.inference.engine import InferenceEngine
 from app.inference.modelset import ModelSet
 from app.inference.precision.provision import Provisioned
@@ -48,10 +49,15 @@ class AppState:
     # runtime load / swap / unload of ``models`` (app/flow/modelswap.py); the composition root puts
     # one with its loader (app/wiring/model_admin.py), else every change is refused (503)
     switch: Slot[ModelSwitch] = field(default=None)  # type: ignore[arg-type]
+    # rollouts behind the shadow reference over ``switch`` (app/flow/rollout.py; app/wiring/rollout.py)
+    rollouts: Slot[RolloutController] = field(default=None)  # type: ignore[arg-type]
 
     def __post_init__(self) -> None:
         if self.switch is None:
             object.__setattr__(self, "switch", Slot(ModelSwitch(self.models, NoModelLoader())))
+        if self.rollouts is None:
+            object.__setattr__(self, "rollouts", Slot(RolloutController(self.models, self.switch.get(),
+                                                                        self.metrics)))
 
 
 def install(app: FastAPI, state: AppState) -> AppState:

@@ -103,6 +103,8 @@ class Settings(BaseSettings):
     shadow_window_s: float = Field(900.0, gt=0, le=86_400, description="Rolling window of the agreement figures")
     shadow_alert_below: float | None = Field(None, gt=0, le=1, description=(
         "Agreement the alert fires below; unset = 0.95, or 0.85 when the served model is int8"))
+    rollout_max_fps: float = Field(10.0, gt=0, le=1000, description=(
+        "Frames a second a rollout takes from the request path to run on the other model (docs/models.md)"))
 
     # --- detection defaults ------------------------------------------------------------
     conf: float = Field(0.25, ge=0.0, le=1.0)

@@ -35,6 +35,14 @@ ACTIONS: dict[str, str] = {
     "model.load": "a model loaded at runtime (POST /admin/models); refused ones too, with their error code",
     "model.swap": "the weights behind a model's name replaced at runtime (PUT /admin/models/{name})",
     "model.unload": "a model unloaded at runtime (DELETE /admin/models/{name})",
+    "model.rollout.start": "a rollout started (POST /admin/models/{name}/rollout): the candidate loaded beside the "
+                           "serving weights, in its shadow phase; refused ones too",
+    "model.rollout.canary": "a rollout's candidate began serving its canary cameras (actor system:rollout)",
+    "model.rollout.promote": "a rollout's candidate promoted: it serves the name (system:rollout when its canary "
+                             "held, else the caller of POST .../rollout/promote)",
+    "model.rollout.rollback": "a rollout rolled back automatically: agreement, errors or latency out of bounds "
+                              "(system:rollout, with the figures)",
+    "model.rollout.abort": "a rollout aborted by hand (DELETE /admin/models/{name}/rollout): rolled back now",
     "keys.reload": "the keys file reloaded (changed on disk, or SIGHUP)",
     "auth.refused": "an admin route refused: a wrong key, or a role without the admin permission (repeats of one "
                     "key and route within 5 minutes are one record with their count)",

@@ -40,6 +40,7 @@ from app.core.errors import ServiceError
 from app.core.metrics import Metrics
 from app.core.types import Detection
 from app.flow.models import ModelRouter
+from app.flow.tap import NO_TAP, Tap
 from app.inference.engine import DetectResult, InferenceEngine
 from app.inference.pipeline import DetectParams, Keep
 from app.inference.shadow.lane import NoShadow
@@ -92,6 +93,7 @@ class FrameFlow:
     shadow: Shadow
     metrics: Metrics
     model: str = ""  # the served model's name (ModelRouter); the engine is that model's
+    tap: Tap = NO_TAP  # a rollout of the model (app/flow/rollout.py) sees what this engine answers
 
     # --- phase 1: before the body is read ----------------------------------------------------
     def admit(self, camera_id: str | None, timestamp: dt.datetime | None) -> Admitted:
@@ -106,7 +108,11 @@ class FrameFlow:
     async def run(self, frame: Admitted, image: Image, params: DetectParams, keep: Keep) -> Outcome:
         """Detect, then offer, evaluate and count (the engine's ServiceErrors propagate:
         QueueFull, NotReady, InvalidImage...)."""
-        result = await self.engine.detect(image, params, keep_image=keep)
+        try:
+            result = await self.engine.detect(image, params, keep_image=keep)
+        except BaseException as exc:
+            self.tap.failed(frame.camera_id, exc)
+            raise
         return await self._answered(frame, image, params, result)
 
     async def run_batch(self, frame: Admitted, images: Sequence[Image], params: DetectParams,
@@ -120,12 +126,15 @@ class FrameFlow:
             raise unavailable[0]  # the service, not the images, failed: let the client retry
         outcomes: list[Outcome | BaseException] = []
         for image, result in zip(images, results, strict=True):
+            if isinstance(result, BaseException):
+                self.tap.failed(frame.camera_id, result)
             outcomes.append(result if isinstance(result, BaseException)
                             else await self._answered(frame, image, params, result))
         return outcomes
 
     async def _answered(self, frame: Admitted, image: Image, params: DetectParams, result: DetectResult) -> Outcome:
         self.shadow.offer(frame.camera_id, image, params, result.detections)  # after the answer; never blocks
+        self.tap.answered(frame.camera_id, image, params, result)  # a rollout's comparison; never blocks
         events = await self._evaluate(frame, result)
         self.metrics.count_detections([d.class_name for d in result.detections], frame.camera_id)
         return Outcome(result, events)
@@ -151,8 +160,8 @@ class LiveFlow:
 
     def __call__(self, camera_id: str | None = None) -> FrameFlow | None:
         name = self.models.model_of(camera_id)
-        engine = self.models.engine(name)
+        engine, tap = self.models.serving(name, camera_id, self.models.engine(name))
         if engine is None:
             return None
         shadow = self.shadow() if name == self.models.default else NoShadow()
-        return FrameFlow(engine, self.rules, shadow, self.metrics, name)
+        return FrameFlow(engine, self.rules, shadow, self.metrics, name, tap)

@@ -12,10 +12,24 @@ every applied config, app/wiring/models.py).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from app.core.errors import shorten
+from app.flow.tap import NO_TAP, Tap
 from app.inference.engine import InferenceEngine
 from app.inference.modelset import ModelMismatch, ModelSet
+
+
+@dataclass(frozen=True, slots=True)
+class RolloutRoute:
+    """Where a rollout (app/flow/rollout.py) sends a name's frames: in the shadow phase
+    (``candidate`` None) the name's own engine answers every frame and the current side's tap
+    sees it; in the canary phase the frames of ``cameras`` go to the candidate engine (its tap
+    sees them), the others to the name's engine, untapped."""
+
+    cameras: frozenset[str]
+    candidate: InferenceEngine | None
+    taps: Mapping[str, Tap]  # "current", "candidate"
 
 
 class ModelRouter:
@@ -24,6 +38,7 @@ class ModelRouter:
     def __init__(self, models: ModelSet, cameras: Mapping[str, str] | None = None) -> None:
         self.models = models
         self._cameras: dict[str, str] = dict(cameras or {})
+        self._rollouts: dict[str, RolloutRoute] = {}
 
     @property
     def default(self) -> str:
@@ -55,3 +70,24 @@ class ModelRouter:
 
     def engine(self, name: str) -> InferenceEngine | None:
         return self.models.engine(name)
+
+    def reroute(self, name: str, route: RolloutRoute | None) -> None:
+        """A rollout's routing of ``name`` (None: none, the name's engine answers everything)."""
+        if route is None:
+            self._rollouts.pop(name, None)
+        else:
+            self._rollouts[name] = route
+
+    def serving(self, name: str, camera_id: str | None, engine: InferenceEngine | None,
+                ) -> tuple[InferenceEngine | None, Tap]:
+        """The engine that answers a frame of ``name`` from ``camera_id`` (``engine``: the name's
+        own) and the tap of that side: a canary camera's frames go to the candidate; ``?model=``
+        alone never does (a canary is chosen by camera, docs/models.md)."""
+        route = self._rollouts.get(name)
+        if route is None:
+            return engine, NO_TAP
+        if route.candidate is None:
+            return engine, route.taps["current"]
+        if camera_id is not None and camera_id in route.cameras:
+            return route.candidate, route.taps["candidate"]
+        return engine, NO_TAP

@@ -75,6 +75,15 @@ class MemoryCheck:
     how: str
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class Candidate:
+    """New weights checked and loaded beside the serving engine, not serving yet."""
+
+    path: Path
+    classes: dict[int, str]
+    engine: InferenceEngine
+
+
 class ModelLoader(Protocol):
     """The composition root's side of a runtime change (it knows the settings and the rules)."""
 
@@ -145,6 +154,7 @@ class ModelSwitch:
         self._busy: set[str] = set()
         self._phases: dict[str, str] = {}  # name -> loading (a new engine beside the old) / draining (the old one)
         self._drains: dict[str, threading.Thread] = {}
+        self._held: set[str] = set()  # names a rollout holds (app/flow/rollout.py)
 
     def phase(self, name: str) -> str | None:
         """``loading`` or ``draining`` while a change of ``name`` is under way, else None."""
@@ -176,24 +186,37 @@ class ModelSwitch:
 
     def swap(self, name: str, weights: str) -> tuple[ServedModel, ServedModel]:
         """Replace the weights behind ``name``: the (old, new) entries; the old engine drains after."""
-        current = self.router.models.get(name)  # 404 unknown_model
+        self.router.models.get(name)  # 404 unknown_model
         with self._change(name):
-            path, classes = self._checked(name, weights)
-            self._phases[name] = "loading"
-            try:
-                engine = self._build(name, path)
-            finally:
-                self._phases.pop(name, None)
-            with self._lock:  # the entry and its engine move together
-                current = self.router.models.get(name)
-                new = dataclasses.replace(current, weights=path, classes=classes)
-                old_engine = current.slot.get()
-                self.router.models.replace(new)
-                new.slot.put(engine)
-            log.info("model %s now serves %s (was %s); the old engine drains", name, path, current.weights)
-            if old_engine is not None:
-                self._drain(name, old_engine)
-            return current, new
+            candidate = self._prepare(name, weights)
+            return self._serve(name, candidate)
+
+    # --- a rollout's steps (app/flow/rollout.py): load beside, serve later or free -----
+    def candidate(self, name: str, weights: str) -> Candidate:
+        """Check and load ``weights`` beside ``name``'s engine without serving them (a rollout's
+        candidate): the swap's checks and refusals, then the name is held for the rollout (a swap
+        or unload of it is refused 409 ``model_busy`` until ``release``)."""
+        self.router.models.get(name)  # 404 unknown_model
+        with self._change(name):
+            candidate = self._prepare(name, weights)
+            with self._lock:
+                self._held.add(name)
+            return candidate
+
+    def adopt(self, name: str, candidate: Candidate) -> tuple[ServedModel, ServedModel]:
+        """Serve a candidate built by ``candidate`` behind ``name`` (a promotion), as a swap's last
+        step: no second load; the old engine drains and is freed. The name stays held."""
+        return self._serve(name, candidate)
+
+    def retire(self, name: str, engine: InferenceEngine) -> None:
+        """Drain and free an engine that no longer serves (a rolled-back candidate): requests in
+        flight on it finish first."""
+        self._drain(name, engine)
+
+    def release(self, name: str) -> None:
+        """The rollout of ``name`` ended: its changes are accepted again."""
+        with self._lock:
+            self._held.discard(name)
 
     def unload(self, name: str) -> ServedModel:
         """Stop serving ``name`` (never the default, nor a model a camera uses); its engine drains."""
@@ -226,6 +249,9 @@ class ModelSwitch:
     def _change(self, name: str) -> Iterator[None]:
         """One change of ``name`` at a time, and none while its old engine still drains."""
         with self._lock:
+            if name in self._held:
+                raise ModelConflict(f"model {name!r} is being rolled out (GET /admin/models/{name}/rollout); "
+                                    "promote or abort the rollout first", code="model_busy")
             if name in self._busy or name in self._phases:
                 raise ModelConflict(f"model {name!r} is being changed already ({self._phases.get(name, 'loading')}); "
                                     "try again when GET /models shows no change", code="model_busy")
@@ -253,6 +279,29 @@ class ModelSwitch:
             raise NotEnoughMemory(f"loading {path.name} beside the serving copy needs about {check.needed >> 20} MiB, "
                                   f"{check.free >> 20} MiB are free ({check.how})")
         return path, classes
+
+    def _prepare(self, name: str, weights: str) -> Candidate:
+        """Checked, then built beside the serving engine (``change``: loading meanwhile)."""
+        path, classes = self._checked(name, weights)
+        self._phases[name] = "loading"
+        try:
+            engine = self._build(name, path)
+        finally:
+            self._phases.pop(name, None)
+        return Candidate(path, classes, engine)
+
+    def _serve(self, name: str, candidate: Candidate) -> tuple[ServedModel, ServedModel]:
+        """The entry and its engine replaced together; the old engine drains after."""
+        with self._lock:  # the entry and its engine move together
+            current = self.router.models.get(name)
+            new = dataclasses.replace(current, weights=candidate.path, classes=candidate.classes)
+            old_engine = current.slot.get()
+            self.router.models.replace(new)
+            new.slot.put(candidate.engine)
+        log.info("model %s now serves %s (was %s); the old engine drains", name, candidate.path, current.weights)
+        if old_engine is not None:
+            self._drain(name, old_engine)
+        return current, new
 
     def _build(self, name: str, path: Path) -> InferenceEngine:
         try:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import io
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -79,15 +79,19 @@ def read_labels(path: Path, width: int, height: int) -> list[tuple[int, list[flo
 def evaluate(pipeline: Pipeline, dataset: Dataset, batch_size: int = 1, progress: bool = True,
              params: DetectParams = EVAL_PARAMS, shape: tuple[int, int] | None = None,
              transform: Callable[[bytes], bytes] | None = None,
-             on_image: Callable[[str, list], None] = lambda name, detections: None) -> EvalResult:
+             on_image: Callable[[str, list], None] = lambda name, detections: None,
+             class_map: Mapping[int, int] | None = None) -> EvalResult:
     """mAP the way the service runs: each image at its aspect's shape (``shape`` forces one
     for all); ``transform`` rewrites each image's bytes first (e.g. an up-scaled copy);
-    ``on_image(file name, detections)`` sees each image's detections (``eval --save-predictions``)."""
+    ``on_image(file name, detections)`` sees each image's detections (``eval --save-predictions``);
+    ``class_map`` (model class id -> dataset class id): only those classes are scored, for a
+    model whose classes differ from the set's (a rollout's candidate, app/wiring/rollout.py)."""
     from faster_coco_eval import COCO, COCOeval_faster
 
     images: list[dict] = []
     annotations: list[dict] = []
     detections: list[dict] = []
+    scored = set(class_map.values()) if class_map is not None else set(dataset.names)
     bar = tqdm(total=len(dataset.images), desc="eval", unit="img", file=sys.stderr, disable=not progress)
     for start in range(0, len(dataset.images), batch_size):
         paths = dataset.images[start:start + batch_size]
@@ -99,15 +103,20 @@ def evaluate(pipeline: Pipeline, dataset: Dataset, batch_size: int = 1, progress
             height, width = pipeline_shape(blob)
             images.append({"id": image_id, "file_name": path.name, "width": width, "height": height})
             for cls, xywh in read_labels(dataset.label_path(path), width, height):
+                if class_map is not None and cls not in scored:
+                    continue
                 annotations.append({"id": len(annotations) + 1, "image_id": image_id, "category_id": cls,
                                     "bbox": xywh, "area": xywh[2] * xywh[3], "iscrowd": 0})
             for d in dets:
-                detections.append({"image_id": image_id, "category_id": d.class_id, "score": d.confidence,
+                if class_map is not None and d.class_id not in class_map:
+                    continue
+                category = class_map[d.class_id] if class_map is not None else d.class_id
+                detections.append({"image_id": image_id, "category_id": category, "score": d.confidence,
                                    "bbox": [d.x1, d.y1, d.x2 - d.x1, d.y2 - d.y1]})
         bar.update(len(paths))
     bar.close()
     gt = {"images": images, "annotations": annotations,
-          "categories": [{"id": k, "name": v} for k, v in dataset.names.items()]}
+          "categories": [{"id": k, "name": v} for k, v in dataset.names.items() if k in scored]}
     with contextlib.redirect_stdout(io.StringIO()):  # COCOeval prints its table to stdout
         coco_gt = COCO(gt)
         coco_dt = coco_gt.loadRes(detections) if detections else None

@@ -12,7 +12,7 @@ arrive later (the engine, the shadow lane, the rules, the audit trail) into type
 (tests/unit/test_architecture.py). One module per seam: ``runtime`` (what runs the model:
 ``auto`` resolved here, never in ``Settings``), ``shadow`` (the reference runtime), ``http``
 (keys, the gate, the routes' typed state), ``rules`` / ``rules_service`` (the rules stack,
-loaded only with a site file) and ``ingest`` (camera streams).
+loaded only with a site file) and ``ingest`` (camera streams), ``model_admin`` / ``rollout`` (runtime model changes).
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ from app.wiring.models import (
     model_settings,
     other_models,
 )
+from app.wiring.rollout import install_rollouts
 from app.wiring.rules import RulesStack, build_rules, build_rules_stack, fleet_options, mqtt_options
 from app.wiring.runtime import (
     backend_options,
@@ -75,5 +76,5 @@ __all__ = [
     "mqtt_options", "precision_options", "provision_detector", "provision_served", "record_key_change",
     "reference_options", "register_shadow_metrics", "replica_id", "resolve_runtime", "shadow_options",
     "shadow_weights", "site_resolutions", "build_model_set", "check_models", "check_site_models", "default_settings",
-    "follow_site_models", "install_model_switch", "load_catalog", "model_settings", "other_models",
+    "follow_site_models", "install_model_switch", "install_rollouts", "load_catalog", "model_settings", "other_models",
 ]

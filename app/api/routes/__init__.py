@@ -1,7 +1,8 @@
 """routes: the HTTP routers, one module per resource, and the one place that mounts them.
 
 Each router takes the narrowest part it needs as a typed dependency (app/api/deps.py): the
-frame flow (detect, deepstack, deepstack_custom: per model), the served models (models), one
+frame flow (detect, deepstack, deepstack_custom: per model), the served models (models; their runtime
+changes: model_admin, rollout), one
 role of the rules port (health and status ``RulesStatus``; events ``EventQueries``; cameras,
 frames, camera_summary and sources ``CameraQueries``; admin and site ``SiteAdmin``), the
 engine, the gate. ``include_routes``
@@ -25,6 +26,7 @@ from app.api.routes import (
     metrics,
     model_admin,
     models,
+    rollout,
     shadow,
     status,
 )
@@ -32,8 +34,8 @@ from app.api.routes import (
 
 def include_routes(app: FastAPI, *, rules: bool) -> None:
     """Every router of the service; the rules' own (events, cameras, site, admin...) with ``rules``."""
-    for module in (detect, deepstack, deepstack_custom, health, models, model_admin, auth, edge, audit, status, shadow,
-                   metrics):
+    for module in (detect, deepstack, deepstack_custom, health, models, model_admin, rollout, auth, edge, audit,
+                   status, shadow, metrics):
         app.include_router(module.router)
     if rules:
         from app.api.routes import admin, camera_summary, cameras, events, frames, site, sources

@@ -15,6 +15,7 @@ from fastapi import APIRouter
 from pydantic import BaseModel, Field
 
 from app.api.deps import ModelsDep, Read, StateDep
+from app.api.rollout_schemas import RolloutOut
 from app.api.schemas import error_responses
 from app.flow.models import ModelRouter
 from app.flow.modelswap import ModelSwitch
@@ -59,6 +60,8 @@ class ModelOut(BaseModel):
     inferences: int | None = Field(None, description="Batches run since start")
     images: int | None = Field(None, description="Images detected since start")
     memory: DeviceMemory | None = None
+    rollout: RolloutOut | None = Field(None, description="Its current or last rollout (GET "
+                                       "/admin/models/{name}/rollout); null: none since the service started")
 
 
 class ModelsResponse(BaseModel):
@@ -107,5 +110,11 @@ def describe(model: ServedModel, models: ModelRouter, switch: ModelSwitch | None
 async def list_models(models: ModelsDep, state: StateDep) -> ModelsResponse:
     """Every served model in the models file's order (the default first): its state, classes,
     runtime, the cameras using it, its queue, rate and device memory (docs/models.md)."""
-    switch = state.switch.get()
-    return ModelsResponse(default=models.default, models=[describe(m, models, switch) for m in models.models.all()])
+    switch, rollouts = state.switch.get(), state.rollouts.get()
+    listed = []
+    for model in models.models.all():
+        rollout = rollouts.latest(model.name)
+        out = describe(model, models, switch)
+        listed.append(out if rollout is None else out.model_copy(update={
+            "rollout": RolloutOut.model_validate(rollout.as_dict())}))
+    return ModelsResponse(default=models.default, models=listed)
