@@ -113,7 +113,7 @@ class FrameFlow:
         except BaseException as exc:
             self.tap.failed(frame.camera_id, exc)
             raise
-        return await self._answered(frame, image, params, result)
+        return await self._answered(frame, image, params, result, keep)
 
     async def run_batch(self, frame: Admitted, images: Sequence[Image], params: DetectParams,
                         keep: Keep) -> list[Outcome | BaseException]:
@@ -129,12 +129,13 @@ class FrameFlow:
             if isinstance(result, BaseException):
                 self.tap.failed(frame.camera_id, result)
             outcomes.append(result if isinstance(result, BaseException)
-                            else await self._answered(frame, image, params, result))
+                            else await self._answered(frame, image, params, result, keep))
         return outcomes
 
-    async def _answered(self, frame: Admitted, image: Image, params: DetectParams, result: DetectResult) -> Outcome:
+    async def _answered(self, frame: Admitted, image: Image, params: DetectParams, result: DetectResult,
+                        keep: Keep) -> Outcome:
         self.shadow.offer(frame.camera_id, image, params, result.detections)  # after the answer; never blocks
-        self.tap.answered(frame.camera_id, image, params, result)  # a rollout's comparison; never blocks
+        self.tap.answered(frame.camera_id, image, params, keep, result)  # a rollout's comparison; never blocks
         events = await self._evaluate(frame, result)
         self.metrics.count_detections([d.class_name for d in result.detections], frame.camera_id)
         return Outcome(result, events)

@@ -111,6 +111,8 @@ class RolloutController:
         self._lock = threading.RLock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        for model in router.models.names():
+            self.series.declare(model)
 
     # --- reading ------------------------------------------------------------------------
     def latest(self, name: str) -> Rollout | None:

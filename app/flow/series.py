@@ -2,7 +2,8 @@
 models, at most 32 in a models file plus runtime loads).
 
 Registered on the app's registry by ``Metrics.part`` (``RolloutSeries.of(metrics)``); a
-model's series are declared when its first rollout starts, every phase and outcome at 0, so
+model's counters are declared at 0 when the controller is built (every model served then) or
+when its first rollout starts, every phase and outcome, so
 ``increase(campusguard_rollout_total{outcome="rolled_back"}[...])`` (the alert
 CampusGuardRolloutRolledBack) sees the step from 0 to 1.
 """
@@ -32,11 +33,15 @@ class RolloutSeries:
         self.total = Counter("rollout", "Rollouts ended, by outcome: promoted, rolled_back (automatically), "
                              "aborted (by hand)", ["model", "outcome"], namespace=ns, registry=r)
 
-    def started(self, model: str) -> None:
+    def declare(self, model: str) -> None:
+        """The counters of ``model`` at 0 (every served model at startup: the alert's series exist)."""
         for phase in PHASES[:2]:
             self.compared.labels(model, phase)
         for outcome in OUTCOMES:
             self.total.labels(model, outcome)
+
+    def started(self, model: str) -> None:
+        self.declare(model)
         self.agreement.labels(model).set(float("nan"))
         self.in_phase(model, "shadow")
 

@@ -12,14 +12,15 @@ from typing import Protocol
 import numpy as np
 
 from app.inference.engine import DetectResult
-from app.inference.pipeline import DetectParams
+from app.inference.pipeline import DetectParams, Keep
 
 
 class Tap(Protocol):
     """A rollout's view of the frames one engine answered (app/inference/shadow/candidate.py ``Tap``):
-    told of each answer after it is given and of each failure; never blocks."""
+    told of each answer after it is given (with what of the frame the caller kept: it decides how far
+    the JPEG decode may reduce it, so the other side must decode it alike) and of each failure; never blocks."""
 
-    def answered(self, camera_id: str | None, data: bytes | np.ndarray, params: DetectParams,
+    def answered(self, camera_id: str | None, data: bytes | np.ndarray, params: DetectParams, keep: Keep,
                  result: DetectResult) -> None: ...
 
     def failed(self, camera_id: str | None, exc: BaseException) -> None: ...
@@ -28,7 +29,7 @@ class Tap(Protocol):
 class NoTap:
     """No rollout of the frame's model."""
 
-    def answered(self, camera_id: str | None, data: bytes | np.ndarray, params: DetectParams,
+    def answered(self, camera_id: str | None, data: bytes | np.ndarray, params: DetectParams, keep: Keep,
                  result: DetectResult) -> None:
         pass
 

@@ -36,7 +36,7 @@ import numpy as np
 
 from app.core.errors import QueueFull, ServiceError, ShuttingDown
 from app.inference.engine import DetectResult, InferenceEngine
-from app.inference.pipeline import DetectParams
+from app.inference.pipeline import DetectParams, Keep
 from app.inference.precision.agreement import as_boxes
 from app.inference.shadow.book import FrameScore, score, summarize
 
@@ -131,6 +131,7 @@ class _Job:
     camera: str | None
     data: bytes | np.ndarray
     params: DetectParams
+    keep: Keep
     boxes: list[list[float]]
     at: float = field(default_factory=time.monotonic)
 
@@ -141,9 +142,9 @@ class Tap:
     def __init__(self, lane: CandidateLane, served: str) -> None:
         self.lane, self.served = lane, served
 
-    def answered(self, camera_id: str | None, data: bytes | np.ndarray, params: DetectParams,
+    def answered(self, camera_id: str | None, data: bytes | np.ndarray, params: DetectParams, keep: Keep,
                  result: DetectResult) -> None:
-        self.lane.offer(self.served, camera_id, data, params, result)
+        self.lane.offer(self.served, camera_id, data, params, result, keep)
 
     def failed(self, camera_id: str | None, exc: BaseException) -> None:
         if failure(exc):
@@ -167,15 +168,16 @@ class CandidateLane:
 
     # --- request path ------------------------------------------------------------------
     def offer(self, served: str, camera_id: str | None, data: bytes | np.ndarray, params: DetectParams,
-              result: DetectResult) -> bool:
+              result: DetectResult, keep: Keep = "none") -> bool:
         """A frame ``served`` answered: its latency counted, and queued for the other side
-        unless over the rate or the queue is full (never blocks)."""
+        unless over the rate or the queue is full (never blocks). ``keep``: as the served side
+        decoded it (it decides how far a JPEG decode may reduce the frame)."""
         self.book.ran(served, latency_ms(result))
         if not self._take_token():
             self.book.skip()
             return False
         try:
-            self.queue.put_nowait(_Job(served, camera_id, data, params, as_boxes(result.detections)))
+            self.queue.put_nowait(_Job(served, camera_id, data, params, keep, as_boxes(result.detections)))
         except queue.Full:
             self.book.skip()
             return False
@@ -225,7 +227,7 @@ class CandidateLane:
         if engine is None or self._stop.is_set():
             return
         try:
-            result = loop.run_until_complete(asyncio.wait_for(engine.detect(job.data, job.params),
+            result = loop.run_until_complete(asyncio.wait_for(engine.detect(job.data, job.params, keep_image=job.keep),
                                                               self.options.timeout_s))
         except Exception as exc:  # noqa: BLE001 - counted: an error of that side, or no verdict
             verdict = failure(exc if not isinstance(exc, TimeoutError) else RuntimeError("timeout"))

@@ -1,0 +1,209 @@
+"""Issue 41 part 4 end to end: a real server (uvicorn on a free port, ONNX Runtime at 320 px, no
+warm-up) serving the ONNX export of the shared yolov8n for two cameras of a site file; coco-val128
+frames posted as those cameras.
+
+1. A drifted candidate (the same export with a ``Mul`` by 0.5 on the class-score rows of its
+   output) is rolled back automatically within its window: an audit record by
+   ``system:rollout``, the metric, and the shipped alert rule firing on the scraped series.
+2. The same model exported again is promoted (shadow, then canary on one camera), and the name
+   serves the candidate's weights afterwards.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import itertools
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+from prometheus_client.parser import text_string_to_metric_families
+
+from app.config import Settings
+from tests.deploy.conftest import ALERT_RULES, require_tool
+from tests.support.net import free_port
+
+MODEL = "yolov8n"
+ALERT = "CampusGuardRolloutRolledBack"
+SITE = """cameras:
+  - id: cam-1
+    zones:
+      - {name: all, polygon: [[0, 0], [1, 0], [1, 1], [0, 1]], rules: [{type: intrusion, classes: [person]}]}
+  - id: cam-2
+    zones:
+      - {name: all, polygon: [[0, 0], [1, 0], [1, 1], [0, 1]], rules: [{type: intrusion, classes: [person]}]}
+"""
+
+
+def drifted(source: Path, target: Path, factor: float = 0.5) -> Path:
+    """``source`` with its output's class-score rows multiplied by ``factor``: YOLOv8's output is
+    [batch, 4 + classes, anchors]; a Mul by a [1, 4 + classes, 1] constant (1.0 for the 4 box rows)
+    inserted before the graph's output. Metadata (names, imgsz) kept."""
+    import numpy as np
+    import onnx
+    from onnx import helper, numpy_helper
+
+    model = onnx.load(str(source))
+    graph = model.graph
+    output = graph.output[0]
+    rows = output.type.tensor_type.shape.dim[1].dim_value
+    assert rows > 4, "a YOLOv8 detection output"
+    raw = f"{output.name}_before_drift"
+    for node in graph.node:
+        node.output[:] = [raw if name == output.name else name for name in node.output]
+    scale = np.ones((1, rows, 1), np.float32)
+    scale[0, 4:, 0] = factor
+    graph.initializer.append(numpy_helper.from_array(scale, "class_score_drift"))
+    graph.node.append(helper.make_node("Mul", [raw, "class_score_drift"], [output.name], name="drift"))
+    onnx.checker.check_model(model)
+    onnx.save(model, str(target))
+    return target
+
+
+@pytest.fixture(scope="module")
+def served(weights, dataset, tmp_path_factory):
+    """The server, its models folder (the export, a second export, the drifted copy) and frames."""
+    import uvicorn
+
+    from app.inference.export import export_onnx
+    from app.main import create_app
+
+    tmp = tmp_path_factory.mktemp("rollout-e2e")
+    folder = tmp / "models"
+    folder.mkdir()
+    export_onnx(weights, folder / f"{MODEL}.onnx", imgsz=320, dynamic_batch=True, threads=2)
+    export_onnx(weights, folder / f"{MODEL}-reexported.onnx", imgsz=320, dynamic_batch=True, threads=2)
+    drifted(folder / f"{MODEL}.onnx", folder / f"{MODEL}-drifted.onnx")
+    site = tmp / "site.yaml"
+    site.write_text(SITE)
+    settings = Settings(_env_file=None, weights=folder / f"{MODEL}.onnx", backend="onnx", precision="fp32", imgsz=320,
+                        warmup_iters=0, threads=2, preprocess_workers=1, ingest="off", data_dir=tmp,
+                        snapshot_dir=tmp / "snapshots", fleet_interval_s=0, site_config=site,
+                        onnx_cache_dir=tmp / "onnx-cache")
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(create_app(settings), host="127.0.0.1", port=port, lifespan="on",
+                                           log_level="warning", access_log=False))
+    thread = threading.Thread(target=server.run, name="rollout-e2e-server", daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 180
+    while not (server.started and httpx.get(f"{url}/health/ready").status_code == 200):
+        assert thread.is_alive() and time.monotonic() < deadline, "the server did not become ready"
+        time.sleep(0.2)
+    frames = [p.read_bytes() for p in sorted((dataset / "images").glob("*.jpg"))[:48]]
+    try:
+        with httpx.Client(base_url=url, timeout=120) as client:
+            yield client, frames
+    finally:
+        server.should_exit = True
+        thread.join(30)
+
+
+def start(client: httpx.Client, body: dict) -> dict:
+    """POST the rollout, waiting out the previous candidate's drain (409 model_busy) if any."""
+    deadline = time.monotonic() + 30
+    while True:
+        r = client.post(f"/admin/models/{MODEL}/rollout", json=body)
+        if r.status_code != 409 or r.json()["error"] != "model_busy" or time.monotonic() > deadline:
+            assert r.status_code == 202, r.text
+            return r.json()
+        time.sleep(0.2)
+
+
+def post_until(client: httpx.Client, frames: list[bytes], cameras: list[str], done, limit_s: float = 150) -> dict:
+    """Post the frames as ``cameras`` in turn until the rollout satisfies ``done``; the rollout."""
+    deadline = time.monotonic() + limit_s
+    for frame, camera in zip(itertools.cycle(frames), itertools.cycle(cameras), strict=False):
+        r = client.post("/detect", params={"camera_id": camera}, content=frame, headers={"content-type": "image/jpeg"})
+        assert r.status_code == 200, r.text
+        rollout = client.get(f"/admin/models/{MODEL}/rollout").json()
+        if done(rollout):
+            return rollout
+        assert time.monotonic() < deadline, f"the rollout did not move on in {limit_s} s: {rollout}"
+    raise AssertionError("unreachable")
+
+
+def rollout_series(client: httpx.Client) -> dict[tuple[str, str], float]:
+    found = {}
+    for family in text_string_to_metric_families(client.get("/metrics").text):
+        for sample in family.samples:
+            if sample.name.startswith("campusguard_rollout") and sample.labels.get("model") == MODEL:
+                label = sample.labels.get("phase") or sample.labels.get("outcome") or ""
+                found[(sample.name, label)] = sample.value
+    return found
+
+
+def test_a_drifted_candidate_is_rolled_back_within_its_window(served, tmp_path):
+    client, frames = served
+    started = start(client, {"weights": f"{MODEL}-drifted.onnx", "window_s": 60, "min_frames": 12})
+    assert started["phase"] == "shadow" and started["cameras"] == ["cam-1"]
+    assert started["settings"]["agreement_floor"] == 0.95  # fp32's shadow alert floor
+    before = rollout_series(client)
+    assert before[("campusguard_rollout_total", "rolled_back")] == 0
+    ended = post_until(client, frames, ["cam-1", "cam-2"], lambda r: r["phase"] != "shadow")
+    assert ended["phase"] == "rolled_back", ended
+    assert ended["reason"].startswith("shadow: agreement") and ended["agreement"] < 0.95
+    assert ended["compared"] >= 12 and ended["history"]
+    took = dt.datetime.fromisoformat(ended["ended_at"]) - dt.datetime.fromisoformat(ended["started_at"])
+    assert took.total_seconds() < 60, "rolled back within its window (60 s)"
+    models = client.get("/models").json()["models"][0]
+    assert models["weights"] == f"{MODEL}.onnx" and models["rollout"]["phase"] == "rolled_back"
+    audit = client.get("/audit", params={"action": "model.rollout.rollback"}).json()["items"]
+    assert len(audit) == 1 and audit[0]["actor"] == "system:rollout" and audit[0]["target"] == MODEL
+    assert "agreement" in audit[0]["after"]
+    after = rollout_series(client)
+    assert after[("campusguard_rollout_total", "rolled_back")] == 1
+    assert after[("campusguard_rollout_phase", "rolled_back")] == 1
+    assert after[("campusguard_rollout_compared_total", "shadow")] >= 12
+    fires(before, after, tmp_path)
+
+
+def fires(before: dict, after: dict, tmp_path: Path) -> None:
+    """The scraped counter, before and after, through `promtool test rules` on the shipped rule."""
+    promtool = require_tool("promtool", "apt-get install prometheus, or `make system-deps`")
+    counts = [before[("campusguard_rollout_total", "rolled_back")]] * 3 + \
+        [after[("campusguard_rollout_total", "rolled_back")]] * 20
+    labels = f'job="campusguard",instance="detector-0:8000",replica="detector-0",model="{MODEL}",outcome="rolled_back"'
+    rule = next(r for g in yaml.safe_load(ALERT_RULES.read_text())["groups"] for r in g["rules"]
+                if r.get("alert") == ALERT)
+    expected = {"exp_labels": {"job": "campusguard", "instance": "detector-0:8000", "replica": "detector-0",
+                               "model": MODEL, "severity": "warning"},
+                "exp_annotations": {"summary": f"detector-0: the rollout of model {MODEL} was rolled back",
+                                    "description": rule["annotations"]["description"]}}
+    case = {"rule_files": [str(ALERT_RULES)], "evaluation_interval": "1m", "tests": [{
+        "interval": "1m",
+        "input_series": [{"series": f"campusguard_rollout_total{{{labels}}}",
+                          "values": " ".join(repr(v) for v in counts)}],
+        "alert_rule_test": [{"eval_time": "2m", "alertname": ALERT, "exp_alerts": []},
+                            {"eval_time": "4m", "alertname": ALERT, "exp_alerts": [expected]},
+                            {"eval_time": "21m", "alertname": ALERT, "exp_alerts": []}]}]}
+    path = tmp_path / "rolled-back.yml"
+    path.write_text(yaml.safe_dump(case, sort_keys=False))
+    proc = subprocess.run([promtool, "test", "rules", str(path)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and "SUCCESS" in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_the_same_model_exported_again_is_promoted_and_serves(served):
+    client, frames = served
+    body = {"weights": f"{MODEL}-reexported.onnx", "window_s": 3, "min_frames": 8, "cameras": ["cam-2"],
+            "max_latency_ratio": 4.0}  # two engines on 2 shared cores: the test is about agreement
+    assert start(client, body)["phase"] == "shadow"
+    canary = post_until(client, frames, ["cam-1", "cam-2"], lambda r: r["phase"] != "shadow")
+    assert canary["phase"] == "canary", canary
+    assert canary["reason"] is None and canary["history"][-1]["agreement"] == 1.0
+    promoted = post_until(client, frames, ["cam-2", "cam-1"], lambda r: r["phase"] != "canary")
+    assert promoted["phase"] == "promoted", promoted
+    assert promoted["agreement"] == 1.0 and promoted["compared"] >= 8 and "canary held" in promoted["reason"]
+    assert {p["phase"] for p in promoted["history"]} == {"shadow", "canary"}
+    listed = client.get("/models").json()["models"][0]
+    assert listed["weights"] == f"{MODEL}-reexported.onnx" and listed["state"] == "ready"
+    reply = client.post("/detect", params={"camera_id": "cam-1"}, content=frames[0],
+                        headers={"content-type": "image/jpeg"})
+    assert reply.status_code == 200 and reply.json()["model"] == MODEL
+    audit = client.get("/audit", params={"action": "model.rollout.promote"}).json()["items"]
+    assert [a["actor"] for a in audit] == ["system:rollout"] and f"{MODEL}-reexported.onnx" in audit[0]["after"]
+    assert rollout_series(client)[("campusguard_rollout_total", "promoted")] == 1
