@@ -40,6 +40,8 @@ ROUTES: dict[tuple[str, str], str] = {
     ("POST", "/v1/vision/custom/{model}"): "detect",
     ("POST", "/admin/models"): "admin", ("PUT", "/admin/models/{name}"): "admin",
     ("DELETE", "/admin/models/{name}"): "admin",
+    ("POST", "/admin/models/{name}/rollout"): "admin", ("GET", "/admin/models/{name}/rollout"): "read",
+    ("POST", "/admin/models/{name}/rollout/promote"): "admin", ("DELETE", "/admin/models/{name}/rollout"): "admin",
 }
 
 

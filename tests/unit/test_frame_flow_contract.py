@@ -28,6 +28,12 @@ ALLOWED = {
     ("app/inference/precision/gate.py", "pipeline.detect"),  # the precision gate's comparison runs
     # a reader hands its frame to its camera's mailbox: a queue, not the shadow lane
     ("app/ingest/supervisor.py", "self.sender.offer"),
+    # a rollout (app/flow/rollout.py): the flow's tap hands an answered frame to the rollout's comparator
+    # (a bounded queue), which runs it on the other model's engine to compare the answers; its mAP check
+    # runs the labelled set through both engines
+    ("app/inference/shadow/candidate.py", "self.lane.offer"),
+    ("app/inference/shadow/candidate.py", "engine.detect"),
+    ("app/wiring/rollout.py", "self.engine.detect"),
     # benchmarks that time one step on its own
     ("app/tooling/bench/scale_rules.py", "rules.evaluate"),
     ("app/tooling/bench/shadow_ab.py", "engine.detect"),
