@@ -21,7 +21,7 @@ from app.inference.shadow.candidate import Window
 
 PHASES = ("shadow", "canary", "promoted", "rolled_back")
 OUTCOMES = ("promoted", "rolled_back", "aborted")
-HISTORY = 720  # evaluation points kept per rollout (an hour at one a 5 s tick)
+HISTORY = 720  # evaluation points kept per rollout: 12 minutes at one a second (two 5-minute windows and more)
 
 
 class RolloutInProgress(ServiceError):

@@ -7,6 +7,9 @@ frames posted as those cameras.
    ``system:rollout``, the metric, and the shipped alert rule firing on the scraped series.
 2. The same model exported again is promoted (shadow, then canary on one camera), and the name
    serves the candidate's weights afterwards.
+3. A candidate whose classes differ (``car`` renamed ``vehicle`` in its metadata) is judged by its
+   mAP on a labelled set (CAMPUSGUARD_GATE_DATASET: 16 coco-val128 images) before it starts: refused
+   below the floor asked for, else straight to the canary, judged on errors and latency, promoted.
 """
 
 from __future__ import annotations
@@ -64,6 +67,34 @@ def drifted(source: Path, target: Path, factor: float = 0.5) -> Path:
     return target
 
 
+def renamed(source: Path, target: Path, names: dict[int, str]) -> Path:
+    """``source`` with some class names changed in its ``names`` metadata (a custom model)."""
+    import ast
+
+    import onnx
+
+    model = onnx.load(str(source))
+    meta = next(prop for prop in model.metadata_props if prop.key == "names")
+    meta.value = repr({**ast.literal_eval(meta.value), **names})
+    onnx.save(model, str(target))
+    return target
+
+
+def labelled_set(dataset: Path, target: Path, images: int = 16) -> Path:
+    """The first ``images`` of ``dataset`` as a YOLO folder of their own (the operator's labelled set)."""
+    import shutil
+
+    (target / "images").mkdir(parents=True)
+    (target / "labels").mkdir()
+    shutil.copy(dataset / "data.yaml", target / "data.yaml")
+    for image in sorted((dataset / "images").glob("*.jpg"))[:images]:
+        shutil.copy(image, target / "images" / image.name)
+        label = dataset / "labels" / f"{image.stem}.txt"
+        if label.is_file():
+            shutil.copy(label, target / "labels" / label.name)
+    return target
+
+
 @pytest.fixture(scope="module")
 def served(weights, dataset, tmp_path_factory):
     """The server, its models folder (the export, a second export, the drifted copy) and frames."""
@@ -78,12 +109,13 @@ def served(weights, dataset, tmp_path_factory):
     export_onnx(weights, folder / f"{MODEL}.onnx", imgsz=320, dynamic_batch=True, threads=2)
     export_onnx(weights, folder / f"{MODEL}-reexported.onnx", imgsz=320, dynamic_batch=True, threads=2)
     drifted(folder / f"{MODEL}.onnx", folder / f"{MODEL}-drifted.onnx")
+    renamed(folder / f"{MODEL}.onnx", folder / f"{MODEL}-vehicle.onnx", {2: "vehicle"})
     site = tmp / "site.yaml"
     site.write_text(SITE)
     settings = Settings(_env_file=None, weights=folder / f"{MODEL}.onnx", backend="onnx", precision="fp32", imgsz=320,
                         warmup_iters=0, threads=2, preprocess_workers=1, ingest="off", data_dir=tmp,
                         snapshot_dir=tmp / "snapshots", fleet_interval_s=0, site_config=site,
-                        onnx_cache_dir=tmp / "onnx-cache")
+                        onnx_cache_dir=tmp / "onnx-cache", gate_dataset=labelled_set(dataset, tmp / "labelled"))
     port = free_port()
     server = uvicorn.Server(uvicorn.Config(create_app(settings), host="127.0.0.1", port=port, lifespan="on",
                                            log_level="warning", access_log=False))
@@ -103,15 +135,20 @@ def served(weights, dataset, tmp_path_factory):
         thread.join(30)
 
 
-def start(client: httpx.Client, body: dict) -> dict:
+def post_rollout(client: httpx.Client, body: dict) -> httpx.Response:
     """POST the rollout, waiting out the previous candidate's drain (409 model_busy) if any."""
     deadline = time.monotonic() + 30
     while True:
         r = client.post(f"/admin/models/{MODEL}/rollout", json=body)
         if r.status_code != 409 or r.json()["error"] != "model_busy" or time.monotonic() > deadline:
-            assert r.status_code == 202, r.text
-            return r.json()
+            return r
         time.sleep(0.2)
+
+
+def start(client: httpx.Client, body: dict) -> dict:
+    r = post_rollout(client, body)
+    assert r.status_code == 202, r.text
+    return r.json()
 
 
 def post_until(client: httpx.Client, frames: list[bytes], cameras: list[str], done, limit_s: float = 150) -> dict:
@@ -207,3 +244,24 @@ def test_the_same_model_exported_again_is_promoted_and_serves(served):
     audit = client.get("/audit", params={"action": "model.rollout.promote"}).json()["items"]
     assert [a["actor"] for a in audit] == ["system:rollout"] and f"{MODEL}-reexported.onnx" in audit[0]["after"]
     assert rollout_series(client)[("campusguard_rollout_total", "promoted")] == 1
+
+
+def test_a_candidate_with_other_classes_is_judged_by_map_then_on_its_canary(served):
+    client, frames = served
+    weights = f"{MODEL}-vehicle.onnx"
+    refused = post_rollout(client, {"weights": weights, "map_floor": 0.99})
+    assert refused.status_code == 422 and refused.json()["error"] == "candidate_map_too_low", refused.text
+    assert "on the 79 classes it shares" in refused.json()["message"] and "below 0.9900" in refused.json()["message"]
+    assert client.get("/models").json()["models"][0]["weights"] == f"{MODEL}-reexported.onnx"  # nothing changed
+    started = start(client, {"weights": weights, "window_s": 2, "min_frames": 6, "cameras": ["cam-1"],
+                             "max_latency_ratio": 4.0})
+    assert started["phase"] == "canary" and started["comparable"] is False
+    figures = started["map"]
+    assert figures["shared_classes"] == 79 and figures["images"] == 16
+    assert figures["candidate_map"] == figures["current_map"] > 0.1  # the same network: the same mAP
+    assert figures["floor"] == pytest.approx(figures["current_map"] - 0.01, abs=1e-4)
+    promoted = post_until(client, frames, ["cam-1", "cam-2"], lambda r: r["phase"] != "canary")
+    assert promoted["phase"] == "promoted", promoted
+    assert promoted["agreement"] is None and promoted["compared"] >= 6 and promoted["errors"]["candidate"] == 0
+    listed = client.get("/models").json()["models"][0]
+    assert listed["weights"] == weights and "vehicle" in listed["classes"] and "car" not in listed["classes"]

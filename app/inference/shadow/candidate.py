@@ -200,9 +200,11 @@ class CandidateLane:
         self._thread.start()
 
     def stop(self) -> None:
+        """Stop taking frames; the worker ends after the frame in hand (not waited for long: the
+        rollout's next step must not hang on an engine that does not answer)."""
         self._stop.set()
         if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(timeout=self.options.timeout_s + 5)
+            self._thread.join(timeout=2.0)
 
     def _run(self) -> None:
         loop = asyncio.new_event_loop()
