@@ -22,6 +22,7 @@ from app.core.audit import AuditEntry
 from app.core.errors import InferenceFailed, InvalidImage, QueueFull
 from app.core.metrics import Metrics
 from app.core.roles import Keyring
+from app.flow.frame import LiveFlow
 from app.flow.models import ModelRouter
 from app.flow.modelswap import ModelConflict, ModelSwitch
 from app.flow.rollout import RolloutController, candidate_lane
@@ -40,6 +41,8 @@ from app.inference.modelset import ModelSet, ServedModel, UnknownModel
 from app.inference.pipeline import DetectParams
 from app.inference.shadow.book import FrameScore
 from app.inference.shadow.candidate import CandidateBook, CandidateLane, CandidateOptions, Window, failure
+from app.inference.shadow.lane import NoShadow
+from app.rules.port import NoRules
 from app.wiring import model_admin as wiring_admin
 from tests.support.fakes import IMAGE, FakeDetector, make_engine
 from tests.support.inprocess import png
@@ -398,3 +401,6 @@ def test_detect_routes_a_canary_camera_to_the_candidate(env):
         assert r.status_code == 200, r.text
     assert len(candidate.pipeline.detector.calls) == before + 1, "only the canary camera's frame"
     assert env.lanes[0].taps["candidate"].answered_by == ["c"] and env.lanes[0].taps["current"].answered_by == []
+    live = LiveFlow(env.router, NoRules(), NoShadow, env.metrics)  # the embedded ingest's frames: the same routing
+    assert live("c").engine is candidate and live("c").tap is env.lanes[0].taps["candidate"]
+    assert live("a").engine is env.first and live("a").tap is NO_TAP

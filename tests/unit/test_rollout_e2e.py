@@ -254,7 +254,7 @@ def test_a_candidate_with_other_classes_is_judged_by_map_then_on_its_canary(serv
     assert "on the 79 classes it shares" in refused.json()["message"] and "below 0.9900" in refused.json()["message"]
     assert client.get("/models").json()["models"][0]["weights"] == f"{MODEL}-reexported.onnx"  # nothing changed
     started = start(client, {"weights": weights, "window_s": 2, "min_frames": 6, "cameras": ["cam-1"],
-                             "max_latency_ratio": 4.0})
+                             "max_latency_ratio": 10.0})  # judged on errors; latency: tests/unit/test_rollout.py
     assert started["phase"] == "canary" and started["comparable"] is False
     figures = started["map"]
     assert figures["shared_classes"] == 79 and figures["images"] == 16
