@@ -227,7 +227,7 @@ def fires(before: dict, after: dict, tmp_path: Path) -> None:
 def test_the_same_model_exported_again_is_promoted_and_serves(served):
     client, frames = served
     body = {"weights": f"{MODEL}-reexported.onnx", "window_s": 3, "min_frames": 8, "cameras": ["cam-2"],
-            "max_latency_ratio": 4.0}  # two engines on 2 shared cores: the test is about agreement
+            "max_latency_ratio": 10.0}  # two engines on 2 shared cores (docs/models.md): this is about agreement
     assert start(client, body)["phase"] == "shadow"
     canary = post_until(client, frames, ["cam-1", "cam-2"], lambda r: r["phase"] != "shadow")
     assert canary["phase"] == "canary", canary
