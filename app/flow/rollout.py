@@ -35,6 +35,7 @@ from dataclasses import replace
 from typing import Any, Protocol
 
 from app.core.metrics import Metrics
+from app.core.timeutil import iso
 from app.flow.models import ModelRouter, RolloutRoute
 from app.flow.modelswap import Candidate, ModelSwitch
 from app.flow.rollout_state import (
@@ -143,8 +144,9 @@ class RolloutController:
         try:
             candidate = self.switch.candidate(name, weights)  # the swap's checks and refusals; loads at low priority
             try:
+                settings, figures = self._prepared(name, current, candidate, settings, floor_given)
                 with self._lock:
-                    return self._begin(name, current, candidate, chosen, settings, floor_given)
+                    return self._begin(name, current, candidate, chosen, settings, figures)
             except BaseException:
                 self.switch.retire(name, candidate.engine)
                 self.switch.release(name)
@@ -170,15 +172,21 @@ class RolloutController:
                                  f"says which model a camera uses; {name!r}'s: {', '.join(own) or 'none'})")
         return chosen
 
-    def _begin(self, name: str, current: ServedModel, candidate: Candidate, cameras: list[str],
-               settings: RolloutSettings, floor_given: bool) -> Rollout:
+    def _prepared(self, name: str, current: ServedModel, candidate: Candidate, settings: RolloutSettings,
+                  floor_given: bool) -> tuple[RolloutSettings, dict[str, Any] | None]:
+        """The floor of the served precision (unless given) and, for a candidate with other classes,
+        the mAP check's figures (its refusals propagate); outside the lock: the check takes a while."""
         engine = current.engine
         if not floor_given:
             precision = engine.pipeline.detector.precision if engine is not None else "fp32"
             settings = replace(settings, agreement_floor=self.floor(precision))
         known = current.class_names()
         comparable = known is not None and dict(known) == dict(candidate.classes)
-        figures = None if comparable else self.map_gate(name, current, candidate, settings.map_floor)
+        return settings, None if comparable else self.map_gate(name, current, candidate, settings.map_floor)
+
+    def _begin(self, name: str, current: ServedModel, candidate: Candidate, cameras: list[str],
+               settings: RolloutSettings, figures: dict[str, Any] | None) -> Rollout:
+        comparable = figures is None
         now = self.clock()
         book = CandidateBook(settings.window_s, self.clock)
         lane = self.lanes(candidate, lambda: self.router.models.get(name).engine, book, comparable,
@@ -194,7 +202,7 @@ class RolloutController:
             self.router.reroute(name, RolloutRoute(frozenset(cameras), None, lane.taps))
         else:
             self._to_canary(name, rollout, "other classes: judged by mAP before the start, then on errors and "
-                            "latency in the canary")
+                            "latency in the canary", audit=False)  # the start's own record says so
         log.info("rollout of %s: %s beside %s, phase %s, canary cameras %s", name, rollout.candidate_weights,
                  rollout.current_weights, rollout.phase, ", ".join(cameras))
         return rollout
@@ -216,7 +224,7 @@ class RolloutController:
         now = self.clock()
         with rollout.lock:
             rollout.window = window
-            rollout.history.append({"at": self._iso(now), "phase": rollout.phase, "agreement": window.agreement,
+            rollout.history.append({"at": iso(self._stamp(now)), "phase": rollout.phase, "agreement": window.agreement,
                                     "compared": window.compared})
         self.series.agreement.labels(name).set(math.nan if window.agreement is None else window.agreement)
         failed = judge(rollout.settings, window, rollout.comparable)
@@ -236,7 +244,7 @@ class RolloutController:
         return (f"agreement {agreement} over {window.compared} frames, errors {window.errors['candidate']} vs "
                 f"{window.errors['current']}, p50 {window.p50_ms['candidate']} vs {window.p50_ms['current']} ms")
 
-    def _to_canary(self, name: str, rollout: Rollout, why: str) -> None:
+    def _to_canary(self, name: str, rollout: Rollout, why: str, audit: bool = True) -> None:
         candidate, lane = self._parts[name]
         lane.book.reset()
         now = self.clock()
@@ -244,8 +252,9 @@ class RolloutController:
             rollout.phase, rollout.phase_started, rollout.phase_started_at = "canary", now, self._stamp(now)
         self.router.reroute(name, RolloutRoute(frozenset(rollout.cameras), candidate.engine, lane.taps))
         self.series.in_phase(name, "canary")
-        self.record("model.rollout.canary", name, rollout.current_weights,
-                    f"{rollout.candidate_weights} serves {', '.join(rollout.cameras)}; {why}"[:500])
+        if audit:
+            self.record("model.rollout.canary", name, rollout.current_weights,
+                        f"{rollout.candidate_weights} serves {', '.join(rollout.cameras)}; {why}"[:500])
         log.info("rollout of %s: canary on %s (%s)", name, ", ".join(rollout.cameras), why)
 
     def _end(self, name: str, phase: str, reason: str, action: str | None, outcome: str) -> None:
@@ -319,6 +328,3 @@ class RolloutController:
 
     def _stamp(self, at: float) -> dt.datetime:
         return dt.datetime.fromtimestamp(at, dt.UTC)
-
-    def _iso(self, at: float) -> str:
-        return self._stamp(at).isoformat().replace("+00:00", "Z")
