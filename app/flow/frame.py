@@ -30,7 +30,8 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -142,8 +143,8 @@ class FrameFlow:
 class LiveFlow:
     """A ``FrameFlow`` over parts that arrive after startup (each model's engine once it is
     loaded, the shadow lane once its reference is), for callers outside a request: the embedded
-    ingest asks for the flow of a camera per frame, and gets its model's engine (the site file's
-    ``model:``), or None while that model is loading."""
+    ingest asks for the flow of a camera per frame (``held``: its engine leased for that frame),
+    and gets its model's engine (the site file's ``model:``), or None while that model is loading."""
 
     def __init__(self, models: ModelRouter, rules: FrameRules, shadow: Callable[[], Shadow],
                  metrics: Metrics) -> None:
@@ -152,7 +153,16 @@ class LiveFlow:
     def __call__(self, camera_id: str | None = None) -> FrameFlow | None:
         name = self.models.model_of(camera_id)
         engine = self.models.engine(name)
-        if engine is None:
-            return None
+        return None if engine is None else self._flow(name, engine)
+
+    @contextmanager
+    def held(self, camera_id: str | None = None) -> Iterator[FrameFlow | None]:
+        """The camera's flow with its engine leased until the block ends, so a swap frees that
+        engine only once this frame is answered (``ModelRouter.lease``); None while it loads."""
+        name = self.models.model_of(camera_id)
+        with self.models.lease(name) as engine:
+            yield None if engine is None else self._flow(name, engine)
+
+    def _flow(self, name: str, engine: InferenceEngine) -> FrameFlow:
         shadow = self.shadow() if name == self.models.default else NoShadow()
         return FrameFlow(engine, self.rules, shadow, self.metrics, name)
