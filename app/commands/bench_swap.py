@@ -73,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
     from app.tooling.bench import report
     from app.tooling.bench.swap import run_swap
     from app.tooling.bench.swap_report import rows as summary_rows
-    from app.tooling.bench.swap_report import summarize
+    from app.tooling.bench.swap_report import summarize, timeline
 
     plan = plan_of(args)
     console = Console()
@@ -100,8 +100,7 @@ def run(args: argparse.Namespace) -> int:
                       "load_average_end": [round(x, 2) for x in os.getloadavg()]}
     args.json.parent.mkdir(parents=True, exist_ok=True)
     report.write_json(args.json, {"meta": meta, "summary": summary, "swap": result.swap,
-                                  "rss_samples": result.rss,
-                                  "requests": [(round(r.sent, 3), round(r.done, 3), r.status) for r in result.replies]})
+                                  "timeline": timeline(result)})
     table = Table(title=f"bench-swap: {plan.clients} clients, 1080p JPEG, swap at {plan.swap_at_s:g} s of "
                         f"{plan.duration_s:g} s ({result.server.get('backend', '?')} "
                         f"{result.server.get('precision', '')}, {', '.join(result.server.get('shapes') or [])})")
@@ -110,5 +109,5 @@ def run(args: argparse.Namespace) -> int:
     for what, value in summary_rows(summary):
         table.add_row(what, value)
     console.print(table)
-    console.print(f"wrote {args.json}")
+    print(f"wrote {args.json}")
     return 0 if summary["met"] else 1

@@ -5,6 +5,8 @@
 - latency: p50/p99 of the requests answered before the swap began (after the first
   ``WARMUP_S``: the first 1080p frames pay one-off allocations), and p99 of those answered
   within ``WINDOW_S`` of the switch (the moment ``PUT`` answered: the traffic moves just before);
+- p99 and requests/s while the new copy loads (from the ``PUT`` to its answer), which the bound
+  does not look at but an operator would;
 - the swap's own duration (the ``PUT``: checks, load and warm-up beside the serving copy, switch);
 - resident memory of the server process: the median of the samples in the ``WINDOW_S`` before
   the swap began (under load), the peak from then on, and once ``GET /models`` shows the change
@@ -21,7 +23,7 @@ import statistics
 from typing import Any
 
 from app.tooling.bench.stats import percentile, ratio
-from app.tooling.bench.swap import SwapPlan, SwapRun
+from app.tooling.bench.swap import Reply, SwapPlan, SwapRun
 
 WARMUP_S = 2.0
 WINDOW_S = 5.0
@@ -42,7 +44,11 @@ def summarize(plan: SwapPlan, run: SwapRun) -> dict[str, Any]:
     switched = run.swap.get("switched_s", began)
     before = [(r.done - r.sent) * 1e3 for r in replies if r.ok and WARMUP_S <= r.sent and r.done < began]
     around = [(r.done - r.sent) * 1e3 for r in replies if r.ok and abs(r.done - switched) <= WINDOW_S]
+    loading = [(r.done - r.sent) * 1e3 for r in replies if r.ok and began <= r.done < switched]
     p99_before, p99_around = percentile(before, 99), percentile(around, 99)
+    end = max((r.done for r in replies), default=0.0)
+    rates = {"before": rate(replies, WARMUP_S, began), "while_loading": rate(replies, began, switched),
+             "after": rate(replies, switched, end)}
     p99_ratio = ratio(p99_around, p99_before)
     quiet = [rss for at, rss in run.rss if began - WINDOW_S <= at < began]
     rss_before = int(statistics.median(quiet)) if quiet else None
@@ -66,6 +72,8 @@ def summarize(plan: SwapPlan, run: SwapRun) -> dict[str, Any]:
         "first_errors": sorted({r.error for r in failed if r.error})[:5],
         "rps": round(len(replies) / seconds, 2) if seconds else None,
         "p50_before_ms": percentile(before, 50), "p99_before_ms": p99_before, "requests_before": len(before),
+        "p99_while_loading_ms": percentile(loading, 99), "requests_while_loading": len(loading),
+        "rps_before": rates["before"], "rps_while_loading": rates["while_loading"], "rps_after": rates["after"],
         "p99_around_switch_ms": p99_around, "requests_around_switch": len(around), "p99_ratio": p99_ratio,
         "swap_seconds": run.swap.get("seconds"), "swap_status": run.swap.get("status"),
         "swap_error": run.swap.get("error"), "switched_at_s": switched, "drained_after_s": run.drained_after_s,
@@ -76,6 +84,28 @@ def summarize(plan: SwapPlan, run: SwapRun) -> dict[str, Any]:
         "models_before": pick(run.models_before), "models_after": pick(run.models_after),
         "bounds": bounds, "met": all(b["met"] for b in bounds),
     }
+
+
+def rate(replies: list[Reply], start: float, end: float) -> float | None:
+    """Answers per second between ``start`` and ``end`` (seconds of the load)."""
+    if end - start < 1.0:
+        return None
+    return round(sum(1 for r in replies if start <= r.done < end) / (end - start), 2)
+
+
+def timeline(run: SwapRun) -> list[dict[str, Any]]:
+    """Per second of the load (by answer time): requests, failed, p50/p99 and the median RSS."""
+    last = int(max((r.done for r in run.replies), default=0.0)) + 1
+    out = []
+    for second in range(last):
+        answered = [r for r in run.replies if second <= r.done < second + 1]
+        took = [(r.done - r.sent) * 1e3 for r in answered if r.ok]
+        rss = [value for at, value in run.rss if second <= at < second + 1]
+        out.append({"second": second, "requests": len(answered), "failed": sum(1 for r in answered if not r.ok),
+                    "p50_ms": round(percentile(took, 50), 1) if took else None,
+                    "p99_ms": round(percentile(took, 99), 1) if took else None,
+                    "rss_mib": mib(int(statistics.median(rss))) if rss else None})
+    return out
 
 
 def swapped(run: SwapRun) -> bool:
@@ -103,12 +133,16 @@ def rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
     out = [
         ("requests ok / failed", f"{summary['ok']} / {summary['failed']}"),
         ("answers by status", statuses or "none"),
-        ("requests/s", num(summary["rps"], 2)),
+        ("requests/s before / while loading / after", f"{num(summary['rps_before'], 1)} / "
+                                                      f"{num(summary['rps_while_loading'], 1)} / "
+                                                      f"{num(summary['rps_after'], 1)}"),
         ("p50 / p99 before the swap", f"{num(summary['p50_before_ms'], 0)} / {num(summary['p99_before_ms'], 0)} ms "
                                       f"({summary['requests_before']} requests)"),
         (f"p99 within ±{WINDOW_S:g} s of the switch", f"{num(summary['p99_around_switch_ms'], 0)} ms "
                                                     f"({summary['requests_around_switch']} requests)"),
         ("p99 around / before", num(summary["p99_ratio"], 2, "x")),
+        ("p99 while the new copy loads", f"{num(summary['p99_while_loading_ms'], 0)} ms "
+                                         f"({summary['requests_while_loading']} requests)"),
         ("the swap (PUT) took", f"{num(summary['swap_seconds'], 1, ' s')} (status {summary['swap_status']})"),
         ("old copy freed after the switch", num(summary["freed_after_switch_s"], 1, " s") if
          summary["freed_after_switch_s"] is not None else f"after the load (+{num(summary['drained_after_s'], 1)} s)"),
