@@ -202,14 +202,14 @@ async def get_flow(request: Request, models: ModelsDep, engine: MaybeEngineDep, 
                    ) -> AsyncIterator[FrameFlow]:
     """The per-frame use case (app/flow/frame.py) over this request's parts: the model asked for
     (``?model=``) or its camera's (``camera_id``; 404 unknown_model, 422 model_mismatch), that
-    model's ready engine (503 before the body is read while loading or full; leased until the route
-    has answered), the rules (``NoRules`` without a site file), the shadow lane (``NoShadow`` while off)."""
+    model's ready engine (503 before the body is read while loading or full; leased until the reply
+    has been sent), the rules (``NoRules`` without a site file), the shadow lane (``NoShadow`` while off)."""
     name = models.choose(model, request.query_params.get("camera_id"))
     with flow_for(name, models, engine, rules, shadow, metrics, phase) as flow:
         yield flow
 
 
-FlowDep = Annotated[FrameFlow, Depends(get_flow, scope="function")]  # the lease ends once the route answered
+FlowDep = Annotated[FrameFlow, Depends(get_flow)]  # a yield dependency: the lease ends once the reply is out
 
 
 def is_public(request: Request, options: ApiOptions) -> bool:
