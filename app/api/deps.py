@@ -14,6 +14,8 @@ Auth: every router or route declares the permission it needs (``dependencies=[Re
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
 from typing import Annotated, Any
 
 from fastapi import Depends, Query, Request, Security
@@ -134,14 +136,19 @@ async def get_detector(engine: MaybeEngineDep) -> Detector | None:
 MaybeDetectorDep = Annotated[Detector | None, Depends(get_detector)]
 
 
-async def ready_engine(engine: MaybeEngineDep, metrics: MetricsDep, phase: PhaseDep) -> InferenceEngine:
-    """The engine if it can take work now: 503 while loading or full, checked before the
-    body is read so overload costs no bandwidth or decoding."""
+def check_ready(engine: InferenceEngine | None, metrics: Metrics, waiting: str) -> InferenceEngine:
+    """The engine if it can take work now: 503 while loading (``waiting`` says what it waits for)
+    or full, checked before the body is read so overload costs no bandwidth or decoding."""
     if engine is None:
         metrics.rejected.labels("not_ready").inc()
-        raise NotReady(f"the model is not ready yet ({phase}; GET /health says what it is doing)")
+        raise NotReady(waiting)
     engine.check_capacity()
     return engine
+
+
+async def ready_engine(engine: MaybeEngineDep, metrics: MetricsDep, phase: PhaseDep) -> InferenceEngine:
+    """The default model's engine if it can take work now (``check_ready``)."""
+    return check_ready(engine, metrics, f"the model is not ready yet ({phase}; GET /health says what it is doing)")
 
 
 EngineDep = Annotated[InferenceEngine, Depends(ready_engine)]
@@ -173,37 +180,40 @@ ModelQuery = Annotated[str | None, Query(max_length=64, description=(
     "else the first. A model other than the camera's is refused (422 model_mismatch)"))]
 
 
-async def flow_for(name: str, models: ModelRouter, engine: InferenceEngine | None, rules: FrameRules,
-                   shadow: ShadowLane | NoShadow, metrics: Metrics, phase: str,
-                   camera_id: str | None = None) -> FrameFlow:
-    """The flow of model ``name``: its engine (a canary camera's: the rollout's candidate,
-    app/flow/models.py ``serving``) if it can take work now (503 while it loads or is full, before
-    the body is read). ``engine`` is the default model's (``get_engine``, which tests swap); the
-    shadow lane compares the default model only (its reference is that model's)."""
-    if name != models.default:
+@contextmanager
+def flow_for(name: str, models: ModelRouter, engine: InferenceEngine | None, rules: FrameRules,
+             shadow: ShadowLane | NoShadow, metrics: Metrics, phase: str,
+             camera_id: str | None = None) -> Iterator[FrameFlow]:
+    """The flow of model ``name`` for one request: its engine (a canary camera's: the rollout's
+    candidate, app/flow/models.py ``serving``) if it can take work now (503 while it loads or is
+    full, before the body is read), leased until the block ends so a swap frees that engine only
+    once this request is answered (``ModelRouter.lease``). ``engine`` is the default model's
+    (``get_engine``, which tests swap); the shadow lane compares the default model only (its
+    reference is that model's)."""
+    if name == models.default:
+        waiting = f"the model is not ready yet ({phase}; GET /health says what it is doing)"
+    else:
         engine, shadow = models.engine(name), NoShadow()
+        waiting = f"model {name!r} is not ready yet (GET /models says what each model is doing)"
     engine, tap = models.serving(name, camera_id, engine)
-    if engine is None:
-        metrics.rejected.labels("not_ready").inc()
-        raise NotReady(f"the model is not ready yet ({phase}; GET /health says what it is doing)"
-                       if name == models.default else
-                       f"model {name!r} is not ready yet (GET /models says what each model is doing)")
-    engine.check_capacity()
-    return FrameFlow(engine, rules, shadow, metrics, name, tap)
+    with models.lease(name, engine) as held:
+        yield FrameFlow(check_ready(held, metrics, waiting), rules, shadow, metrics, name, tap)
 
 
 async def get_flow(request: Request, models: ModelsDep, engine: MaybeEngineDep, rules: FrameRulesDep,
-                   shadow: ShadowDep, metrics: MetricsDep, phase: PhaseDep, model: ModelQuery = None) -> FrameFlow:
+                   shadow: ShadowDep, metrics: MetricsDep, phase: PhaseDep, model: ModelQuery = None,
+                   ) -> AsyncIterator[FrameFlow]:
     """The per-frame use case (app/flow/frame.py) over this request's parts: the model asked for
     (``?model=``) or its camera's (``camera_id``; 404 unknown_model, 422 model_mismatch), that
-    model's ready engine (503 before the body is read while loading or full), the rules
-    (``NoRules`` without a site file), the shadow lane (``NoShadow`` while off)."""
+    model's ready engine (503 before the body is read while loading or full; leased until the reply
+    has been sent), the rules (``NoRules`` without a site file), the shadow lane (``NoShadow`` while off)."""
     camera_id = request.query_params.get("camera_id")
     name = models.choose(model, camera_id)
-    return await flow_for(name, models, engine, rules, shadow, metrics, phase, camera_id)
+    with flow_for(name, models, engine, rules, shadow, metrics, phase, camera_id) as flow:
+        yield flow
 
 
-FlowDep = Annotated[FrameFlow, Depends(get_flow)]
+FlowDep = Annotated[FrameFlow, Depends(get_flow)]  # a yield dependency: the lease ends once the reply is out
 
 
 def is_public(request: Request, options: ApiOptions) -> bool:

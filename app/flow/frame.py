@@ -30,7 +30,8 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -152,8 +153,8 @@ class FrameFlow:
 class LiveFlow:
     """A ``FrameFlow`` over parts that arrive after startup (each model's engine once it is
     loaded, the shadow lane once its reference is), for callers outside a request: the embedded
-    ingest asks for the flow of a camera per frame, and gets its model's engine (the site file's
-    ``model:``), or None while that model is loading."""
+    ingest asks for the flow of a camera per frame (``held``: its engine leased for that frame),
+    and gets its model's engine (the site file's ``model:``), or None while that model is loading."""
 
     def __init__(self, models: ModelRouter, rules: FrameRules, shadow: Callable[[], Shadow],
                  metrics: Metrics) -> None:
@@ -162,7 +163,18 @@ class LiveFlow:
     def __call__(self, camera_id: str | None = None) -> FrameFlow | None:
         name = self.models.model_of(camera_id)
         engine, tap = self.models.serving(name, camera_id, self.models.engine(name))
-        if engine is None:
-            return None
+        return None if engine is None else self._flow(name, engine, tap)
+
+    @contextmanager
+    def held(self, camera_id: str | None = None) -> Iterator[FrameFlow | None]:
+        """The camera's flow with its engine (a canary camera's: the rollout's candidate) leased
+        until the block ends, so a swap frees that engine only once this frame is answered
+        (``ModelRouter.lease``); None while it loads."""
+        name = self.models.model_of(camera_id)
+        engine, tap = self.models.serving(name, camera_id, self.models.engine(name))
+        with self.models.lease(name, engine) as held:
+            yield None if held is None else self._flow(name, held, tap)
+
+    def _flow(self, name: str, engine: InferenceEngine, tap: Tap) -> FrameFlow:
         shadow = self.shadow() if name == self.models.default else NoShadow()
         return FrameFlow(engine, self.rules, shadow, self.metrics, name, tap)

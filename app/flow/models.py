@@ -11,7 +11,8 @@ every applied config, app/wiring/models.py).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from app.core.errors import shorten
@@ -91,3 +92,23 @@ class ModelRouter:
         if camera_id is not None and camera_id in route.cameras:
             return route.candidate, route.taps["candidate"]
         return engine, NO_TAP
+
+    @contextmanager
+    def lease(self, name: str, engine: InferenceEngine | None = None) -> Iterator[InferenceEngine | None]:
+        """The engine of ``name`` (``engine``: the one the caller read from its slot already), held
+        for one request until the block ends (app/inference/leases.py): a swap frees the old engine
+        only once its last holder is done. An engine retired between the read and the lease is
+        replaced by what the slot holds now (the swap put the new one there first); None while the
+        model loads. A retired engine still in its slot (it cannot be, but) answers 503 itself."""
+        engine = self.engine(name) if engine is None else engine
+        held: InferenceEngine | None = None
+        for _ in range(3):
+            if engine is None or engine.leases.acquire():
+                held = engine
+                break
+            engine = self.engine(name)
+        try:
+            yield engine
+        finally:
+            if held is not None:
+                held.leases.release()

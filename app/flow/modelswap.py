@@ -10,10 +10,12 @@ A swap never leaves a name without an engine and never changes anything before i
 3. traffic moves atomically: the entry (weights, classes) and the slot's engine are replaced
    under the set's lock; a request reads the slot once (``FrameFlow`` keeps its engine), so
    a request in flight finishes on the engine it started on;
-4. the old engine drains on a background thread: once it has been idle for ``quiet_s`` (no
-   image admitted, queued or in inference; a request that took it before the switch and is
-   still reading its body gets it), it is stopped and its detector closed (model dropped,
-   allocator cache emptied), at the latest after ``drain_max_s``.
+4. the old engine drains on a background thread: every request that read it from the slot
+   holds a lease until its frame is answered (app/inference/leases.py; one still uploading its
+   body for seconds included), and once no lease is held and nothing is admitted, queued or in
+   inference, the engine is retired (a late reader takes the new engine instead), stopped and
+   its detector closed (model dropped, allocator cache emptied). After ``drain_max_s`` it is
+   freed anyway, with a warning naming the requests still holding it (they get 503).
 
 What builds an engine, reads classes, checks the site's rules and estimates memory is the
 composition root's (``ModelLoader``, app/wiring/model_admin.py): this module only orders the steps.
@@ -146,10 +148,10 @@ def low_priority(work: Callable[[], T], niceness: int = 10) -> T:
 class ModelSwitch:
     """Runtime changes of the served models: one change per name at a time (409 ``model_busy``)."""
 
-    def __init__(self, router: ModelRouter, loader: ModelLoader, quiet_s: float = 1.0, drain_max_s: float = 60.0,
+    def __init__(self, router: ModelRouter, loader: ModelLoader, drain_max_s: float = 60.0, poll_s: float = 0.05,
                  ) -> None:
         self.router, self.loader = router, loader
-        self.quiet_s, self.drain_max_s = quiet_s, drain_max_s
+        self.drain_max_s, self.poll_s = drain_max_s, poll_s
         self._lock = threading.Lock()
         self._busy: set[str] = set()
         self._phases: dict[str, str] = {}  # name -> loading (a new engine beside the old) / draining (the old one)
@@ -319,13 +321,14 @@ class ModelSwitch:
         def drain() -> None:
             try:
                 deadline = time.monotonic() + self.drain_max_s
-                quiet_since = time.monotonic()
-                while time.monotonic() < deadline:
-                    if not engine.idle:
-                        quiet_since = time.monotonic()
-                    elif time.monotonic() - quiet_since >= self.quiet_s:
+                while not engine.leases.retire(lambda: engine.idle):  # no lease held and nothing in the engine
+                    if time.monotonic() >= deadline:
+                        held = engine.leases.force_retire()
+                        log.warning("model %s: the old engine was still in use after %g s (%d request(s) "
+                                    "holding it); freed anyway, what it still had is answered 503", name,
+                                    self.drain_max_s, held)
                         break
-                    time.sleep(0.05)
+                    time.sleep(self.poll_s)
                 self.loader.free(engine)
                 log.info("model %s: the old engine drained and was freed", name)
             finally:

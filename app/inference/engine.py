@@ -47,6 +47,7 @@ from app.core.types import Detection
 from app.inference.admission import ServiceRate
 from app.inference.batching import ShapeBatcher
 from app.inference.lanes import EngineState, Lane, QueuedItem
+from app.inference.leases import Leases
 from app.inference.pipeline import DetectParams, Keep, Pipeline, Prepared
 from app.inference.series import InferenceSeries
 from app.inference.supervisor import Supervisor
@@ -101,6 +102,7 @@ class InferenceEngine:
         self._lock = threading.Lock()
         self._collect_lock = threading.Lock()  # one lane at a time fills its batch from the queue
         self._admitted = 0  # images admitted and not yet taken by the worker (decoding or queued)
+        self.leases = Leases()  # requests holding this engine (app/inference/leases.py): a swap drains them
         self.supervisor = Supervisor(self.state, self.metrics, self._stop,
                                      inference_timeout_s=limits.inference_timeout_s, watchdog_exit=limits.watchdog_exit,
                                      spawn=self._spawn_worker, fail_waiting=self._fail_queued)

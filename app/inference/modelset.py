@@ -2,8 +2,9 @@
 
 Each name has its own engine (its own queue, batching and admission: one slow model cannot
 starve another) in its own ``Slot``: where that name's traffic goes. Requests read the slot
-once and keep the engine they got, so a request in flight finishes on the engine it started
-on. Two ways to change what a name serves, both atomic for readers:
+once and keep the engine they got, holding a lease on it until they are answered
+(app/inference/leases.py), so a request in flight finishes on the engine it started on and a
+swapped-out engine is freed only after its last request. Two ways to change what a name serves, both atomic for readers:
 
 - ``slot.put(engine)``: the engine behind a name (at startup once it is loaded and warm; a
   later swap of the weights puts the new engine there and drains the old one);

@@ -25,14 +25,14 @@ import asyncio
 import logging
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Protocol
 
 from app.core.errors import ServiceError
 from app.core.sources import SourceBook
-from app.flow.frame import FrameFlow
+from app.flow.frame import LiveFlow
 from app.inference.pipeline import DetectParams
 from app.ingest.asyncsink import AsyncSink
 from app.ingest.command import DEFAULT_MAX_PIXELS, FfmpegMissing, ffmpeg_binary
@@ -79,27 +79,27 @@ class EngineFeed:
     """One frame into the frame flow (detection, shadow, the camera's rules, metrics), as
     POST /detect would send it."""
 
-    def __init__(self, flow: Callable[[str | None], FrameFlow | None], params: DetectParams) -> None:
+    def __init__(self, flow: LiveFlow, params: DetectParams) -> None:
         self.flow, self.params = flow, params  # the flow of a camera per frame: None until its model is loaded
 
     async def __call__(self, frame: Frame) -> SinkResult:
-        flow = self.flow(frame.camera_id)  # the camera's model (the site file's ``model:``)
-        if flow is None:  # the model is still loading: wait a moment, like a gateway's 503
-            return SinkResult.busy(1.0, "not_ready")
-        admitted = flow.admit(frame.camera_id, frame.captured_at)  # InvalidTimestamp: dropped
-        start, detected, failed = time.perf_counter(), 0, False
-        try:
-            # the reader's RGB array goes to the engine and the shadow lane alike (it is the kept frame)
-            await flow.run(admitted, frame.as_rgb(), self.params, admitted.keep())  # QueueFull: busy
-            detected = 1
-        except ServiceError as exc:
-            failed = exc.status >= 500  # a 503 refusal under load is an error, as a request's would be
-            raise
-        except Exception:
-            failed = True
-            raise
-        finally:  # the status page's recent traffic counts pulled frames too, marked as pulled
-            flow.metrics.recent.observe(time.perf_counter() - start, detected, failed, pulled=True)
+        with self.flow.held(frame.camera_id) as flow:  # the camera's model (the site file's ``model:``), leased
+            if flow is None:  # the model is still loading: wait a moment, like a gateway's 503
+                return SinkResult.busy(1.0, "not_ready")
+            admitted = flow.admit(frame.camera_id, frame.captured_at)  # InvalidTimestamp: dropped
+            start, detected, failed = time.perf_counter(), 0, False
+            try:
+                # the reader's RGB array goes to the engine and the shadow lane alike (it is the kept frame)
+                await flow.run(admitted, frame.as_rgb(), self.params, admitted.keep())  # QueueFull: busy
+                detected = 1
+            except ServiceError as exc:
+                failed = exc.status >= 500  # a 503 refusal under load is an error, as a request's would be
+                raise
+            except Exception:
+                failed = True
+                raise
+            finally:  # the status page's recent traffic counts pulled frames too, marked as pulled
+                flow.metrics.recent.observe(time.perf_counter() - start, detected, failed, pulled=True)
         return SinkResult.sent()
 
 

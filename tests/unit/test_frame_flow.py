@@ -227,6 +227,22 @@ def test_live_flow_waits_for_the_engine_and_follows_the_shadow_lane(engine):
         other.stop()
 
 
+def test_live_flow_holds_its_engine_for_the_frame(engine):
+    """The ingest's flow leases its engine for one frame (a swap frees it only after), and
+    gives the lease back when the frame fails too."""
+    models = ModelRouter(ModelSet([ServedModel("coco", Path("a.pt"))]))
+    live = LiveFlow(models, RecordingRules(Steps()), NoShadow, Metrics())
+    with live.held("plaza") as flow:
+        assert flow is None  # still loading: nothing to hold
+    models.models.get("coco").slot.put(engine)
+    with live.held("plaza") as flow:
+        assert flow is not None and flow.engine is engine and engine.leases.held == 1
+    assert engine.leases.held == 0
+    with pytest.raises(RuntimeError), live.held() as flow:
+        raise RuntimeError("the frame failed")
+    assert engine.leases.held == 0
+
+
 def test_every_detection_route_sends_its_frames_through_the_flow_with_its_own_parameters():
     """The production app in-process: /detect (JSON and annotated), /detect/batch and the
     DeepStack route each admit then run through the FrameFlow the dependency hands them."""

@@ -6,7 +6,11 @@ unloaded) changes nothing, and every change and refusal is in the audit trail.""
 
 from __future__ import annotations
 
+import json
+import logging
+import socket
 import threading
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -31,6 +35,7 @@ from app.wiring import model_admin as wiring_admin
 from tests.support.fakes import FakeDetector, make_engine
 from tests.support.inprocess import png
 from tests.support.models import write_onnx_names
+from tests.support.net import free_port
 from tests.support.state import install_state
 
 COCO = {0: "person", 1: "car"}
@@ -114,11 +119,11 @@ def env(tmp_path: Path):
     state.rules.put(rules)  # type: ignore[arg-type]
     metrics = Metrics()
     loader = FakeRuntime(Settings(weights=folder / "coco.onnx", models_dir=folder), state, metrics)
-    switch = ModelSwitch(router, loader, quiet_s=0.2, drain_max_s=10)
+    switch = ModelSwitch(router, loader, drain_max_s=10)
     state.switch.put(switch)
     with TestClient(app, raise_server_exceptions=False, headers={"X-API-Key": ADMIN}) as client:
         yield SimpleNamespace(client=client, router=router, switch=switch, loader=loader, audit=audit,
-                              first=first, folder=folder, tmp=tmp_path, state=state)
+                              first=first, folder=folder, tmp=tmp_path, state=state, app=app)
     for engine in [first, *loader.built]:
         engine.pipeline.detector.release.set()
         engine.begin_drain()
@@ -265,3 +270,85 @@ def test_one_change_of_a_name_at_a_time(env):
     thread.join(10)
     assert env.switch.wait_drained("coco", 10)
     assert env.client.put("/admin/models/coco", json={"weights": "coco.onnx"}).status_code == 200
+
+
+def wait_for(check, timeout: float = 5.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+def test_a_request_still_uploading_its_body_keeps_the_old_engine_past_any_quiet_time(env):
+    """The engine is taken (and leased) before the body is read: a client that sends half its
+    frame, waits while the weights are swapped and the old engine has nothing queued for longer
+    than the drain's former quiet time (1 s), then sends the rest, is answered by the old engine;
+    the old engine is freed only once that request has its answer."""
+    import uvicorn
+
+    without_rules(env)
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(env.app, host="127.0.0.1", port=port, log_level="warning",
+                                           access_log=False, lifespan="off"))
+    thread = threading.Thread(target=server.run, name="lease-test-server", daemon=True)
+    thread.start()
+    assert wait_for(lambda: server.started, 20)
+    body = png()
+    head = (f"POST /detect HTTP/1.1\r\nHost: 127.0.0.1\r\nX-API-Key: {ADMIN}\r\nContent-Type: image/png\r\n"
+            f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode()
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=20) as sock:
+            sock.sendall(head + body[:len(body) // 2])
+            assert wait_for(lambda: env.first.leases.held == 1)  # the route holds the engine, its body half read
+            r = env.client.put("/admin/models/coco", json={"weights": "campus.onnx"})
+            assert r.status_code == 200, r.text
+            assert labels(post_frame(env.client)) == ["student"]  # new requests: the new engine
+            time.sleep(1.5)  # the old engine idle for longer than the former quiet time
+            assert env.loader.freed == [] and env.switch.phase("coco") == "draining"
+            assert env.first.ready and env.first.leases.held == 1
+            sock.sendall(body[len(body) // 2:])
+            reply = b""
+            while chunk := sock.recv(65536):
+                reply += chunk
+        status, _, payload = reply.partition(b"\r\n\r\n")
+        assert status.startswith(b"HTTP/1.1 200"), reply[:300]
+        assert labels(json.loads(payload)) == ["person"]  # answered by the engine it started on
+        assert env.switch.wait_drained("coco", 10)
+        assert env.loader.freed == [env.first] and env.first.leases.held == 0 and env.first.leases.retired
+    finally:
+        server.should_exit = True
+        thread.join(10)
+
+
+def test_a_lease_on_a_retired_engine_takes_the_new_one_and_never_leaks(env):
+    """The race a count alone would lose: a request read the slot just before the switch, and the
+    drain retired the old engine before the request took its lease: it gets the slot's new engine.
+    A lease is given back when its block raises."""
+    other = make_engine(GatedDetector(COCO))
+    try:
+        env.router.models.get("coco").slot.put(other)
+        assert env.first.leases.retire(lambda: env.first.idle)
+        with env.router.lease("coco", env.first) as got:
+            assert got is other and other.leases.held == 1 and env.first.leases.held == 0
+        assert other.leases.held == 0
+        with pytest.raises(RuntimeError), env.router.lease("coco") as got:
+            assert got is other and other.leases.held == 1
+            raise RuntimeError("the route failed")
+        assert other.leases.held == 0 and not other.leases.retired
+    finally:
+        other.stop()
+
+
+def test_a_drain_that_runs_out_of_time_frees_the_engine_and_says_so(env, caplog):
+    without_rules(env)
+    switch = ModelSwitch(env.router, env.loader, drain_max_s=0.3)
+    with env.router.lease("coco") as held:
+        assert held is env.first
+        with caplog.at_level(logging.WARNING, logger="campusguard.models"):
+            switch.swap("coco", "campus.onnx")
+            assert switch.wait_drained("coco", 10)
+        assert env.loader.freed == [env.first] and env.first.state.draining
+    assert "still in use after 0.3 s (1 request(s) holding it)" in caplog.text
+    assert env.first.leases.held == 0

@@ -136,7 +136,7 @@ def env(tmp_path: Path):
     state = install_state(app, engine=first, models=router, gate=gate)
     metrics, clock, lanes = state.metrics, Clock(), []
     loader = Runtime(Settings(weights=folder / "coco.onnx", models_dir=folder), state, metrics)
-    switch = ModelSwitch(router, loader, quiet_s=0.05, drain_max_s=5)
+    switch = ModelSwitch(router, loader, drain_max_s=5)
     state.switch.put(switch)
 
     def lane(candidate, current, book, comparable, counted):

@@ -30,6 +30,8 @@ from app.config import Settings
 from tests.deploy.conftest import ALERT_RULES, require_tool
 from tests.support.net import free_port
 
+pytestmark = pytest.mark.slow  # real servers and two engines per test: over 20 s each
+
 MODEL = "yolov8n"
 ALERT = "CampusGuardRolloutRolledBack"
 SITE = """cameras:

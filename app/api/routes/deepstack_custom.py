@@ -16,6 +16,7 @@ learns only 401/403, never which models exist.
 from __future__ import annotations
 
 import time
+from contextlib import AbstractContextManager, ExitStack
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Path, Request
@@ -80,12 +81,13 @@ async def custom_detection(request: Request, model: ModelName, header: HeaderKey
     """As `/v1/vision/detection` (multipart `image`, `min_confidence`, `api_key`), with `model`."""
     started = time.perf_counter()
 
-    async def flow() -> FrameFlow:  # 404 unknown_model, 503 while it loads or is full
-        return await flow_for(models.choose(model, None), models, engine, rules, shadow, metrics, phase)
+    def flow() -> AbstractContextManager[FrameFlow]:  # 404 unknown_model, 503 while it loads or is full
+        return flow_for(models.choose(model, None), models, engine, rules, shadow, metrics, phase)
 
     keyed = bool(header) or not gate.keyring.required
-    ready = await flow() if keyed else None  # before the body is read
-    parsed = await read_upload(request, ("image",), MAX_FORM_FIELDS, options.max_body_bytes)
-    if not header:
-        gate.check(request, parsed.fields.get("api_key"), "detect")
-    return await answer(request, ready or await flow(), parsed, options, started)
+    with ExitStack() as held:  # the engine's lease, until the frame is answered
+        ready = held.enter_context(flow()) if keyed else None  # before the body is read
+        parsed = await read_upload(request, ("image",), MAX_FORM_FIELDS, options.max_body_bytes)
+        if not header:
+            gate.check(request, parsed.fields.get("api_key"), "detect")
+        return await answer(request, ready or held.enter_context(flow()), parsed, options, started)
