@@ -151,8 +151,13 @@ def test_an_admin_loads_swaps_and_unloads_a_model_and_sees_the_refusals(server, 
     assert "cameras[0].zones[0].rules[0].classes: ['person']" in refused
     assert served(api)["yolov8n"]["weights"] == "yolov8n.pt"
     assert yolo.locator("button.unload").is_hidden()  # the default is swapped, never unloaded
+    assert yolo.locator("details.rollout-start-box").is_hidden()  # this server has no rollouts (no `rollout` field)
 
     campus.get_by_label("New weights file").fill("campus-v2.pt")
+    for _ in range(2):  # a refresh drawn (the next one is asked for only after it) keeps what is being typed
+        with page.expect_request(lambda r: r.method == "GET" and MODELS.search(r.url), timeout=10_000):
+            pass
+    assert campus.get_by_label("New weights file").input_value() == "campus-v2.pt"
     campus.get_by_role("button", name="Swap weights").click()
     campus.locator(".model-actions .result.ok").wait_for()
     assert campus.locator(".model-actions .result").inner_text() == (
@@ -211,11 +216,13 @@ def rolled_back(rollout: dict) -> dict:
 
 
 class RolloutRoutes:
-    """GET /models with a `rollout` per model (the server's reply plus ``self.rollouts``), and the
-    rollout's admin routes answered here, each request recorded as (method, path, body)."""
+    """GET /models with a `rollout` per model (the server's reply plus ``self.rollouts``, and any
+    other field of ``patches``), and the rollout's admin routes answered here, each request
+    recorded as (method, path, body)."""
 
-    def __init__(self, page, rollouts: dict[str, dict | None]) -> None:
+    def __init__(self, page, rollouts: dict[str, dict | None], patches: dict[str, dict] | None = None) -> None:
         self.rollouts = rollouts
+        self.patches = patches or {}
         self.sent: list[tuple[str, str, dict | None]] = []
         page.route(MODELS, self.models)
         page.route(re.compile(r"/admin/models/[^/]+/rollout(/promote)?$"), self.admin)
@@ -230,6 +237,7 @@ class RolloutRoutes:
             return
         for model in body["models"]:
             model["rollout"] = self.rollouts.get(model["name"])
+            model.update(self.patches.get(model["name"], {}))
         route.fulfill(status=200, content_type="application/json", body=json.dumps(body))
 
     def admin(self, route) -> None:
@@ -330,6 +338,27 @@ def test_a_rolled_back_rollout_says_why_and_a_viewer_gets_no_buttons(server, api
     for admin_only in (".model-actions", "button.promote", "button.abort", "details.rollout-start-box", "#model-load"):
         assert page.locator(admin_only).count() == 0, admin_only
     screenshot(page, "models-rollout-rolled-back")
+
+
+def test_a_model_loading_and_one_draining_say_so(server, api, open_page):
+    """GET /models while campus loads (a load: its change says nothing more than its state) and
+    yolov8n serves new weights while its old ones drain (a swap): the states and changes in
+    words, the loading model's runtime not known yet."""
+    ensure_campus(api)
+    page = open_page(server.url, KEYS["viewer"])
+    loading = {"state": "loading", "change": "loading", "backend": None, "provider": None, "precision": None,
+               "device": None, "shapes": None, "queue_depth": None, "images_per_s": None, "memory": None}
+    RolloutRoutes(page, {}, {"campus": loading, "yolov8n": {"change": "draining"}})
+    goto_models(page)
+    campus, yolo = card(page, "campus"), card(page, "yolov8n")
+    assert fact(campus, "State") == "Loading"
+    assert campus.locator(".model-loading").count() == 1 and campus.locator(".model-change").count() == 0
+    asked = served(api)["campus"]
+    want = f"requested {asked['requested_backend']} / {asked['requested_precision']} (not loaded yet)"
+    assert fact(campus, "Runs on") == want
+    assert fact(campus, "Rate") == "no batch yet" and fact(campus, "Device memory") == "n/a"
+    assert fact(yolo, "State") == "Ready old weights draining"
+    assert page.locator(".summary").inner_text().startswith("2 models served, default yolov8n, 1 not ready.")
 
 
 @pytest.mark.parametrize("viewport", [DESKTOP, PHONE], ids=["desktop", "phone"])

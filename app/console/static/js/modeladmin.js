@@ -122,11 +122,13 @@ export function modelActions(name, changed, notify) {
   const promote = h("button", { type: "button", class: "primary promote" }, "Promote");
   promote.addEventListener("click", () => run(promote, result, `Promoting the candidate of ${name}…`,
     () => api(path(name, "/rollout/promote"), { method: "POST" }),
-    (r) => `Promoted: ${name} serves ${r.candidate_weights}.`).then(changed));
+    (r) => (r && r.candidate_weights ? `Promoted: ${name} serves ${r.candidate_weights}.` : `Promoted the candidate of ${name}.`))
+    .then(changed));
   const abort = h("button", { type: "button", class: "danger abort" }, "Abort rollout");
   const abortCancel = confirmed(abort, "Really roll back?", () => run(abort, result, `Rolling back the rollout of ${name}…`,
     () => api(path(name, "/rollout"), { method: "DELETE" }),
-    (r) => `Rolled back: ${name} serves ${r.current_weights}.`).then(changed));
+    (r) => (r && r.current_weights ? `Rolled back: ${name} serves ${r.current_weights}.` : `Rolled back the rollout of ${name}.`))
+    .then(changed));
 
   const start = rolloutForm(name, result, changed);
   const rolloutButtons = h("div", { class: "buttons rollout-buttons" }, promote, abort, abortCancel);
@@ -166,7 +168,8 @@ function rolloutForm(name, result, changed) {
     for (const key of ["window_s", "min_frames", "agreement_floor"]) if (data[key] !== "") body[key] = Number(data[key]);
     const ok = await run(button, result, `Starting a rollout of ${body.weights} for ${name}…`,
       () => api(path(name, "/rollout"), { method: "POST", body }),
-      (r) => `Rollout started: ${r.candidate_weights} runs as the shadow of ${r.current_weights}.`);
+      (r) => (r && r.current_weights ? `Rollout started: ${r.candidate_weights} runs as the shadow of ${r.current_weights}.`
+        : `Rollout of ${body.weights} started.`));
     if (ok) { form.reset(); details.open = false; }
     changed();
   });

@@ -48,7 +48,8 @@ function classes(m, card) {
 
 function facts(m, card) {
   const state = h("span", { class: `badge model-${m.state}` }, STATE_TEXT[m.state] || m.state);
-  const change = m.change ? h("span", { class: "badge model-change" }, CHANGE_TEXT[m.change] || m.change) : null;
+  const shown = m.change && !(m.change === "loading" && m.state === "loading"); // a first load: its state says it
+  const change = shown ? h("span", { class: "badge model-change" }, CHANGE_TEXT[m.change] || m.change) : null;
   return [
     h("dl", { class: "model-facts" },
       fact("State", state, change ? " " : null, change),
