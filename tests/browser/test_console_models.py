@@ -145,8 +145,8 @@ def test_an_admin_loads_swaps_and_unloads_a_model_and_sees_the_refusals(server, 
     yolo = card(page, "yolov8n")  # the site's rules name `person`: weights without it are refused
     yolo.get_by_label("New weights file").fill("campus.pt")
     yolo.get_by_role("button", name="Swap weights").click()
-    yolo.locator(".model-actions .result.error").wait_for()
-    refused = yolo.locator(".model-actions .result").inner_text()
+    yolo.locator(".action-result.error").wait_for()
+    refused = yolo.locator(".action-result").inner_text()
     assert refused.startswith("Refused: the classes of 'campus.pt'") and "(409 model_classes_mismatch)" in refused
     assert "cameras[0].zones[0].rules[0].classes: ['person']" in refused
     assert served(api)["yolov8n"]["weights"] == "yolov8n.pt"
@@ -159,8 +159,8 @@ def test_an_admin_loads_swaps_and_unloads_a_model_and_sees_the_refusals(server, 
             pass
     assert campus.get_by_label("New weights file").input_value() == "campus-v2.pt"
     campus.get_by_role("button", name="Swap weights").click()
-    campus.locator(".model-actions .result.ok").wait_for()
-    assert campus.locator(".model-actions .result").inner_text() == (
+    campus.locator(".action-result.ok").wait_for()
+    assert campus.locator(".action-result").inner_text() == (
         "Swapped: campus serves campus-v2.pt (was campus.pt); the old weights drain, then are freed.")
     now = served(api)["campus"]
     assert now["weights"] == "campus-v2.pt" and now["classes"][2] == "vehicle"
@@ -215,6 +215,12 @@ def rolled_back(rollout: dict) -> dict:
     return out
 
 
+# a rollout the server refuses: a ServiceError body (docs/api.md), shown under the form
+REFUSED = {"weights": "other-classes.pt",
+           "body": {"error": "rollout_refused", "message": "'other-classes.pt' has other classes than campus: "
+                                                           "it must score on CAMPUSGUARD_GATE_DATASET first"}}
+
+
 class RolloutRoutes:
     """GET /models with a `rollout` per model (the server's reply plus ``self.rollouts``, and any
     other field of ``patches``), and the rollout's admin routes answered here, each request
@@ -245,6 +251,9 @@ class RolloutRoutes:
         path = re.sub(r"^https?://[^/]+", "", request.url)
         self.sent.append((request.method, path, request.post_data_json if request.post_data else None))
         name = path.split("/")[3]
+        if request.method == "POST" and (request.post_data_json or {}).get("weights") == REFUSED["weights"]:
+            route.fulfill(status=409, content_type="application/json", body=json.dumps(REFUSED["body"]))
+            return
         answer = copy.deepcopy(self.rollouts.get(name) or canary_rollout())
         if path.endswith("/promote"):
             answer.update(phase="promoted")
@@ -297,25 +306,31 @@ def test_the_rollout_panel_shows_the_phase_figures_and_agreement_chart(server, a
     screenshot(page, "models")
 
     yolo.get_by_role("button", name="Promote").click()
-    yolo.locator(".model-actions .result.ok").wait_for()
-    assert yolo.locator(".model-actions .result").inner_text() == "Promoted: yolov8n serves yolov8n-v2.pt."
+    yolo.locator(".action-result.ok").wait_for()
+    assert yolo.locator(".action-result").inner_text() == "Promoted: yolov8n serves yolov8n-v2.pt."
     yolo.locator("button.abort").click()
     assert yolo.locator("button.abort").inner_text() == "Really roll back?"
     yolo.locator("button.abort").click()
-    page.wait_for_function("() => document.querySelector(\"article.model[data-model='yolov8n'] .model-actions "
-                           ".result\").textContent === 'Rolled back: yolov8n serves yolov8n.pt.'")
+    page.wait_for_function("() => document.querySelector(\"article.model[data-model='yolov8n'] .action-result\")"
+                           ".textContent === 'Rolled back: yolov8n serves yolov8n.pt.'")
     start = campus.locator("details.rollout-start-box")
     start.locator("summary").click()
+    start.get_by_label("Candidate weights file").fill(REFUSED["weights"])
+    start.get_by_role("button", name="Start rollout").click()
+    start.locator(".result.error").wait_for()  # under the form, which stays open with what was typed
+    assert start.locator(".result").inner_text() == f"Refused: {REFUSED['body']['message']} (409 rollout_refused)"
     start.get_by_label("Candidate weights file").fill("campus-v2.pt")
     start.get_by_label("Window (s)").fill("300")
     start.get_by_label("Minimum frames").fill("50")
     start.get_by_label("Agreement floor (0 to 1)").fill("0.97")
     start.get_by_role("button", name="Start rollout").click()
-    campus.locator(".model-actions .result.ok").wait_for()
-    assert campus.locator(".model-actions .result").inner_text() == (
+    campus.locator(".action-result.ok").wait_for()  # the form folds away: the outcome is on the card
+    assert campus.locator(".action-result").inner_text() == (
         "Rollout started: campus-v2.pt runs as the shadow of campus.pt.")
+    assert start.get_attribute("open") is None
     assert routes.sent == [("POST", "/admin/models/yolov8n/rollout/promote", None),
                            ("DELETE", "/admin/models/yolov8n/rollout", None),
+                           ("POST", "/admin/models/campus/rollout", {"weights": REFUSED["weights"]}),
                            ("POST", "/admin/models/campus/rollout",
                             {"weights": "campus-v2.pt", "window_s": 300, "min_frames": 50, "agreement_floor": 0.97})]
 

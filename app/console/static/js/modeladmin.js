@@ -12,7 +12,8 @@ const path = (name, tail = "") => `/admin/models/${encodeURIComponent(name)}${ta
 
 /** The outcome under a form: what was done, or the server's refusal with its code. */
 function show(result, ok, ...text) {
-  result.className = `result ${ok ? "ok" : "error"}`;
+  result.classList.remove("ok", "error", "pending");
+  result.classList.add(ok ? "ok" : "error");
   replace(result, ...text);
 }
 
@@ -25,7 +26,8 @@ function refusal(result, err) {
 /** Run one change: the button disabled meanwhile, `pending` shown, then `done(reply)` or the refusal. */
 async function run(button, result, pending, work, done) {
   button.disabled = true;
-  result.className = "result pending";
+  result.classList.remove("ok", "error");
+  result.classList.add("pending");
   result.textContent = pending;
   try {
     show(result, true, done(await work()));
@@ -95,7 +97,7 @@ export function loadForm(changed) {
 
 /** A model's admin row: swap its weights, unload it, and its rollout's buttons. */
 export function modelActions(name, changed, notify) {
-  const result = h("div", { class: "result", role: "status", "aria-live": "polite" });
+  const result = h("div", { class: "result action-result", role: "status", "aria-live": "polite" });
   const swapButton = h("button", { type: "submit" }, "Swap weights");
   const swap = h("form", { class: "inline-form swap", "aria-label": `Swap the weights of ${name}` },
     field("New weights file", "weights", "text", { required: true, maxlength: 512, placeholder: "file in the models folder" }),
@@ -130,11 +132,11 @@ export function modelActions(name, changed, notify) {
     (r) => (r && r.current_weights ? `Rolled back: ${name} serves ${r.current_weights}.` : `Rolled back the rollout of ${name}.`))
     .then(changed));
 
-  const start = rolloutForm(name, result, changed);
+  const start = rolloutForm(name, changed, result);
   const rolloutButtons = h("div", { class: "buttons rollout-buttons" }, promote, abort, abortCancel);
   const el = h("div", { class: "model-actions" },
     h("div", { class: "action-row" }, swap, h("div", { class: "buttons" }, unload, unloadCancel)),
-    rolloutButtons, start, result);
+    rolloutButtons, result, start);
   return {
     el,
     update(m) {
@@ -150,7 +152,8 @@ export function modelActions(name, changed, notify) {
 }
 
 /** "Start a rollout": the candidate weights, the canary cameras and the bounds (unset: the server's). */
-function rolloutForm(name, result, changed) {
+function rolloutForm(name, changed, cardResult) {
+  const result = h("div", { class: "result", role: "status", "aria-live": "polite" });
   const button = h("button", { type: "submit", class: "primary" }, "Start rollout");
   const form = h("form", { class: "inline-form rollout-start", "aria-label": `Start a rollout of ${name}` },
     field("Candidate weights file", "weights", "text", { required: true, maxlength: 512 }),
@@ -170,11 +173,17 @@ function rolloutForm(name, result, changed) {
       () => api(path(name, "/rollout"), { method: "POST", body }),
       (r) => (r && r.current_weights ? `Rollout started: ${r.candidate_weights} runs as the shadow of ${r.current_weights}.`
         : `Rollout of ${body.weights} started.`));
-    if (ok) { form.reset(); details.open = false; }
+    if (ok) { // the form folds away (and goes while the rollout runs): the outcome moves to the card's line
+      show(cardResult, true, result.textContent);
+      replace(result);
+      form.reset();
+      details.open = false;
+    }
     changed();
   });
   const details = h("details", { class: "more rollout-start-box" }, h("summary", {}, "Start a rollout…"), form,
     h("p", { class: "hint" }, "The candidate first shadows the serving weights on live frames, then serves the canary "
-      + "cameras; it is promoted when its agreement, errors and latency hold over the window, rolled back when not."));
+      + "cameras; it is promoted when its agreement, errors and latency hold over the window, rolled back when not."),
+    result);
   return details;
 }
