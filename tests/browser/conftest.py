@@ -11,14 +11,17 @@ counted, a 5xx is.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
-from tests.conftest import REPO, require_system_package
+from tests.conftest import REPO, LiveServer, require_system_package, start_server
 
 CHROMIUM = os.environ.get("CAMPUSGUARD_TEST_CHROMIUM", "/usr/bin/chromium")
 # The README's screenshots are refreshed on request only (UPDATE_SCREENSHOTS=1 make test, then look
@@ -95,3 +98,18 @@ def screenshot(page, name: str) -> None:
     SHOTS.mkdir(parents=True, exist_ok=True)
     page.evaluate("window.scrollTo(0, 0)")
     page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=False)
+
+
+def console_server(tmp: Path, weights: Path, site: Path, keys: dict[str, str], **settings) -> LiveServer:
+    """A real `campusguard serve` as the console tests use it: ``site`` as its site file, its
+    event store and snapshots under ``tmp``, and a key per role (``{role: key}``)."""
+    return start_server(tmp, weights, site_config=site, events_db_url=f"sqlite:///{tmp}/events.db",
+                        snapshot_dir=tmp / "snaps", api_keys=",".join(f"{role}:{key}" for role, key in keys.items()),
+                        **settings)
+
+
+@contextlib.contextmanager
+def client(server: LiveServer, key: str, timeout: float = 60) -> Iterator[httpx.Client]:
+    """An HTTP client of ``server`` sending ``key`` (the tests' side door to the JSON routes)."""
+    with httpx.Client(base_url=server.url, headers={"x-api-key": key}, timeout=timeout) as http:
+        yield http

@@ -22,7 +22,7 @@ from zoneinfo import ZoneInfo
 import httpx
 import pytest
 
-from tests.browser.conftest import DESKTOP, PHONE, screenshot
+from tests.browser.conftest import DESKTOP, PHONE, client, console_server, screenshot
 from tests.conftest import start_server, ultralytics_asset
 from tests.support.rules_util import EXAMPLE_SITE, Receiver
 
@@ -47,10 +47,8 @@ def server(tmp_path_factory, weights, receiver):
     tmp = tmp_path_factory.mktemp("console")
     site = tmp / "site.yaml"
     shutil.copy(EXAMPLE_SITE, site)
-    srv = start_server(tmp, weights, site_config=site, events_db_url=f"sqlite:///{tmp}/events.db", snapshot_dir=tmp / "snaps",
-                       imgsz=320, warmup_iters=1, webhook_urls=receiver.url,
-                       webhook_secret="console-webhook-secret", site_watch_s=0.5,
-                       api_keys=",".join(f"{role}:{key}" for role, key in KEYS.items()))
+    srv = console_server(tmp, weights, site, KEYS, imgsz=320, warmup_iters=1, webhook_urls=receiver.url,
+                         webhook_secret="console-webhook-secret", site_watch_s=0.5)
     srv.site = site
     yield srv
     srv.stop()
@@ -58,8 +56,8 @@ def server(tmp_path_factory, weights, receiver):
 
 @pytest.fixture(scope="module")
 def api(server):
-    with httpx.Client(base_url=server.url, headers={"x-api-key": KEYS["admin"]}, timeout=60) as client:
-        yield client
+    with client(server, KEYS["admin"]) as http:
+        yield http
 
 
 @pytest.fixture(scope="module")
@@ -416,7 +414,8 @@ def test_key_prompt_role_and_sign_out(server, open_page):
 def test_every_page_fits_desktop_and_phone(server, open_page, viewport):
     page = open_page(server.url, KEYS["admin"], viewport)
     for name, ready in (("cameras", "article.tile"), ("events", ".summary:not(:empty)"),
-                        ("zones", "form.zone-form[data-ready=true]"), ("status", "svg.chart")):
+                        ("zones", "form.zone-form[data-ready=true]"), ("models", "article.model"),
+                        ("status", "svg.chart")):
         goto(page, name)
         page.wait_for_selector(ready)
         if name == "zones":

@@ -17,8 +17,7 @@ import numpy as np
 import pytest
 import yaml
 
-from tests.browser.conftest import screenshot
-from tests.conftest import start_server
+from tests.browser.conftest import client, console_server, screenshot
 from tests.support.images import encode
 from tests.support.viewcheck import Camera, tape
 
@@ -34,17 +33,15 @@ def server(tmp_path_factory, weights):
     site.write_text(yaml.safe_dump({"cameras": [
         {"id": "yard-cam", "name": "Yard", "view_checks": FAST},
         {"id": "hall-cam", "name": "Hall", "view_checks": FAST}]}))
-    srv = start_server(tmp, weights, site_config=site, events_db_url=f"sqlite:///{tmp}/events.db",
-                       snapshot_dir=tmp / "snaps", clips="false",
-                       api_keys=",".join(f"{role}:{key}" for role, key in KEYS.items()))
+    srv = console_server(tmp, weights, site, KEYS, clips="false")
     yield srv
     srv.stop()
 
 
 @pytest.fixture(scope="module")
 def api(server):
-    with httpx.Client(base_url=server.url, headers={"x-api-key": KEYS["admin"]}, timeout=60) as client:
-        yield client
+    with client(server, KEYS["admin"]) as http:
+        yield http
 
 
 class Poster:

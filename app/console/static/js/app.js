@@ -1,12 +1,13 @@
-// The console shell: sign-in, role, hash routes (#/cameras, #/events, #/zones, #/status).
+// The console shell: sign-in, role, hash routes (#/cameras, #/events, #/zones, #/models, #/status).
 
 import { api, ApiError, clearKey, onUnauthorized, setKey } from "./api.js";
 import * as cameras from "./cameras.js";
 import * as events from "./events.js";
+import * as models from "./models.js";
 import * as status from "./status.js";
 import * as zones from "./zones.js";
 
-const PAGES = { cameras, events, zones, status };
+const PAGES = { cameras, events, zones, models, status };
 const main = document.getElementById("main");
 const announcer = document.getElementById("announce");
 const alertBox = document.getElementById("alert");

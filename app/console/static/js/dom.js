@@ -82,3 +82,8 @@ export function bytes(n) {
   while (n >= 1024 && i < units.length - 1) { n /= 1024; i += 1; }
   return `${n.toFixed(i ? 1 : 0)} ${units[i]}`;
 }
+
+/** Ids as a comma list that wraps between ids, never inside one ("plaza-cam" stays whole). */
+export function idList(list) {
+  return list.flatMap((id, i) => [i ? ", " : null, h("span", { class: "id" }, id)]);
+}
