@@ -170,12 +170,13 @@ def create_app(settings: Settings | None = None, choice: Choice | None = None,
     choices = wiring.check_models(configured, catalog)  # the same for every other model
     others = [(name, own, choices[name]) for name, own in wiring.other_models(configured, catalog)]
     metrics = Metrics(settings.metrics_max_cameras)
-    InferenceSeries.of(metrics)  # the engine's families from the first scrape: ready is 0 while the model loads
     router = ModelRouter(wiring.build_model_set(configured, catalog, Slot[InferenceEngine | None](None)))
+    # the engine's families from the first scrape: ready (the default model's) is 0 while the model loads
+    InferenceSeries.of(metrics).serving(router.default)
     state = wiring.build_state(settings, metrics, choice, router)  # ConfigError: exposed without a key...
     gate, sources = state.gate, state.sources
     wiring.install_model_switch(state, configured, catalog, metrics)  # the admin routes' load / swap / unload
-    wiring.register_shadow_metrics(metrics, state.shadow.get)
+    wiring.register_shadow_metrics(metrics, state.shadow.get, router.default)  # labelled with the model it shadows
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
