@@ -35,6 +35,8 @@ ACTIONS: dict[str, str] = {
     "model.load": "a model loaded at runtime (POST /admin/models); refused ones too, with their error code",
     "model.swap": "the weights behind a model's name replaced at runtime (PUT /admin/models/{name})",
     "model.unload": "a model unloaded at runtime (DELETE /admin/models/{name})",
+    "shadow.reference": "the shadow reference rebuilt from the default model's new weights after a swap (actor "
+                        "system:model.swap; refused: it did not load and the shadow lane is off)",
     "keys.reload": "the keys file reloaded (changed on disk, or SIGHUP)",
     "auth.refused": "an admin route refused: a wrong key, or a role without the admin permission (repeats of one "
                     "key and route within 5 minutes are one record with their count)",

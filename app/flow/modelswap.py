@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Protocol, TypeVar
 
 from app.core.errors import ServiceError, shorten
+from app.flow.modelchanges import ModelChange, NoSwitchObserver, SwitchObserver
 from app.flow.models import ModelRouter
 from app.inference.catalog import NAME_RE
 from app.inference.engine import InferenceEngine
@@ -138,8 +139,9 @@ class ModelSwitch:
     """Runtime changes of the served models: one change per name at a time (409 ``model_busy``)."""
 
     def __init__(self, router: ModelRouter, loader: ModelLoader, quiet_s: float = 1.0, drain_max_s: float = 60.0,
-                 ) -> None:
+                 observer: SwitchObserver = NoSwitchObserver()) -> None:  # noqa: B008 - a stateless null object
         self.router, self.loader = router, loader
+        self.observer = observer  # told of each change once it is made (app/flow/modelchanges.py)
         self.quiet_s, self.drain_max_s = quiet_s, drain_max_s
         self._lock = threading.Lock()
         self._busy: set[str] = set()
@@ -172,6 +174,7 @@ class ModelSwitch:
                 raise
             entry.slot.put(engine)
             log.info("model %s loaded from %s", name, path)
+            self.observer.changed(ModelChange("load", name, None, entry))
             return entry
 
     def swap(self, name: str, weights: str) -> tuple[ServedModel, ServedModel]:
@@ -193,6 +196,7 @@ class ModelSwitch:
             log.info("model %s now serves %s (was %s); the old engine drains", name, path, current.weights)
             if old_engine is not None:
                 self._drain(name, old_engine)
+            self.observer.changed(ModelChange("swap", name, current, new))
             return current, new
 
     def unload(self, name: str) -> ServedModel:
@@ -211,6 +215,7 @@ class ModelSwitch:
             if engine is not None:
                 self._drain(name, engine)
             log.info("model %s unloaded", name)
+            self.observer.changed(ModelChange("unload", name, entry, None))
             return entry
 
     def wait_drained(self, name: str, timeout: float = 30.0) -> bool:

@@ -19,12 +19,13 @@ Changes are made in memory only: nothing is written, so a read-only models folde
 from __future__ import annotations
 
 import gc
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from app.api.state import AppState
 from app.config import Settings
 from app.core.metrics import Metrics
+from app.flow.modelchanges import SwitchObserver, SwitchObservers
 from app.flow.modelswap import MemoryCheck, ModelSwitch
 from app.inference.catalog import Catalog, class_names, confine
 from app.inference.engine import InferenceEngine
@@ -107,6 +108,16 @@ class RuntimeModels:
         engine.pipeline.detector.release_cache()
 
 
-def install_model_switch(state: AppState, settings: Settings, catalog: Catalog | None, metrics: Metrics) -> None:
-    """``state.switch``: the admin routes' runtime changes over this service's models."""
-    state.switch.put(ModelSwitch(state.models, RuntimeModels(settings, catalog, state, metrics)))
+def install_model_switch(state: AppState, settings: Settings, catalog: Catalog | None, metrics: Metrics,
+                         observers: Sequence[SwitchObserver] = ()) -> ModelSwitch:
+    """``state.switch``: the admin routes' runtime changes over this service's models. After each
+    change: the shadow reference follows a swap of the default model (app/wiring/shadow_follow.py),
+    then ``observers`` (the replicas' sync, app/wiring/model_sync.py)."""
+    from app.wiring.models import default_settings
+    from app.wiring.shadow_follow import ShadowFollower
+
+    follower = ShadowFollower(default_settings(settings, catalog), state, metrics)
+    switch = ModelSwitch(state.models, RuntimeModels(settings, catalog, state, metrics),
+                         observer=SwitchObservers([follower, *observers]))
+    state.switch.put(switch)
+    return switch
