@@ -175,7 +175,9 @@ def create_app(settings: Settings | None = None, choice: Choice | None = None,
     InferenceSeries.of(metrics).serving(router.default)
     state = wiring.build_state(settings, metrics, choice, router)  # ConfigError: exposed without a key...
     gate, sources = state.gate, state.sources
-    wiring.install_model_switch(state, configured, catalog, metrics)  # the admin routes' load / swap / unload
+    sync = wiring.build_model_sync(state.switch, state.models, configured)  # the replicas agree (event store)
+    state.model_sync.put(sync)
+    wiring.install_model_switch(state, configured, catalog, metrics, observers=[sync])  # admin load / swap / unload
     wiring.register_shadow_metrics(metrics, state.shadow.get, router.default)  # labelled with the model it shadows
 
     @asynccontextmanager
@@ -188,6 +190,7 @@ def create_app(settings: Settings | None = None, choice: Choice | None = None,
         if rules.enabled:  # SiteConfigError: a camera's model not served, a rule's class not its model's
             wiring.follow_site_models(stack.site_listeners, rules.config, state.models, settings.site_config or "")
         ingest = wiring.build_ingest(settings, stack, metrics, sources, state.models, state.shadow.get)
+        sync.attach(stack.model_changes, ready=lambda: bool((engine := state.engine.get()) and engine.ready))
         ingest.start(rules.config if rules.enabled else None, asyncio.get_running_loop())  # SiteConfigError: stop
         rules.start()
         sources.start()
@@ -200,6 +203,7 @@ def create_app(settings: Settings | None = None, choice: Choice | None = None,
         loader.start()
         yield
         await asyncio.to_thread(ingest.stop)  # every ffmpeg gone; its frames in flight finish on this loop
+        await asyncio.to_thread(sync.stop)  # no change of the other replicas applied from now on
         sources.stop()
         for engine in state.models.models.engines():  # every model's, the default's too
             engine.begin_drain()

@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 from app.inference.modelset import ServedModel
 
@@ -41,6 +41,19 @@ class NoSwitchObserver:
 
     def changed(self, change: ModelChange) -> None:
         return None
+
+
+class ReplicaSync(Protocol):
+    """How this replica follows the other replicas' changes (app/wiring/model_sync.py): ``GET /models``'s ``sync``."""
+
+    def report(self) -> dict[str, Any]: ...
+
+
+class NoReplicaSync:
+    """Tools and tests without the composition root: changes are this process's own."""
+
+    def report(self) -> dict[str, Any]:
+        return {"enabled": False}
 
 
 class SwitchObservers:

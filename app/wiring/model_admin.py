@@ -12,8 +12,9 @@ what needs the settings, the runtimes and the site file.
 - an engine is built like a model of the models file at startup (the runtime resolved and
   gated, its own queue and batches) but warmed with one inference only, then marked ready.
 
-Changes are made in memory only: nothing is written, so a read-only models folder or file
-(a Kubernetes ConfigMap) does not stop them, and after a restart the models file wins.
+Nothing is written to the models folder or file, so a read-only one (a Kubernetes ConfigMap)
+does not stop a change; the change is shared with the other replicas, and kept over a restart,
+through the event store (app/wiring/model_sync.py).
 """
 
 from __future__ import annotations
