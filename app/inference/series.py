@@ -62,6 +62,10 @@ class _ModelsCollector(Collector):
         self.default: str | None = None  # the default model's label (``InferenceSeries.serving``)
         self._started = time.time()
 
+    def follow_default(self, label: str) -> None:
+        """``campusguard_ready`` reads the engine of ``label`` (the default model's)."""
+        self.default = label
+
     def register(self, label: str, engine: Serving, weights_bytes: int | None) -> None:
         with self._lock:
             self._engines[label] = engine
@@ -192,7 +196,7 @@ class InferenceSeries:
 
     def serving(self, default: str) -> None:
         """Which model's readiness ``campusguard_ready`` is (the default; else the first engine ready)."""
-        self.models.default = self._metrics.model_label(default)
+        self.models.follow_default(self._metrics.model_label(default))
 
     def precision(self, requested: str, fallback: bool, verdict: GateVerdict | None) -> None:
         """The precision gate's verdict (the log line comes from the gate itself)."""
