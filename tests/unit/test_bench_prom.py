@@ -62,3 +62,16 @@ def test_the_batch_histograms_of_several_models_are_summed():
         series.model("campus", 16).batch_size.observe(4)
     batch = parse_metrics(metrics.render().decode()).batch
     assert batch.count == 3 and batch.sum == 9 and batch.distribution() == {"1": 1, "4": 2}
+
+
+def test_model_labels_are_bounded_like_camera_labels():
+    """Runtime loads can add names without end: past MAX_MODEL_LABELS they count under ``_other``,
+    and a name seen before keeps its own label."""
+    from app.core.metrics import MAX_MODEL_LABELS, OTHER_MODEL
+
+    metrics = Metrics()
+    names = [f"model-{i}" for i in range(MAX_MODEL_LABELS + 3)]
+    labels = [metrics.model_label(name) for name in names]
+    assert labels[:MAX_MODEL_LABELS] == names[:MAX_MODEL_LABELS]
+    assert labels[MAX_MODEL_LABELS:] == [OTHER_MODEL] * 3
+    assert metrics.model_label("model-0") == "model-0"
