@@ -170,13 +170,16 @@ def create_app(settings: Settings | None = None, choice: Choice | None = None,
     choices = wiring.check_models(configured, catalog)  # the same for every other model
     others = [(name, own, choices[name]) for name, own in wiring.other_models(configured, catalog)]
     metrics = Metrics(settings.metrics_max_cameras)
-    InferenceSeries.of(metrics)  # the engine's families from the first scrape: ready is 0 while the model loads
     router = ModelRouter(wiring.build_model_set(configured, catalog, Slot[InferenceEngine | None](None)))
+    # the engine's families from the first scrape: ready (the default model's) is 0 while the model loads
+    InferenceSeries.of(metrics).serving(router.default)
     state = wiring.build_state(settings, metrics, choice, router)  # ConfigError: exposed without a key...
     gate, sources = state.gate, state.sources
-    wiring.install_model_switch(state, configured, catalog, metrics)  # the admin routes' load / swap / unload
+    sync = wiring.build_model_sync(state.switch, state.models, configured)  # the replicas agree (event store)
+    state.model_sync.put(sync)
+    wiring.install_model_switch(state, configured, catalog, metrics, observers=[sync])  # admin load / swap / unload
     wiring.install_rollouts(state, configured, metrics)  # rollouts behind the shadow reference, over that switch
-    wiring.register_shadow_metrics(metrics, state.shadow.get)
+    wiring.register_shadow_metrics(metrics, state.shadow.get, router.default)  # labelled with the model it shadows
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -188,6 +191,7 @@ def create_app(settings: Settings | None = None, choice: Choice | None = None,
         if rules.enabled:  # SiteConfigError: a camera's model not served, a rule's class not its model's
             wiring.follow_site_models(stack.site_listeners, rules.config, state.models, settings.site_config or "")
         ingest = wiring.build_ingest(settings, stack, metrics, sources, state.models, state.shadow.get)
+        sync.attach(stack.model_changes, ready=lambda: bool((engine := state.engine.get()) and engine.ready))
         ingest.start(rules.config if rules.enabled else None, asyncio.get_running_loop())  # SiteConfigError: stop
         rules.start()
         sources.start()
@@ -202,6 +206,7 @@ def create_app(settings: Settings | None = None, choice: Choice | None = None,
         yield
         state.rollouts.get().stop()
         await asyncio.to_thread(ingest.stop)  # every ffmpeg gone; its frames in flight finish on this loop
+        await asyncio.to_thread(sync.stop)  # no change of the other replicas applied from now on
         sources.stop()
         for engine in state.models.models.engines():  # every model's, the default's too
             engine.begin_drain()

@@ -21,6 +21,7 @@ from app.core.metrics import Metrics
 from app.core.progress import StartupProgress
 from app.core.slot import Slot
 from app.core.sources import SourceBook
+from app.flow.modelchanges import NoReplicaSync, ReplicaSync
 from app.flow.models import ModelRouter
 from app.flow.modelswap import ModelSwitch, NoModelLoader
 from app.flow.rollout import RolloutController
@@ -51,6 +52,8 @@ class AppState:
     switch: Slot[ModelSwitch] = field(default=None)  # type: ignore[arg-type]
     # rollouts behind the shadow reference over ``switch`` (app/flow/rollout.py; app/wiring/rollout.py)
     rollouts: Slot[RolloutController] = field(default=None)  # type: ignore[arg-type]
+    # how the other replicas' model changes reach this one (app/wiring/model_sync.py): GET /models's sync
+    model_sync: Slot[ReplicaSync] = field(default_factory=lambda: Slot[ReplicaSync](NoReplicaSync()))
 
     def __post_init__(self) -> None:
         if self.switch is None:

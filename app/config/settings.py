@@ -199,6 +199,9 @@ class Settings(BaseSettings):
     fleet_interval_s: float = Field(1.0, ge=0, le=5, description=(
         "Seconds between the batched writes of this replica's camera state to the shared store (docs/deploy.md, "
         "Shared fleet state); 0 = off (one process only)"))
+    models_sync_s: float = Field(2.0, ge=0, le=60, description=(
+        "Seconds between this replica's reads of the runtime model changes (load, swap, unload) the other "
+        "replicas wrote to the event store (docs/models.md, Several replicas); 0 = off"))
     fleet_stale_after_s: float = Field(
         10.0, gt=0, le=3600, description="A replica silent this long: its cameras are stale")
     fleet_orphan_after_s: float = Field(

@@ -43,6 +43,8 @@ ACTIONS: dict[str, str] = {
     "model.rollout.rollback": "a rollout rolled back automatically: agreement, errors or latency out of bounds "
                               "(system:rollout, with the figures)",
     "model.rollout.abort": "a rollout aborted by hand (DELETE /admin/models/{name}/rollout): rolled back now",
+    "shadow.reference": "the shadow reference rebuilt from the default model's new weights after a swap (actor "
+                        "system:model.swap; refused: it did not load and the shadow lane is off)",
     "keys.reload": "the keys file reloaded (changed on disk, or SIGHUP)",
     "auth.refused": "an admin route refused: a wrong key, or a role without the admin permission (repeats of one "
                     "key and route within 5 minutes are one record with their count)",

@@ -8,7 +8,9 @@ after a zone edit) goes through ``atomic_write``: a temporary file in the same f
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
+from functools import lru_cache
 from pathlib import Path
 
 
@@ -36,3 +38,22 @@ def atomic_write(path: Path, data: bytes, mode: int | None = None, owner: tuple[
         with contextlib.suppress(OSError):
             tmp.unlink(missing_ok=True)
         raise
+
+
+@lru_cache(maxsize=64)
+def _sha256(path: Path, size: int, mtime_ns: int) -> str:
+    sha = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            sha.update(block)
+    return sha.hexdigest()
+
+
+def file_sha256(path: Path) -> str | None:
+    """The file's SHA-256 in hex, read once per file version (its size and mtime are the key:
+    weights files are read whole); None when it cannot be read."""
+    try:
+        stat = path.stat()
+        return _sha256(path, stat.st_size, stat.st_mtime_ns)
+    except OSError:
+        return None

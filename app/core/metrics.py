@@ -26,6 +26,10 @@ from app.core.types import MemoryStats
 NAMESPACE = "campusguard"
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 10.0)
 OTHER_CAMERA = "_other"
+OTHER_MODEL = "_other"
+# distinct ``model`` label values: the models file holds at most 32 names, runtime loads add more;
+# past this many the rest count under ``_other`` (a cardinality guard, as for cameras)
+MAX_MODEL_LABELS = 64
 AUTH_FAILURE_REASONS = ("missing_key", "invalid_key", "insufficient_role", "throttled")
 P = TypeVar("P")
 
@@ -74,6 +78,8 @@ class Metrics:
             self.auth_failures.labels(reason)
         self._max_cameras = max_cameras
         self._cameras: set[str] = set()
+        self._models: set[str] = set()
+        self._labels_lock = threading.Lock()
 
     def part(self, kind: Callable[[Metrics], P]) -> P:
         """The families a package owns (``kind(self)`` registers them on this registry), made
@@ -93,6 +99,17 @@ class Metrics:
             self._cameras.add(camera_id)
             return camera_id
         return OTHER_CAMERA
+
+    def model_label(self, name: str) -> str:
+        """The ``model`` label of ``name``: the name itself for the first ``MAX_MODEL_LABELS`` names
+        this process served (a name unloaded and loaded again keeps its label), ``_other`` after."""
+        with self._labels_lock:
+            if name in self._models:
+                return name
+            if len(self._models) < MAX_MODEL_LABELS:
+                self._models.add(name)
+                return name
+        return OTHER_MODEL
 
     def count_detections(self, class_names: list[str], camera_id: str | None = None) -> None:
         """Detections returned to a client, by class (and by camera when one was named);

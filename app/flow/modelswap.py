@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Protocol, TypeVar
 
 from app.core.errors import ServiceError, shorten
+from app.flow.modelchanges import ModelChange, NoSwitchObserver, SwitchObserver
 from app.flow.models import ModelRouter
 from app.inference.catalog import NAME_RE
 from app.inference.engine import InferenceEngine
@@ -149,8 +150,9 @@ class ModelSwitch:
     """Runtime changes of the served models: one change per name at a time (409 ``model_busy``)."""
 
     def __init__(self, router: ModelRouter, loader: ModelLoader, drain_max_s: float = 60.0, poll_s: float = 0.05,
-                 ) -> None:
+                 observer: SwitchObserver = NoSwitchObserver()) -> None:  # noqa: B008 - a stateless null object
         self.router, self.loader = router, loader
+        self.observer = observer  # told of each change once it is made (app/flow/modelchanges.py)
         self.drain_max_s, self.poll_s = drain_max_s, poll_s
         self._lock = threading.Lock()
         self._busy: set[str] = set()
@@ -184,6 +186,7 @@ class ModelSwitch:
                 raise
             entry.slot.put(engine)
             log.info("model %s loaded from %s", name, path)
+            self.observer.changed(ModelChange("load", name, None, entry))
             return entry
 
     def swap(self, name: str, weights: str) -> tuple[ServedModel, ServedModel]:
@@ -236,6 +239,7 @@ class ModelSwitch:
             if engine is not None:
                 self._drain(name, engine)
             log.info("model %s unloaded", name)
+            self.observer.changed(ModelChange("unload", name, entry, None))
             return entry
 
     def wait_drained(self, name: str, timeout: float = 30.0) -> bool:
@@ -303,6 +307,7 @@ class ModelSwitch:
         log.info("model %s now serves %s (was %s); the old engine drains", name, candidate.path, current.weights)
         if old_engine is not None:
             self._drain(name, old_engine)
+        self.observer.changed(ModelChange("swap", name, current, new))  # a swap, or a rollout's promotion
         return current, new
 
     def _build(self, name: str, path: Path) -> InferenceEngine:

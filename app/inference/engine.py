@@ -85,10 +85,15 @@ class EngineLimits:
 
 
 class InferenceEngine:
-    def __init__(self, pipeline: Pipeline, limits: EngineLimits, metrics: Metrics) -> None:
+    def __init__(self, pipeline: Pipeline, limits: EngineLimits, metrics: Metrics, model: str = "default",
+                 weights_bytes: int | None = None) -> None:
+        """``model``: the name it serves (its ``model`` label in the metrics); ``weights_bytes``:
+        the size of its weights file, exported per model while it serves."""
         self.pipeline = pipeline
         self.limits = limits
-        self.metrics = InferenceSeries.of(metrics)  # the engine's families (app/inference/series.py)
+        # the engine's children of the inference families, labelled with its model (app/inference/series.py)
+        self.metrics = InferenceSeries.of(metrics).model(model, limits.queue_size)
+        self._weights_bytes = weights_bytes
         self.rate = ServiceRate(parallel=pipeline.lanes)
         self.queue: queue.Queue[QueuedItem] = queue.Queue(maxsize=limits.queue_size)
         # Several lanes run every frame as its own request: waiting for a batch to fill would only
@@ -106,8 +111,6 @@ class InferenceEngine:
         self.supervisor = Supervisor(self.state, self.metrics, self._stop,
                                      inference_timeout_s=limits.inference_timeout_s, watchdog_exit=limits.watchdog_exit,
                                      spawn=self._spawn_worker, fail_waiting=self._fail_queued)
-        self.metrics.declare_engine(limits.queue_size)
-        self.metrics.track_pipeline(pipeline.counters)
 
 
     # --- lifecycle ---------------------------------------------------------------------
@@ -131,7 +134,7 @@ class InferenceEngine:
 
     def mark_ready(self) -> None:
         self.state.ready = True
-        self.metrics.ready.set(1)
+        self.metrics.serving(self, self._weights_bytes)  # its readiness and counts are the model's from now on
 
     @property
     def ready(self) -> bool:
@@ -146,7 +149,6 @@ class InferenceEngine:
 
     def begin_drain(self) -> None:
         self.state.draining = True
-        self.metrics.ready.set(0)
 
     def stop(self) -> None:
         self._stop.set()
@@ -155,6 +157,7 @@ class InferenceEngine:
                 lane.thread.join(timeout=5)
         self.executor.shutdown(wait=False, cancel_futures=True)
         self._fail_queued(ShuttingDown())
+        self.metrics.stopped(self)
 
     # --- request path (event loop) -----------------------------------------------------
     def check_capacity(self, images: int = 1) -> None:

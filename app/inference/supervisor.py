@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 from app.core.errors import InferenceTimeout, ServiceError
 from app.inference.lanes import EngineState, Lane
-from app.inference.series import InferenceSeries
+from app.inference.series import ModelSeries
 
 log = logging.getLogger("campusguard.engine")
 WATCHDOG_EXIT_CODE = 70
@@ -28,7 +28,7 @@ class Supervisor:
     """Watches ``state``'s lanes; ``spawn`` restarts a lane's worker, ``fail_waiting`` answers
     every queued request with an error (both the engine's)."""
 
-    def __init__(self, state: EngineState, metrics: InferenceSeries, stop: threading.Event, *,
+    def __init__(self, state: EngineState, metrics: ModelSeries, stop: threading.Event, *,
                  inference_timeout_s: float, watchdog_exit: bool, spawn: Callable[[Lane], None],
                  fail_waiting: Callable[[ServiceError], None]) -> None:
         self.state, self.metrics, self.stop = state, metrics, stop
@@ -50,19 +50,15 @@ class Supervisor:
                 continue
             dead = [lane for lane in self.state.lanes if not lane.alive]
             if dead and not self.stop.is_set():
-                self.metrics.ready.set(0)
                 self.metrics.worker_restarts.inc(len(dead))
                 log.warning("restarting inference worker(s) %s", ", ".join(str(lane.index) for lane in dead))
                 time.sleep(0.5)  # readiness stays false while the worker is down
                 for lane in dead:
                     self.spawn(lane)
-                if self.state.ready:
-                    self.metrics.ready.set(1)
 
     def trip(self) -> None:
         """A hung device: fail everything waiting, turn unready, and let the orchestrator act."""
         self.state.tripped = True
-        self.metrics.ready.set(0)
         self.metrics.watchdog_trips.inc()
         self.metrics.inference_errors.labels("inference_timeout").inc()
         log.critical("inference exceeded %.1fs (hung device?): failing waiting requests", self.inference_timeout_s)

@@ -31,6 +31,7 @@ from app.wiring.http import (
 )
 from app.wiring.ingest import build_flow, build_ingest, check_site, ingest_options
 from app.wiring.model_admin import install_model_switch
+from app.wiring.model_sync import build_model_sync
 from app.wiring.models import (
     build_model_set,
     check_models,
@@ -76,5 +77,6 @@ __all__ = [
     "mqtt_options", "precision_options", "provision_detector", "provision_served", "record_key_change",
     "reference_options", "register_shadow_metrics", "replica_id", "resolve_runtime", "shadow_options",
     "shadow_weights", "site_resolutions", "build_model_set", "check_models", "check_site_models", "default_settings",
-    "follow_site_models", "install_model_switch", "install_rollouts", "load_catalog", "model_settings", "other_models",
+    "follow_site_models", "install_model_switch", "install_rollouts", "build_model_sync", "load_catalog",
+    "model_settings", "other_models",
 ]

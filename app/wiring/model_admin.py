@@ -12,19 +12,21 @@ what needs the settings, the runtimes and the site file.
 - an engine is built like a model of the models file at startup (the runtime resolved and
   gated, its own queue and batches) but warmed with one inference only, then marked ready.
 
-Changes are made in memory only: nothing is written, so a read-only models folder or file
-(a Kubernetes ConfigMap) does not stop them, and after a restart the models file wins.
+Nothing is written to the models folder or file, so a read-only one (a Kubernetes ConfigMap)
+does not stop a change; the change is shared with the other replicas, and kept over a restart,
+through the event store (app/wiring/model_sync.py).
 """
 
 from __future__ import annotations
 
 import gc
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from app.api.state import AppState
 from app.config import Settings
 from app.core.metrics import Metrics
+from app.flow.modelchanges import SwitchObserver, SwitchObservers
 from app.flow.modelswap import MemoryCheck, ModelSwitch
 from app.inference.catalog import Catalog, class_names, confine
 from app.inference.engine import InferenceEngine
@@ -107,6 +109,16 @@ class RuntimeModels:
         engine.pipeline.detector.release_cache()
 
 
-def install_model_switch(state: AppState, settings: Settings, catalog: Catalog | None, metrics: Metrics) -> None:
-    """``state.switch``: the admin routes' runtime changes over this service's models."""
-    state.switch.put(ModelSwitch(state.models, RuntimeModels(settings, catalog, state, metrics)))
+def install_model_switch(state: AppState, settings: Settings, catalog: Catalog | None, metrics: Metrics,
+                         observers: Sequence[SwitchObserver] = ()) -> ModelSwitch:
+    """``state.switch``: the admin routes' runtime changes over this service's models. After each
+    change: the shadow reference follows a swap of the default model (app/wiring/shadow_follow.py),
+    then ``observers`` (the replicas' sync, app/wiring/model_sync.py)."""
+    from app.wiring.models import default_settings
+    from app.wiring.shadow_follow import ShadowFollower
+
+    follower = ShadowFollower(default_settings(settings, catalog), state, metrics)
+    switch = ModelSwitch(state.models, RuntimeModels(settings, catalog, state, metrics),
+                         observer=SwitchObservers([follower, *observers]))
+    state.switch.put(switch)
+    return switch

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from app.config import Settings
 from app.core.audit import AuditTrail, NoAudit
+from app.core.modellog import ChangeLog, NoChangeLog
 from app.rules.port import Rules
 from app.wiring.http import replica_id
 
@@ -22,6 +23,8 @@ class RulesStack:
     audit: AuditTrail = field(default_factory=NoAudit)  # in the event store; log lines only without one
     # what follows the site file (SiteListener: check, then applied): the camera streams' book, the ingest
     site_listeners: list[Any] = field(default_factory=list)
+    # the runtime model changes the replicas share (in the event store; NoChangeLog: each replica its own)
+    model_changes: ChangeLog = field(default_factory=NoChangeLog)
 
 
 def fleet_options(settings: Settings) -> FleetOptions:

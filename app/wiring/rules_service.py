@@ -110,7 +110,7 @@ def build_service(settings: Settings, metrics: Metrics, sources: SourceBook | No
         listeners.append(sources)  # the streams' book follows reloads (which cameras it reports)
         sources.listeners.append(mqtt.source_state)  # each stream's availability, for Home Assistant
     service.connect()
-    return RulesStack(service, audit_trail(store.audit, up, metrics), listeners)
+    return RulesStack(service, audit_trail(store.audit, up, metrics), listeners, store.model_changes)
 
 
 def audit_trail(repo: AuditRepo, store_up: Callable[[], bool], metrics: Metrics) -> AuditTrail:

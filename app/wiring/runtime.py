@@ -148,7 +148,13 @@ def engine_limits(settings: Settings) -> EngineLimits:
 
 
 def build_engine(settings: Settings, pipeline: Pipeline, metrics: Metrics) -> InferenceEngine:
-    return InferenceEngine(pipeline, engine_limits(settings), metrics)
+    """The engine of the model ``settings`` are for (each named model's settings carry its name:
+    its ``model`` label in the metrics)."""
+    try:
+        size: int | None = settings.weights.stat().st_size
+    except OSError:
+        size = None
+    return InferenceEngine(pipeline, engine_limits(settings), metrics, settings.display_model_name, size)
 
 
 def detect_defaults(settings: Settings) -> DetectParams:

@@ -104,7 +104,8 @@ def build_shadow(settings: Settings, engine: InferenceEngine, metrics: Metrics) 
                                 "precision": detector.precision, "weights": options.weights.name})
 
 
-def register_shadow_metrics(metrics: Metrics, lane: Callable[[], ShadowLane | NoShadow]) -> None:
+def register_shadow_metrics(metrics: Metrics, lane: Callable[[], ShadowLane | NoShadow], model: str) -> None:
+    """The lane's figures, labelled ``model``: the model the reference shadows (the default)."""
     from app.inference.shadow.collector import ShadowCollector
 
-    metrics.registry.register(ShadowCollector(lambda: lane().book))
+    metrics.registry.register(ShadowCollector(lambda: lane().book, metrics.model_label(model)))

@@ -95,18 +95,36 @@ def test_required_panels(dashboard):
     assert "by (class_name)" in exprs(panel(dashboard, "Detections/s by class"))[0]
     assert "by (camera_id)" in exprs(panel(dashboard, "Detections/s by camera"))[0]
     errors = exprs(panel(dashboard, "Inference errors by code"))[0]
-    assert "campusguard_inference_errors_total" in errors and "by (code)" in errors
+    assert "campusguard_inference_errors_total" in errors and "by (model, code)" in errors
     assert 'status=~"4..|5.."' in exprs(panel(dashboard, "HTTP errors by status"))[0]
     crossings = " ".join(exprs(panel(dashboard, "Line crossings per hour by camera / line / direction")))  # issue #12: the dashboard shows crossings
     assert "campusguard_line_crossings_total" in crossings and "direction" in crossings.split("by (")[1]
 
 
 def test_replica_variable_filters_every_campusguard_query(dashboard):
-    (var,) = dashboard["templating"]["list"]
+    var, _ = dashboard["templating"]["list"]
     assert var["name"] == "replica" and var["includeAll"] and var["multi"]
     for q in dashboard_queries(dashboard):
         if q.where.startswith("dashboard panel"):
             assert 'replica=~"$replica"' in q.expr, q.where
+
+
+PER_MODEL = ("campusguard_stage_duration_seconds", "campusguard_batch_size", "campusguard_queue_", "campusguard_images",
+             "campusguard_inferences", "campusguard_inference_errors", "campusguard_model_ready", "campusguard_shadow_")
+
+
+def test_model_variable_filters_every_per_model_query(dashboard):
+    """Issue 41 part 5: the engine's and the shadow lane's series carry ``model``; each panel over
+    them follows the Model variable and keeps the models apart (or sums them on purpose)."""
+    _, var = dashboard["templating"]["list"]
+    assert var["name"] == "model" and var["includeAll"] and "campusguard_model_ready, model" in var["definition"]
+    per_model = [q for q in dashboard_queries(dashboard)
+                 if q.where.startswith("dashboard panel") and any(n in q.expr for n in PER_MODEL)]
+    assert len(per_model) >= 12
+    for q in per_model:
+        assert 'model=~"$model"' in q.expr, q.where
+    shown = " ".join(exprs(panel(dashboard, "Inference latency p95 by model")))
+    assert "by (model, le)" in shown and 'stage="inference"' in shown
 
 
 def test_camera_stream_panels(dashboard):
@@ -125,7 +143,7 @@ def test_camera_stream_panels(dashboard):
 def test_shadow_panels_show_agreement_against_the_replicas_alert_floor(dashboard):
     """Issue #27: what CampusGuardShadowDisagreement watches, per camera, next to the floor it fires below."""
     shown = " ".join(exprs(panel(dashboard, "Shadow agreement by camera, with the alert floor")))
-    assert "campusguard_shadow_agreement" in shown and "by (camera_id)" in shown
+    assert "campusguard_shadow_agreement" in shown and "by (model, camera_id)" in shown
     assert "campusguard_shadow_alert_below" in shown
     flow = " ".join(exprs(panel(dashboard, "Shadow frames compared and dropped per minute")))
     assert "campusguard_shadow_compared_total" in flow and "campusguard_shadow_dropped_total" in flow and "by (reason)" in flow

@@ -143,7 +143,7 @@ def test_a_primary_that_lost_a_class_drives_agreement_down(shadowed, broken):
     assert image.status_code == 200 and image.content[:2] == b"\xff\xd8"
 
 
-def test_the_broken_primarys_series_fire_the_alert_rule(broken, tmp_path):
+def test_the_broken_primarys_series_fire_the_alert_rule(broken, shadowed, tmp_path):
     """The scraped series, one a minute and then held, through `promtool test rules` on the shipped
     rule: quiet while fewer than 50 frames were compared (the agreement was already low), firing
     15 minutes after the window first held 50, with the camera's real agreement in the summary."""
@@ -153,19 +153,25 @@ def test_the_broken_primarys_series_fire_the_alert_rule(broken, tmp_path):
     assert frames_in_window == [FRAMES * (i + 1) for i in range(ROUNDS)] and max(agreement) < 0.7
     trusted = next(i for i, n in enumerate(frames_in_window) if n >= 50)  # the minute the floor is met
     assert trusted >= 2  # so that at 16 minutes the low agreement alone would have fired
-    labels = ",".join(f'{k}="{v}"' for k, v in (REPLICA | {"camera_id": "cam-broken"}).items())
+    env, _ = shadowed
+    model = {"model": state_of(env.app).models.default}  # the model the reference shadows labels its series
+    text = env.client.get("/metrics").text
+    assert {s.labels.get("model") for f in text_string_to_metric_families(text) for s in f.samples
+            if s.name.startswith("campusguard_shadow_")} == {model["model"]}
+    labels = ",".join(f'{k}="{v}"' for k, v in (REPLICA | model | {"camera_id": "cam-broken"}).items())
 
     floors = [s["campusguard_shadow_alert_below"] for s in broken]
     assert floors == [0.95] * ROUNDS  # an fp32 primary: the default floor
 
     def series(name: str, values: list[float], camera: bool = True) -> dict:
-        shown = labels if camera else ",".join(f'{k}="{v}"' for k, v in REPLICA.items())
+        shown = labels if camera else ",".join(f'{k}="{v}"' for k, v in (REPLICA | model).items())
         return {"series": f"{name}{{{shown}}}", "values": " ".join(map(repr, values)) + f" {values[-1]!r}x30"}
 
     rule = next(r for g in yaml.safe_load(ALERT_RULES.read_text())["groups"] for r in g["rules"] if r.get("alert") == ALERT)
-    fired = {"exp_labels": REPLICA | {"camera_id": "cam-broken", "severity": "warning"},
+    fired = {"exp_labels": REPLICA | model | {"camera_id": "cam-broken", "severity": "warning"},
              "exp_annotations": {"summary": f"detector-0: camera cam-broken agrees {agreement[-1]:.2f} with the shadow "
-                                            "reference", "description": rule["annotations"]["description"]}}
+                                            f"reference of model {model['model']}",
+                                 "description": rule["annotations"]["description"]}}
     case = {"rule_files": [str(ALERT_RULES)], "evaluation_interval": "1m", "tests": [{
         "interval": "1m",
         "input_series": [series("campusguard_shadow_agreement", agreement),

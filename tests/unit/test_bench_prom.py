@@ -14,7 +14,7 @@ from app.tooling.bench.prom import parse_metrics
 def test_parse_real_service_metrics():
     metrics = Metrics()
     for size in (1, 1, 3, 8, 8, 8):
-        InferenceSeries.of(metrics).batch_size.observe(size)
+        InferenceSeries.of(metrics).model("coco", 16).batch_size.observe(size)
     metrics.memory_used.labels("cpu").set(123.0)
     metrics.build_info.info({"backend": "onnx", "model": "yolov8n"})
     scrape = parse_metrics(metrics.render().decode())
@@ -51,3 +51,27 @@ def test_overflow_bucket_label():
     hist = Histogram("campusguard_batch_size", "x", buckets=(1, 2), registry=registry)
     hist.observe(5)
     assert parse_metrics(generate_latest(registry).decode()).batch.distribution() == {">2": 1}
+
+
+def test_the_batch_histograms_of_several_models_are_summed():
+    """Each served model has its own batch-size series (``model`` label): a load level counts them all."""
+    metrics = Metrics()
+    series = InferenceSeries.of(metrics)
+    series.model("coco", 16).batch_size.observe(1)
+    for _ in range(2):
+        series.model("campus", 16).batch_size.observe(4)
+    batch = parse_metrics(metrics.render().decode()).batch
+    assert batch.count == 3 and batch.sum == 9 and batch.distribution() == {"1": 1, "4": 2}
+
+
+def test_model_labels_are_bounded_like_camera_labels():
+    """Runtime loads can add names without end: past MAX_MODEL_LABELS they count under ``_other``,
+    and a name seen before keeps its own label."""
+    from app.core.metrics import MAX_MODEL_LABELS, OTHER_MODEL
+
+    metrics = Metrics()
+    names = [f"model-{i}" for i in range(MAX_MODEL_LABELS + 3)]
+    labels = [metrics.model_label(name) for name in names]
+    assert labels[:MAX_MODEL_LABELS] == names[:MAX_MODEL_LABELS]
+    assert labels[MAX_MODEL_LABELS:] == [OTHER_MODEL] * 3
+    assert metrics.model_label("model-0") == "model-0"

@@ -29,7 +29,6 @@ FACADES = {"RulesService"}  # implements the ports in app/rules/port.py
 
 # (module, attribute): an object updating a part it built itself, where the part has no other owner.
 ALLOWED = {
-    ("app/inference/series.py", "counters"),  # the collector InferenceSeries made reads the pipeline's counters once it loads
     ("app/rules/logic/view/monitor.py", "streak_since"),  # the monitor resets its own frozen-frame tracker
     ("app/rules/service/health.py", "interval_s"),  # its own sweep follows reloaded thresholds (Periodic re-reads it)
 }

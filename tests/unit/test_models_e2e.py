@@ -216,3 +216,42 @@ def test_a_reload_or_zone_edit_naming_a_class_the_cameras_model_lacks_changes_no
                       files={"image": ("bus.jpg", bus, "image/jpeg")}).json()
     # the running config (student, vehicle) stays in force: its zone, reset by the edit, fires on students again
     assert gate["model"] == "campus" and [e["state"] for e in gate["events"]] == ["started"]
+
+
+def test_the_metrics_carry_each_model_s_name(server: str, bus: bytes):
+    """Issue 41 part 5: latency, batch size, queue, readiness and the pipeline's counts per model;
+    what was posted to each model shows under its own label and nowhere else."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    def scrape() -> dict[tuple[str, tuple], float]:
+        text = httpx.get(f"{server}/metrics").text
+        return {(s.name, tuple(sorted(s.labels.items()))): s.value
+                for family in text_string_to_metric_families(text) for s in family.samples}
+
+    def per_model(figures: dict, name: str, **labels: str) -> dict[str, float]:
+        return {dict(key)["model"]: value for (sample, key), value in figures.items()
+                if sample == name and "model" in dict(key) and all(dict(key).get(k) == v for k, v in labels.items())}
+
+    before = scrape()
+    posted = {"coco": 3, "campus": 2}
+    for model, n in posted.items():
+        for _ in range(n):
+            r = httpx.post(f"{server}/detect", params={"model": model}, timeout=60,
+                           files={"image": ("bus.jpg", bus, "image/jpeg")})
+            assert r.status_code == 200 and r.json()["model"] == model
+    after = scrape()
+
+    def grew(name: str, **labels: str) -> dict[str, float]:
+        old = per_model(before, name, **labels)
+        return {m: v - old.get(m, 0.0) for m, v in per_model(after, name, **labels).items()}
+
+    assert grew("campusguard_batch_size_sum") == posted  # images per model, batched on its own engine
+    assert grew("campusguard_images_total") == posted
+    assert grew("campusguard_stage_duration_seconds_count", stage="inference") == posted
+    assert per_model(after, "campusguard_model_ready") == {"coco": 1.0, "campus": 1.0}
+    assert after[("campusguard_ready", ())] == 1.0  # the replica's readiness: the default model's
+    assert set(per_model(after, "campusguard_queue_capacity")) == set(per_model(after, "campusguard_queue_depth")) \
+        == {"coco", "campus"}
+    assert per_model(after, "campusguard_model_weights_bytes")["campus"] > 1_000_000
+    # the shadow lane (off here) still exports its overall series, labelled with the model it shadows: the default
+    assert set(per_model(after, "campusguard_shadow_agreement")) == {"coco"}

@@ -113,7 +113,8 @@ def test_a_burst_drops_and_counts_samples_and_detection_is_unaffected():
         assert status["enabled"] and status["sampled"] == 10 and status["dropped"]["busy"] >= 7
         assert status["queue"] + status["compared"] + status["dropped"]["busy"] <= 10
         metrics = env.client.get("/metrics").text
-        busy = samples(metrics, "campusguard_shadow_dropped_total")[(("reason", "busy"),)]
+        model = ("model", state_of(env.app).models.default)
+        busy = samples(metrics, "campusguard_shadow_dropped_total")[(model, ("reason", "busy"))]
         assert busy == status["dropped"]["busy"]
         gate.set()
         assert lane.drain(30)
@@ -134,10 +135,11 @@ def test_a_disagreeing_reference_shows_in_status_metrics_and_worst_frames():
         assert status["cameras"]["gate-1"]["agreement"] == pytest.approx(2 / 3, abs=1e-4)  # 2 * 1 / (2 + 1)
         assert status["cameras"]["gate-1"]["recall"] == 1.0 and status["cameras"]["gate-1"]["precision"] == 0.5
         metrics = env.client.get("/metrics").text
+        model = ("model", state_of(env.app).models.default)  # the model the reference shadows
         agreement = samples(metrics, "campusguard_shadow_agreement")
-        assert agreement[(("camera_id", "gate-1"),)] == pytest.approx(2 / 3)
-        assert agreement[(("camera_id", "_all"),)] == pytest.approx(2 / 3)
-        assert samples(metrics, "campusguard_shadow_compared_total")[(("camera_id", "gate-1"),)] == 7
+        assert agreement[(("camera_id", "gate-1"), model)] == pytest.approx(2 / 3)
+        assert agreement[(("camera_id", "_all"), model)] == pytest.approx(2 / 3)
+        assert samples(metrics, "campusguard_shadow_compared_total")[(("camera_id", "gate-1"), model)] == 7
         listing = env.client.get("/shadow/worst?camera_id=gate-1").json()
         assert len(listing["frames"]) == 5  # bounded per camera
         frame = listing["frames"][0]
@@ -183,7 +185,8 @@ def test_bad_frame_ids_and_shadow_off():
         assert r.status_code == 404 and r.json()["error"] == "shadow_disabled"
         assert env.client.get("/status").json()["shadow"] == {"enabled": False}
         metrics = env.client.get("/metrics").text  # the overall series exist with the shadow off
-        assert np.isnan(samples(metrics, "campusguard_shadow_agreement")[(("camera_id", "_all"),)])
+        model = ("model", state_of(env.app).models.default)
+        assert np.isnan(samples(metrics, "campusguard_shadow_agreement")[(("camera_id", "_all"), model)])
         lane = fake_lane(env)
         assert env.client.get("/shadow/worst/not-an-id.jpg").status_code == 422
         r = env.client.get("/shadow/worst/0123456789abcdef.jpg")
@@ -217,5 +220,5 @@ def test_the_alert_floor_follows_the_served_precision_unless_the_operator_sets_i
     assert (alert_floor("fp32"), alert_floor("fp16"), alert_floor("bf16")) == (0.95, 0.95, 0.95)
     assert alert_floor("int8") == 0.85 and alert_floor("int8", 0.7) == 0.7 and alert_floor("fp32", 0.99) == 0.99
     registry = CollectorRegistry()
-    registry.register(ShadowCollector(lambda: AgreementBook(alert_below=0.85)))
-    assert "campusguard_shadow_alert_below 0.85" in generate_latest(registry).decode()
+    registry.register(ShadowCollector(lambda: AgreementBook(alert_below=0.85), "coco"))
+    assert 'campusguard_shadow_alert_below{model="coco"} 0.85' in generate_latest(registry).decode()

@@ -7,16 +7,13 @@ field means.
 
 from __future__ import annotations
 
-import hashlib
-from functools import lru_cache
-from pathlib import Path
-
 from fastapi import APIRouter
 from pydantic import BaseModel, Field
 
 from app.api.deps import ModelsDep, Read, StateDep
 from app.api.rollout_schemas import RolloutOut
 from app.api.schemas import error_responses
+from app.core.files import file_sha256
 from app.flow.models import ModelRouter
 from app.flow.modelswap import ModelSwitch
 from app.inference.modelset import ServedModel
@@ -64,28 +61,47 @@ class ModelOut(BaseModel):
                                        "/admin/models/{name}/rollout); null: none since the service started")
 
 
+class SyncRefusal(BaseModel):
+    name: str
+    seq: int = Field(description="The change's place in the shared log")
+    action: str = Field(description="load, swap or unload")
+    weights: str | None
+    by: str = Field(description="The replica that made it")
+    at: str
+    error: str = Field(description="Why this replica did not apply it: the code a local change would get "
+                                    "(not_enough_memory, model_classes_mismatch, model_in_use, invalid_weights...) or "
+                                    "weights_differ (another file under that name in this replica's models folder)")
+    message: str
+
+
+class ModelSync(BaseModel):
+    enabled: bool = Field(description="Runtime changes are shared through the event store (a site file, so a store, "
+                                      "and CAMPUSGUARD_MODELS_SYNC_S > 0); false: this replica's changes are its own")
+    replica: str | None = None
+    poll_s: float | None = Field(None, description="Seconds between reads of the other replicas' changes")
+    last_seq: int | None = Field(None, description="The last change of the shared log this replica has dealt with")
+    caught_up: bool | None = Field(None, description="The log was read once since the start (restart rule: "
+                                                     "docs/models.md)")
+    unpublished: int | None = Field(None, description="Changes made here not yet written (the store is down)")
+    refused: list[SyncRefusal] = Field(default_factory=list, description="Changes of other replicas this one refused: "
+                                       "it differs from them for those names until a later change applies")
+
+
 class ModelsResponse(BaseModel):
     default: str
     models: list[ModelOut]
-
-
-@lru_cache(maxsize=64)
-def digest(path: Path, size: int, mtime_ns: int) -> str:
-    """The weights' SHA-256 prefix, read once per file version (size and mtime are the key)."""
-    sha = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            sha.update(block)
-    return sha.hexdigest()[:12]
+    sync: ModelSync = Field(description="How this replica follows the other replicas' runtime changes")
 
 
 def describe(model: ServedModel, models: ModelRouter, switch: ModelSwitch | None = None) -> ModelOut:
     classes = model.class_names()
     try:
         stat = model.weights.stat()
-        size, mtime, sha = stat.st_size, stat.st_mtime, digest(model.weights, stat.st_size, stat.st_mtime_ns)
+        size, mtime = stat.st_size, stat.st_mtime
     except OSError:
-        size, mtime, sha = None, None, None
+        size, mtime = None, None
+    full = file_sha256(model.weights)  # read once per file version
+    sha = full[:12] if full is not None else None
     out = ModelOut(name=model.name, default=model.name == models.default, state=model.state,
                    weights=model.weights.name, weights_bytes=size, weights_sha256=sha, weights_mtime=mtime,
                    change=switch.phase(model.name) if switch is not None else None,
@@ -117,4 +133,4 @@ async def list_models(models: ModelsDep, state: StateDep) -> ModelsResponse:
         out = describe(model, models, switch)
         listed.append(out if rollout is None else out.model_copy(update={
             "rollout": RolloutOut.model_validate(rollout.as_dict())}))
-    return ModelsResponse(default=models.default, models=listed)
+    return ModelsResponse(default=models.default, models=listed, sync=ModelSync(**state.model_sync.get().report()))

@@ -20,6 +20,7 @@ from app.rules.store.audit import AuditRepo
 from app.rules.store.events import EventsRepo
 from app.rules.store.fleet import FleetRepo
 from app.rules.store.frames import FramesRepo
+from app.rules.store.modelchanges import ModelChangesRepo
 from app.rules.store.outbox import OutboxRepo
 
 
@@ -50,7 +51,8 @@ def make_engine(url: str) -> Engine:
 
 
 class EventStore:
-    """The database handle: ``events``, ``outbox``, ``frames``, ``audit`` and ``fleet`` repositories on one engine."""
+    """The database handle: ``events``, ``outbox``, ``frames``, ``audit``, ``fleet`` and ``model_changes``
+    repositories on one engine."""
 
     def __init__(self, url: str, *, migrate: bool = True, replica: str | None = None) -> None:
         """``migrate``: apply pending migrations now (the service defers it to its writer
@@ -67,6 +69,7 @@ class EventStore:
         self.frames = FramesRepo(self.engine)
         self.audit = AuditRepo(self.engine)
         self.fleet = FleetRepo(self.engine)
+        self.model_changes = ModelChangesRepo(self.engine)  # runtime model changes the replicas share
         if migrate:
             self.migrate()
 

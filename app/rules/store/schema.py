@@ -177,6 +177,20 @@ crossings_table = Table(
     Index("ix_campusguard_crossings_camera", "camera_id", "at_us"),
 )
 
+# Runtime model changes (migration 0009, app/rules/store/modelchanges.py): the load / swap / unload
+# of a replica, read by every replica of the site (app/wiring/model_sync.py). Append-only; ``seq`` orders them.
+model_changes_table = Table(
+    "campusguard_model_changes", metadata,
+    Column("seq", BigInteger().with_variant(Integer(), "sqlite"), primary_key=True, autoincrement=True),
+    Column("at", UTCDateTime(), nullable=False),
+    Column("name", String(64), nullable=False),
+    Column("action", String(16), nullable=False),  # load / swap / unload
+    Column("weights", String(512), nullable=True),  # relative to the models folder; null for an unload
+    Column("weights_sha256", String(64), nullable=True),
+    Column("models_file_sha256", String(64), nullable=True),  # the models file the replica served (null: none)
+    Column("by", String(64), nullable=False),  # the replica that made it
+)
+
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
 MICROSECOND = dt.timedelta(microseconds=1)
 

@@ -1,7 +1,8 @@
 """Reading the server's Prometheus /metrics: batch-size histogram and memory gauges.
 
 Uses prometheus_client's own text parser. The batch-size histogram is cumulative, so the
-batches formed during one load level are the difference of two scrapes.
+batches formed during one load level are the difference of two scrapes; with several models
+(its ``model`` label) their histograms are summed.
 """
 
 from __future__ import annotations
@@ -71,12 +72,13 @@ def parse_metrics(text: str) -> Scrape:
     info: dict[str, str] = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
-            if sample.name == f"{BATCH_METRIC}_bucket":
-                batch.buckets[float(sample.labels["le"])] = sample.value
+            if sample.name == f"{BATCH_METRIC}_bucket":  # summed over the models (a ``model`` label each)
+                le = float(sample.labels["le"])
+                batch.buckets[le] = batch.buckets.get(le, 0.0) + sample.value
             elif sample.name == f"{BATCH_METRIC}_sum":
-                batch.sum = sample.value
+                batch.sum += sample.value
             elif sample.name == f"{BATCH_METRIC}_count":
-                batch.count = sample.value
+                batch.count += sample.value
             elif sample.name == RSS_METRIC:
                 rss = sample.value
             elif sample.name == DEVICE_MEMORY_METRIC:
