@@ -404,3 +404,24 @@ def test_detect_routes_a_canary_camera_to_the_candidate(env):
     live = LiveFlow(env.router, NoRules(), NoShadow, env.metrics)  # the embedded ingest's frames: the same routing
     assert live("c").engine is candidate and live("c").tap is env.lanes[0].taps["candidate"]
     assert live("a").engine is env.first and live("a").tap is NO_TAP
+
+
+def test_a_promotion_is_told_to_the_switchs_observers_as_a_swap_and_a_rollback_is_not(env):
+    """The replicas' sync and the shadow reference follow a promotion as they follow a swap
+    (docs/models.md, "Replicas and restarts"); a rolled-back candidate never served the name."""
+    seen = []
+    env.switch.observer = SimpleNamespace(changed=seen.append)
+    r = start(env)
+    feed(env.lanes[0].book, 5, frame=FrameScore(10, 10, 2, 0.0))  # agreement 0.2: below the floor
+    env.clock.now += 1
+    env.controller.tick()
+    assert r.phase == "rolled_back" and seen == []
+    assert env.switch.wait_drained("coco", 10)  # the candidate freed: the name takes changes again
+    r = start(env)
+    feed(env.lanes[1].book, 5)
+    env.clock.now += 10
+    env.controller.tick()
+    assert r.phase == "canary"
+    env.controller.promote("coco", "tester")
+    assert r.phase == "promoted"
+    assert [(c.action, c.name, c.after.weights.name) for c in seen] == [("swap", "coco", "coco-v2.onnx")]
