@@ -4,6 +4,7 @@ falls back to the host (counted) or fails (invalid_image) frame by frame."""
 
 from __future__ import annotations
 
+import asyncio
 import io
 from pathlib import Path
 
@@ -11,14 +12,16 @@ import cv2
 import numpy as np
 import pytest
 from PIL import Image
+from prometheus_client import generate_latest
 
 from app import wiring
 from app.config import Settings
 from app.core.errors import ConfigError, InvalidImage
+from app.core.metrics import Metrics
 from app.core.types import DeviceInfo
 from app.inference.accuracy import upscaled
 from app.inference.decoding import jpeg_refusal
-from app.inference.pipeline import DecodePolicy, Pending, Pipeline
+from app.inference.pipeline import DecodePolicy, DetectParams, Pending, Pipeline
 from app.inference.vision.decode import image_files
 from app.wiring.decoding import choose_decoder
 from tests.support.fakes import FakeDetector
@@ -226,3 +229,30 @@ def test_auto_decodes_on_the_host_for_a_cpu_model_and_device_only_where_it_runs(
     # ... and an explicit device setting stops the start instead of decoding elsewhere
     with pytest.raises(ConfigError, match="CAMPUSGUARD_DECODE=device"):
         choose_decoder("device", _GpuModel("cuda"))
+
+
+def test_through_the_engine_the_kept_frame_and_timings_come_back(pipelines, bus_jpg):
+    """The engine's request path: the lane decodes, the request gets the evidence frame it asked
+    for, the decode timing, and a corrupt frame's own invalid_image; the metric counts it."""
+    device, host = pipelines
+    metrics = Metrics()
+    engine = wiring.build_engine(settings_for(Path("unused.pt"), "device"), device, metrics)
+    engine.start()
+    engine.mark_ready()
+
+    async def run():
+        return await asyncio.gather(engine.detect(bus_jpg, DetectParams(), "evidence"),
+                                    engine.detect(corrupt_huffman(bus_jpg), DetectParams()), return_exceptions=True)
+
+    try:
+        before = device.decoder.fallbacks.snapshot()["error"]
+        good, bad = asyncio.run(run())
+    finally:
+        engine.begin_drain()
+        engine.stop()
+    assert isinstance(bad, InvalidImage)
+    assert good.image is not None and good.image.shape == (1080, 810, 3) and good.timings_ms["decode_ms"] > 0
+    assert (good.width, good.height) == (810, 1080)
+    assert sorted(d.class_name for d in good.detections) == sorted(d.class_name for d in host.detect([bus_jpg])[0])
+    text = generate_latest(metrics.registry).decode()
+    assert f'campusguard_decode_fallback_total{{reason="error"}} {float(before + 1)}' in text
