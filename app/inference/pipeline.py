@@ -178,7 +178,9 @@ class Pipeline:
             width, height = header.upright
             target = shape or choose_shape(width, height, self.shapes)
             if self.decoder.takes(data, header):
-                return self.decoder.defer(data, header, target, keep, self.decode)
+                deferred = self.decoder.defer(data, header, target, keep, self.decode)
+                deferred.decode_ms = (time.perf_counter() - t0) * 1e3  # the probe; the lane adds the decode
+                return deferred
             if self.decode.reduce and keep != "full":
                 min_width = self.decode.evidence_min_width if keep == "evidence" else 0
                 reduction = reduction_for(header, letterbox_scale(width, height, target), min_width)
