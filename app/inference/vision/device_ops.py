@@ -46,8 +46,15 @@ def shrink(frame: torch.Tensor, factor: int) -> torch.Tensor:
     if factor <= 1:
         return frame
     height, width = frame.shape[1:]
-    size = (-(-height // factor), -(-width // factor))
-    return _to_u8(F.interpolate(frame[None].float(), size=size, mode="area"))[0]
+    if height % factor or width % factor:  # partial blocks at the edges: area windows (adaptive pooling)
+        size = (-(-height // factor), -(-width // factor))
+        return _to_u8(F.interpolate(frame[None].float(), size=size, mode="area"))[0]
+    # whole blocks (1080p, 4K, 720p by 2, 4 or 8): the mean of strided slices, several times
+    # faster than pooling on a CPU and the same sums
+    x = frame.float()
+    rows = sum((x[:, k::factor] for k in range(1, factor)), x[:, 0::factor])
+    block = sum((rows[:, :, k::factor] for k in range(1, factor)), rows[:, :, 0::factor])
+    return _to_u8(block.mul_(1.0 / (factor * factor)))
 
 
 def resize(frame: torch.Tensor, new_w: int, new_h: int) -> torch.Tensor:

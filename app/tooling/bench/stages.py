@@ -93,10 +93,13 @@ def preprocess_stage(images: list[Path], shapes: tuple[tuple[int, int], ...], se
 
 def device_pipeline(shaped: Any, device: str) -> Any:
     """A pipeline over ``shaped`` whose JPEGs are decoded on ``device`` (CAMPUSGUARD_DECODE=device)."""
+    import torch
+
     from app.inference.decoding import DecoderInfo
     from app.inference.device_decode import DeviceDecoder
     from app.inference.pipeline import Pipeline
 
+    torch.set_num_threads(1)  # one thread, as the host variants (cv2.setNumThreads above)
     return Pipeline(shaped, 0, 10**9, decoder=DeviceDecoder(device, DecoderInfo("device", "device", device, "bench")))
 
 
@@ -202,8 +205,9 @@ def run_stage(args) -> int:
 
         return report_inflight(args, images, started)
     if args.stage == "preprocess":
+        device_decode = args.device_decode if args.device_decode is not None else args.device != "cpu"
         rows = preprocess_stage(images, parse_shapes(args.stage_shapes, args.imgsz), args.stage_seconds, args.rounds,
-                                args.device if args.device != "cpu" else None)
+                                args.device if device_decode else None)
     else:
         weights = Path(dict(args.weights).get("n", "../shared/models/yolov8n.pt"))
         rows = postprocess_stage(weights, images, args.device, args.stage_seconds, args.rounds)
