@@ -38,6 +38,7 @@ from app.flow.models import ModelRouter
 from app.inference.backends.auto import Choice
 from app.inference.backends.models import require_weights
 from app.inference.catalog import Catalog
+from app.inference.decoding import DecodeSeries
 from app.inference.devices import parse_device, torch_inventory, validate_device
 from app.inference.engine import InferenceEngine
 from app.inference.series import InferenceSeries
@@ -170,6 +171,7 @@ def create_app(settings: Settings | None = None, choice: Choice | None = None,
     choices = wiring.check_models(configured, catalog)  # the same for every other model
     others = [(name, own, choices[name]) for name, own in wiring.other_models(configured, catalog)]
     metrics = Metrics(settings.metrics_max_cameras)
+    DecodeSeries.of(metrics)  # campusguard_decode_fallback_total at 0 from the first scrape
     router = ModelRouter(wiring.build_model_set(configured, catalog, Slot[InferenceEngine | None](None)))
     # the engine's families from the first scrape: ready (the default model's) is 0 while the model loads
     InferenceSeries.of(metrics).serving(router.default)

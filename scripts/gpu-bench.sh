@@ -12,7 +12,8 @@
 #   2. bench     - torch and onnx, yolov8n/m/l x fp32/fp16, batches 1,8,16, FPS p50/p99 and peak
 #                  VRAM; ONNX rows are "not available on this machine" without onnxruntime-gpu.
 #   3. stages    - the CPU side alone: bench --stage postprocess on the GPU (the whole head copied
-#                  back vs the device-side score filter) and --stage preprocess (img/s per core).
+#                  back vs the device-side score filter) and --stage preprocess (img/s per core;
+#                  with --device also the device decoder, CAMPUSGUARD_DECODE=device, batch 16).
 #   4. loadtest  - the service (torch backend, fp16 gated against fp32, shapes per aspect class,
 #                  cuda:0) under concurrency 1,8,32.
 #   5. parity    - GPU detections (fp32, fp16) against the carried CPU reference on coco-val128.
@@ -74,7 +75,8 @@ BENCH_CMD=("$PY" -m app.cli bench --device "$DEVICE" --backends "$BACKENDS" --si
   --out "$RESULTS/bench" --no-progress)
 POST_CMD=("$PY" -m app.cli bench --stage postprocess --device "$DEVICE" --weights "n=$WEIGHTS_N" --images "$IMAGES"
   --stage-seconds 8 --rounds 4 --out "$RESULTS/stages")
-PRE_CMD=("$PY" -m app.cli bench --stage preprocess --images "$IMAGES" --stage-seconds 6 --rounds 3 --out "$RESULTS/stages")
+PRE_CMD=("$PY" -m app.cli bench --stage preprocess --device "$DEVICE" --images "$IMAGES" --stage-seconds 6 --rounds 3
+  --out "$RESULTS/stages")
 LOADTEST_CMD=("$PY" -m app.cli loadtest --url "http://127.0.0.1:$PORT" --ready-timeout 60 --concurrency "$CONCURRENCY"
   --duration "$LOADTEST_S" --images "$IMAGES" --out "$RESULTS/loadtest" --no-progress --no-plots)
 PARITY_CMD=("$PY" -m app.cli parity --reference "$DEVICE_DIR/cpu-reference.json" --device "$DEVICE"

@@ -100,6 +100,9 @@ class Health(BaseModel):
                                                   "unlabelled F1 against fp32), metric, value, threshold, passed")
     precision_note: str | None = Field(None, description="Why there is no gate verdict (fp32; a ready-made model)")
     shapes: list[str] = Field(default_factory=list, description="The fixed input shapes (HxW), IMGSZ first")
+    decode: dict[str, str] | None = Field(None, description=(
+        "Where JPEGs are decoded and letterboxed (CAMPUSGUARD_DECODE): setting (as set), decoder (cpu: OpenCV on the "
+        "host; device: torchvision on the model's device), device, and why; chosen at startup"))
     phase_detail: str | None = Field(None, description="While not ready: what the replica is doing, e.g. building "
                                      "the int8 model or waiting for another replica's build")
     classes: list[str] = Field(default_factory=list)

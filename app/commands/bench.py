@@ -106,6 +106,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     stage.add_argument("--rounds", type=int, default=6, help="interleaved rounds (default 6)")
     stage.add_argument("--stage-shapes", default="384x640,480x640,640x384",
                        help="shapes the preprocess stage routes frames to (besides --imgsz)")
+    stage.add_argument("--device-decode", action=argparse.BooleanOptionalAction, default=None,
+                       help="--stage preprocess: also the device decoder on --device (CAMPUSGUARD_DECODE=device, "
+                            "batch 16); default: on with a GPU device, off on the CPU")
     kinds = parser.add_subparsers(dest="bench_kind", metavar="[scale]",
                                   help="`campusguard bench scale`: the event store and the rules at site scale")
     from app.commands import bench_scale

@@ -26,9 +26,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--per-shape", action="store_true",
                         help="also score every shape alone (all images letterboxed to it), besides the service way "
                              "(each image at its aspect's shape)")
-    parser.add_argument("--decode", choices=("reduced", "full"), default=None,
-                        help="JPEG decode: reduced (DCT-scaled when the letterbox allows) "
-                             "or full (CAMPUSGUARD_DECODE_REDUCE)")
+    parser.add_argument("--decode", choices=("reduced", "full", "device"), default=None,
+                        help="JPEG decode: reduced (DCT-scaled when the letterbox allows), full "
+                             "(CAMPUSGUARD_DECODE_REDUCE) or device (CAMPUSGUARD_DECODE=device: torchvision on the "
+                             "model's device, batched); default: the settings'")
     parser.add_argument("--upscale", type=int, default=None, metavar="WIDTH",
                         help="score camera-sized frames: each image up-scaled to WIDTH px (cubic, JPEG q90, in memory)")
     parser.add_argument("--json", action="store_true", help="print a JSON summary as the last stdout line")
@@ -46,7 +47,8 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--batch must be >= 1, got {args.batch}")
     if args.save_predictions is not None and not args.save_predictions.parent.is_dir():
         raise ConfigError(f"--save-predictions: {args.save_predictions.parent} is not a folder")
-    extra = {"decode_reduce": args.decode == "reduced"} if args.decode else {}
+    extra = {"decode_reduce": args.decode == "reduced", "decode": "device" if args.decode == "device" else "cpu"} \
+        if args.decode else {}
     settings = settings_from_args(args, **extra)
     dataset = load_dataset(args.data)
     detector = wiring.load_detector(settings)
@@ -67,8 +69,9 @@ def run(args: argparse.Namespace) -> int:
             "backend": detector.backend, "precision": detector.precision, "conf": EVAL_PARAMS.conf,
             "iou": EVAL_PARAMS.iou, "max_det": EVAL_PARAMS.max_det, "multi_label": EVAL_PARAMS.multi_label,
             "images": predictions}).encode())
+    decode = "device" if pipeline.decoder.info.decoder == "device" else "reduced" if settings.decode_reduce else "full"
     title = f"mAP on {args.data}" + (f" up-scaled to {args.upscale} px" if args.upscale else "") + \
-        f", decode {'reduced' if settings.decode_reduce else 'full'}, precision {detector.precision}"
+        f", decode {decode}, precision {detector.precision}"
     table = Table(title=title)
     for col in ("shapes", "backend", "provider", "images", "boxes", "mAP50-95", "mAP50"):
         table.add_column(col)
@@ -81,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
         first = results[0][1]
         summary = {k: v for k, v in asdict(first).items()
                    if k in {"backend", "provider", "images", "map50_95", "map50"}}
-        summary |= {"precision": detector.precision, "decode": "reduced" if settings.decode_reduce else "full",
+        summary |= {"precision": detector.precision, "decode": decode,
                     "per_shape": {label: round(r.map50_95, 4) for label, r in results[1:]}}
         print(json.dumps(summary))
     return 0

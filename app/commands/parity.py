@@ -47,8 +47,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
                              "the model it serves")
     parser.add_argument("--threads", type=int, default=0, help="CPU threads (0 = all cores)")
     parser.add_argument("--shapes", default="", help="more fixed shapes (CAMPUSGUARD_SHAPES)")
-    parser.add_argument("--decode", choices=("reduced", "full"), default="reduced",
-                        help="JPEG decode: reduced when the letterbox allows (the service's default) or full")
+    parser.add_argument("--decode", choices=("reduced", "full", "device"), default="reduced",
+                        help="JPEG decode: reduced when the letterbox allows (the service's default on a CPU), full, "
+                             "or device (torchvision's decode_jpeg and the torch letterbox on --device, batched: "
+                             "CAMPUSGUARD_DECODE=device; on a CPU it runs torchvision's CPU decode)")
     parser.add_argument("--upscale", type=int, default=None, metavar="WIDTH",
                         help="compare on camera-sized copies: each image up-scaled to WIDTH px (JPEG q90, in memory)")
     mode = parser.add_mutually_exclusive_group(required=True)
@@ -69,7 +71,7 @@ def detect_all(args: argparse.Namespace, precision: str) -> dict[str, list[list[
     try:
         settings = Settings(_env_file=None, backend=args.backend, weights=args.weights, device=args.device,
                             imgsz=args.imgsz, precision=precision, threads=args.threads, shapes=args.shapes,
-                            decode_reduce=args.decode == "reduced",
+                            decode_reduce=args.decode == "reduced", decode=decoder_setting(args.decode),
                             **({"calibration_dir": calibration} if calibration is not None else {}),
                             **({"onnx_cache_dir": cache} if cache is not None else {}))
     except ValueError as exc:
@@ -86,6 +88,12 @@ def detect_all(args: argparse.Namespace, precision: str) -> dict[str, list[list[
     found = {p.name: as_boxes(dets) for p, dets in zip(paths, detected, strict=True)}  # one list per image
     detector.close()
     return found
+
+
+def decoder_setting(decode: str) -> str:
+    """CAMPUSGUARD_DECODE for ``--decode``: reduced and full are the host's (OpenCV) decodes, named
+    explicitly so that ``auto`` on a GPU does not turn them into the device's."""
+    return "device" if decode == "device" else "cpu"
 
 
 def served_detector(settings: Settings) -> Detector:
@@ -120,11 +128,13 @@ def run(args: argparse.Namespace) -> int:
     rows = []
     for precision in args.precisions:
         result = compare(reference["detections"], detect_all(args, precision), args.min_recall, args.min_precision)
-        rows.append({"device": args.device, "backend": args.backend, "precision": precision} | result.as_dict())
+        rows.append({"device": args.device, "backend": args.backend, "precision": precision, "decode": args.decode}
+                    | result.as_dict())
     args.out.mkdir(parents=True, exist_ok=True)
     report.write_json(args.out / "parity.json", {"reference": reference.get("meta", {}), "rows": rows})
     table = report.markdown_table(rows, [("device", "device", 0), ("backend", "backend", 0),
-                                         ("precision", "precision", 0), ("images", "images", 0),
+                                         ("precision", "precision", 0), ("decode", "decode", 0),
+                                         ("images", "images", 0),
                                          ("reference_boxes", "CPU boxes", 0), ("boxes", "boxes", 0),
                                          ("recall", "recall", 3), ("box_precision", "box precision", 3),
                                          ("mean_iou", "mean IoU", 3), ("max_conf_diff", "max conf diff", 3),

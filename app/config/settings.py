@@ -62,6 +62,10 @@ class Settings(BaseSettings):
         "built from the weights); auto: bf16 where openvino runs it, else fp32")
     decode_reduce: bool = Field(True, description="Decode a JPEG at 1/2, 1/4 or 1/8 size when the letterbox shrinks it "
                                 "that much anyway (libjpeg-turbo DCT scaling); boxes stay in original pixels")
+    decode: Literal["auto", "cpu", "device"] = Field("auto", description="Where POSTed JPEGs are decoded and "
+        "letterboxed: cpu (OpenCV), device (torchvision decode_jpeg on the model's device, batched: nvJPEG on NVIDIA; "
+        "on a CPU model for tests and parity only), auto: device when the model runs on a GPU and torchvision decodes "
+        "there, else cpu. Chosen once at startup, shown in /health")
     evidence_min_width: int = Field(960, ge=0, le=8192, description="Frames kept for rules evidence (snapshots, clips, "
                                     "the console's latest frame) are decoded at least this wide")
     calibration_dir: Path | None = Field(Path("../shared/datasets/coco-val128"), description=(

@@ -332,7 +332,7 @@ class InferenceEngine:
             raise
         else:
             for item, out in zip(batch, outputs, strict=False):
-                item.resolve(out)
+                item.resolve(out, item.prepared.error)  # a frame decoded in the batch may fail alone
         finally:
             lane.in_hand = []
 

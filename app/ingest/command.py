@@ -50,6 +50,7 @@ def input_options(url: str, spec: SourceSpec, stall_backstop_s: float,
         opts += ["-rw_timeout", timeout_us, "-use_wallclock_as_timestamps", "1"]
     elif scheme == "file":
         opts += ["-re", "-stream_loop", "-1"]
+    # "auto" reaches here only where nothing resolved it (a gateway: app/ingest/hwaccel.py): none
     if spec.hwaccel == "vaapi":
         opts += ["-hwaccel", "vaapi", "-hwaccel_device", VAAPI_DEVICE]
     elif spec.hwaccel == "cuda":

@@ -37,6 +37,7 @@ from app.inference.pipeline import DetectParams
 from app.ingest.asyncsink import AsyncSink
 from app.ingest.command import DEFAULT_MAX_PIXELS, FfmpegMissing, ffmpeg_binary
 from app.ingest.frames import Frame, FrameFormat
+from app.ingest.hwaccel import with_auto
 from app.ingest.mailbox import SinkResult
 from app.ingest.source import SourceError, resolve_site, sources_of
 from app.ingest.states import CameraState
@@ -57,6 +58,7 @@ class IngestOptions:
     stop_timeout_s: float = 10.0
     max_pixels: int = DEFAULT_MAX_PIXELS  # CAMPUSGUARD_INGEST_MAX_PIXELS
     max_readers: int = DEFAULT_MAX_READERS  # CAMPUSGUARD_INGEST_MAX_READERS
+    hwaccel_auto: str = "none"  # what a camera's ``hwaccel: auto`` means here (app/ingest/hwaccel.py)
 
 
 def check_sources(config: SiteConfig, secrets_dir: Path | None, path: Path | str,
@@ -139,7 +141,7 @@ class EmbeddedIngest(Ingest):
         if self.supervisor is None:
             return
         try:
-            summary = self.supervisor.update(sources_of(config))
+            summary = self.supervisor.update(with_auto(sources_of(config), self.options.hwaccel_auto))
         except (SourceError, FfmpegMissing, RuntimeError) as exc:  # checked before; the file may have moved on
             log.error("camera ingest not updated: %s", exc)
             return
@@ -157,7 +159,7 @@ class EmbeddedIngest(Ingest):
                                      secrets_dir=self.options.secrets_dir, max_pixels=self.options.max_pixels,
                                      max_readers=self.options.max_readers)
         self.book.set_local(self.states)
-        sources = sources_of(config)
+        sources = with_auto(sources_of(config), self.options.hwaccel_auto)
         if sources:
             self.supervisor.start(sources)
         log.info("camera ingest embedded: pulling %d camera source(s)", len(sources))

@@ -3,6 +3,7 @@ feeds the engine and the rules, or ``NoIngest``."""
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -24,13 +25,24 @@ if TYPE_CHECKING:
     from app.inference.catalog import Catalog
     from app.inference.shadow.lane import NoShadow, ShadowLane
     from app.ingest.embedded import EmbeddedIngest, IngestOptions, NoIngest
+    from app.ingest.hwaccel import HwaccelProbes
+
+log = logging.getLogger("campusguard.ingest")
 
 
-def ingest_options(settings: Settings) -> IngestOptions:
+def ingest_options(settings: Settings, probes: HwaccelProbes | None = None) -> IngestOptions:
+    """The embedded ingest's options; ``hwaccel: auto`` resolved once for this replica (a GPU one
+    probes the node: ``probes``, the machine's by default; a CPU one takes none)."""
     from app.ingest.embedded import IngestOptions
+    from app.ingest.hwaccel import auto_hwaccel, machine_probes
 
+    on_gpu = settings.device != "cpu"
+    hwaccel = auto_hwaccel(on_gpu, probes or machine_probes()) if settings.ingest == "embedded" else "none"
+    if on_gpu:
+        log.info("camera ingest: hwaccel auto means %s on this replica", hwaccel)
     return IngestOptions(mode=settings.ingest, secrets_dir=settings.secrets_dir, detect=detect_defaults(settings),
-                         max_pixels=settings.ingest_max_pixels, max_readers=settings.ingest_max_readers)
+                         max_pixels=settings.ingest_max_pixels, max_readers=settings.ingest_max_readers,
+                         hwaccel_auto=hwaccel)
 
 
 def check_site(settings: Settings, catalog: Catalog | None = None) -> None:

@@ -19,6 +19,7 @@ from app.core.errors import ConfigError
 from app.core.metrics import Metrics
 from app.inference.backends.auto import Choice, Probes, resolve
 from app.inference.backends.base import BackendOptions, Detector
+from app.inference.decoding import DecodeSeries
 from app.inference.engine import EngineLimits, InferenceEngine
 from app.inference.pipeline import DecodePolicy, DetectParams, Pipeline
 from app.inference.precision.provision import PrecisionOptions, Provisioned
@@ -136,9 +137,13 @@ def load_detector(settings: Settings, choice: Choice | None = None) -> Detector:
 
 
 def build_pipeline(settings: Settings, detector: Detector | None = None) -> Pipeline:
-    """decode -> letterbox -> infer -> NMS over ``detector`` (loaded from the settings if not given)."""
-    return Pipeline(detector if detector is not None else load_detector(settings), settings.cache_clear_every,
-                    settings.max_pixels, decode_policy(settings))
+    """decode -> letterbox -> infer -> NMS over ``detector`` (loaded from the settings if not given),
+    with the JPEG decoder CAMPUSGUARD_DECODE chooses for it (app/wiring/decoding.py)."""
+    from app.wiring.decoding import build_decoder
+
+    detector = detector if detector is not None else load_detector(settings)
+    return Pipeline(detector, settings.cache_clear_every, settings.max_pixels, decode_policy(settings),
+                    build_decoder(settings, detector))
 
 
 def engine_limits(settings: Settings) -> EngineLimits:
@@ -150,6 +155,7 @@ def engine_limits(settings: Settings) -> EngineLimits:
 def build_engine(settings: Settings, pipeline: Pipeline, metrics: Metrics) -> InferenceEngine:
     """The engine of the model ``settings`` are for (each named model's settings carry its name:
     its ``model`` label in the metrics)."""
+    DecodeSeries.of(metrics).track(pipeline.decoder.fallbacks)  # campusguard_decode_fallback_total
     try:
         size: int | None = settings.weights.stat().st_size
     except OSError:

@@ -441,6 +441,7 @@ def test_status_page_shows_the_apps_own_data(server, api, open_page, bus, receiv
     health = api.get("/health").json()
     assert (fact("Backend"), fact("Provider"), fact("Device")) == (health["backend"], health["provider"], "cpu")
     assert fact("Memory") == "n/a (CPU)" and fact("Queue depth").isdigit()
+    assert fact("Decode") == f"cpu on cpu ({health['decode']['reason']})"  # CAMPUSGUARD_DECODE=auto on a CPU model
     assert int(fact("Images (total)")) >= 1
     # the frame above is in the last bucket, posted (this server pulls no camera stream)
     assert re.fullmatch(r"(0 images|1 image \(posted\)|\d+ images \(posted\)), \d+ errors", fact("Last 10 s"))

@@ -29,3 +29,15 @@ def test_camera_frames_have_the_cameras_size(dataset):
 
     (frame,) = camera_jpegs(image_files(dataset / "images"), (1920, 1080), count=1)
     assert cv2.imdecode(np.frombuffer(frame, np.uint8), cv2.IMREAD_COLOR).shape == (1080, 1920, 3)
+
+
+def test_preprocess_stage_times_the_device_decoder_where_asked(dataset, tmp_path):
+    """`--stage preprocess --device cuda:N` adds the device decoder's batch (`--device-decode` here, on the CPU)."""
+    code = main(["bench", "--stage", "preprocess", "--device-decode", "--images", str(dataset / "images"),
+                 "--stage-seconds", "0.9", "--rounds", "1", "--stage-shapes", "", "--imgsz", "384x640",
+                 "--out", str(tmp_path)])
+    assert code == 0
+    rows = json.loads((tmp_path / "stage-preprocess.json").read_text())["rows"]
+    device = [r for r in rows if r["variant"].startswith("device decode")]
+    assert [r["frames"] for r in device] == ["720p", "1080p", "4K"]
+    assert all(r["img_s"] > 0 and r["cpu_ms_per_img"] > 0 and r["shape"] == "384x640" for r in device)

@@ -59,7 +59,7 @@ async def ready(engine: MaybeEngineDep, phase: PhaseDep, rules: RulesStatusDep, 
 async def health(engine: MaybeEngineDep, detector: MaybeDetectorDep, phase: PhaseDep,
                  started_at: StartedAtDep, rules: RulesStatusDep, gate: GateDep, startup: StartupDep) -> Health:
     """Backend, provider, device and its memory, model and classes, precision (requested,
-    served, the gate's verdict), shapes, uptime and counters; while loading, what it is doing;
+    served, the gate's verdict), shapes, the JPEG decoder, uptime and counters; while loading, what it is doing;
     and whether keys are required (``auth``: on, off = CAMPUSGUARD_AUTH=off, loopback = no keys
     on a loopback address)."""
     return health_document(engine, detector, phase, started_at, rules, startup, gate.mode)
@@ -88,7 +88,7 @@ def health_document(engine: InferenceEngine | None, detector: Detector | None, p
             vram_used_bytes=mem.used if info.platform != "cpu" else None,
             vram_total_bytes=(mem.total or info.total_memory) if info.platform != "cpu" else None,
             model=detector.model_name, precision=detector.precision,
-            shapes=[f"{h}x{w}" for h, w in engine.pipeline.shapes],
+            shapes=[f"{h}x{w}" for h, w in engine.pipeline.shapes], decode=engine.pipeline.decoder.info.as_dict(),
             classes=[detector.names[k] for k in sorted(detector.names)],
             inferences=counters.inferences, images=counters.images, cache_clears=counters.cache_clears,
             queue_depth=engine.queue.qsize()))

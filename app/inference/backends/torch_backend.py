@@ -74,10 +74,11 @@ class TorchDetector:
         Everything between the upload and the copy back happens on the device: a quarter
         of the bytes go up (uint8, normalised there exactly as ``to_batch`` does on the
         host), and only the surviving anchors' rows come back, instead of the whole
-        (N, 84, 8400) head that the host then had to scan (docs/benchmarks.md, H200).
+        (N, 84, 8400) head that the host then had to scan (docs/benchmarks.md, H200). A uint8
+        tensor already on the device (``app/inference/device_decode.py``) is taken as it is.
         """
         floors = torch.from_numpy(floors_of(floor, len(images))).to(self.device)
-        x = torch.from_numpy(images).to(self.device, non_blocking=True)
+        x = torch.as_tensor(images).to(self.device, non_blocking=True)
         x = x.permute(0, 3, 1, 2).contiguous().float().mul_(UNIT)  # contiguous: the kernels of infer()
         if self.half:
             x = x.half()

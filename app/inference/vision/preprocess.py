@@ -45,19 +45,48 @@ def letterbox(img: np.ndarray, size: int | tuple[int, int],
     (a reduced JPEG decode): the geometry, and so the mapping of boxes back to original
     pixels, is computed from it, exactly as if the full frame had been letterboxed.
     """
-    out_h, out_w = (size, size) if isinstance(size, int) else size
     w, h = original or (img.shape[1], img.shape[0])
-    scale = min(out_h / h, out_w / w)
-    # A 1x20000 strip scales one side below half a pixel: keep at least one row/column
-    # (cv2.resize refuses a zero size), so any shape the decoder accepts gets through.
-    new_w, new_h = max(1, int(round(w * scale))), max(1, int(round(h * scale)))
+    place = placement(w, h, size)
+    new_w, new_h = place.new_w, place.new_h
     if (new_w, new_h) != (img.shape[1], img.shape[0]):
         img = resize(img, new_w, new_h)
+    img = cv2.copyMakeBorder(img, place.top, place.bottom, place.left, place.right, cv2.BORDER_CONSTANT,
+                             value=(PAD_VALUE,) * 3)
+    return img, place.box
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """Where a ``width`` x ``height`` frame goes in the model input: its resized size and the
+    padding on each side (``letterbox`` here, and the device letterbox, place frames alike)."""
+
+    box: Letterbox
+    new_w: int
+    new_h: int
+    top: int
+    bottom: int
+    left: int
+    right: int
+
+
+def placement(width: int, height: int, size: int | tuple[int, int]) -> Placement:
+    """The letterbox geometry of a ``width`` x ``height`` frame in ``size`` (N, or (height, width))."""
+    out_h, out_w = (size, size) if isinstance(size, int) else size
+    scale = min(out_h / height, out_w / width)
+    # A 1x20000 strip scales one side below half a pixel: keep at least one row/column
+    # (cv2.resize refuses a zero size), so any shape the decoder accepts gets through.
+    new_w, new_h = max(1, int(round(width * scale))), max(1, int(round(height * scale)))
     dw, dh = (out_w - new_w) / 2, (out_h - new_h) / 2
     top, bottom = int(round(dh - 0.1)), int(round(dh + 0.1))
     left, right = int(round(dw - 0.1)), int(round(dw + 0.1))
-    img = cv2.copyMakeBorder(img, top, bottom, left, right, cv2.BORDER_CONSTANT, value=(PAD_VALUE,) * 3)
-    return img, Letterbox(scale=scale, pad_x=left, pad_y=top, width=w, height=h)
+    return Placement(Letterbox(scale=scale, pad_x=left, pad_y=top, width=width, height=height),
+                     new_w, new_h, top, bottom, left, right)
+
+
+def area_factor(width: int, height: int, new_w: int, new_h: int) -> int:
+    """The power of two (8, 4, 2, else 1) a frame is first area-averaged by on its way to
+    ``new_w`` x ``new_h`` (``resize``)."""
+    return next((r for r in REDUCTIONS if new_w * r <= width and new_h * r <= height), 1)
 
 
 def resize(img: np.ndarray, new_w: int, new_h: int) -> np.ndarray:
@@ -69,7 +98,7 @@ def resize(img: np.ndarray, new_w: int, new_h: int) -> np.ndarray:
     picture: the repo's parity command between them 0.986 / 0.983 (recall / precision), where
     one area shrink of the whole way gave 0.975 / 0.978 (docs/benchmarks.md)."""
     height, width = img.shape[:2]
-    r = next((r for r in REDUCTIONS if new_w * r <= width and new_h * r <= height), 1)
+    r = area_factor(width, height, new_w, new_h)
     if r > 1:
         img = cv2.resize(img, (-(-width // r), -(-height // r)), interpolation=cv2.INTER_AREA)
     if (new_w, new_h) == (img.shape[1], img.shape[0]):

@@ -65,7 +65,10 @@ class SourceSpec(BaseModel):
     fps: float = Field(1.0, gt=0, le=30, description="frames per second sent to detection")
     transport: Literal["tcp", "udp"] = Field("tcp", description="RTSP transport")
     max_width: int = Field(1280, ge=64, le=7680, description="frames wider than this are scaled down in ffmpeg")
-    hwaccel: Literal["none", "vaapi", "cuda"] = Field("none", description="hardware decode (AMD/Intel VAAPI, NVIDIA)")
+    hwaccel: Literal["none", "vaapi", "cuda", "auto"] = Field(
+        "none", description="hardware decode (AMD/Intel VAAPI, NVIDIA); auto: NVDEC or VA-API when the replica "
+                            "pulling the stream serves its model on a GPU and the node exposes one, else none "
+                            "(a gateway: none)")
     input_args: tuple[str, ...] = Field((), max_length=32, description="extra ffmpeg input options, for odd cameras: "
                                         "options of docs/cameras.md's list, each with its value")
     stall_after_s: float = Field(20.0, ge=1, le=3600, description="restart when no frame came for this long")

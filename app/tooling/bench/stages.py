@@ -7,6 +7,9 @@ rounds (each round runs every variant once, so load from other processes hits th
 * ``preprocess``: decode + letterbox of camera-like JPEGs (a real image up-scaled to 720p,
   1080p and 4K, quality 90), full decode against the reduced (DCT-scaled) decode, to each
   frame's aspect shape. img/s of one thread = img/s per core: docs/deploy.md's capacity plan.
+  With ``--device cuda:N`` also the device decoder (CAMPUSGUARD_DECODE=device: each frame
+  probed on the host, a batch of 16 decoded and letterboxed on the device, synchronised);
+  ``cpu_ms_per_img`` is the process's CPU time per frame, the host's share of each variant.
 * ``postprocess``: NMS and mapping of a real (16, 84, 8400) head output (yolov8n on 16
   COCO images): the per-image scan of the full head (before) against the batch compaction
   plus NMS on the survivors (after); and, with the model, the forward with the whole head
@@ -34,31 +37,37 @@ def rounds(variants: dict[str, Callable[[int], int]], seconds: float, rounds_n: 
     """Interleaved rounds of ``seconds / rounds_n / len(variants)`` per variant; img/s per variant
     (total) and the median per-round ratio of each to the first."""
     share = seconds / rounds_n / len(variants)
-    done = {name: [0, 0.0] for name in variants}
+    done = {name: [0, 0.0, 0.0] for name in variants}
     per_round: dict[str, list[float]] = {name: [] for name in variants}
     for _ in range(rounds_n):
         for name, step in variants.items():
-            n, t0, i = 0, time.perf_counter(), 0
+            n, t0, c0, i = 0, time.perf_counter(), time.process_time(), 0
             while time.perf_counter() - t0 < share:
                 n += step(i)
                 i += 1
             dt = time.perf_counter() - t0
             done[name][0] += n
             done[name][1] += dt
+            done[name][2] += time.process_time() - c0
             per_round[name].append(n / dt)
     first = next(iter(variants))
     return {name: {"img_s": done[name][0] / done[name][1], "ms_per_img": 1e3 * done[name][1] / max(1, done[name][0]),
+                   "cpu_ms_per_img": 1e3 * done[name][2] / max(1, done[name][0]),
                    "vs_first": float(np.median(np.array(per_round[name]) / np.array(per_round[first])))}
             for name in variants}
 
 
+DEVICE_BATCH = 16  # frames per device decode call in the preprocess stage (the GPU runs' batch)
+
+
 def preprocess_stage(images: list[Path], shapes: tuple[tuple[int, int], ...], seconds: float,
-                     rounds_n: int) -> list[dict[str, Any]]:
+                     rounds_n: int, device: str | None = None) -> list[dict[str, Any]]:
     from app.inference.pipeline import DecodePolicy, Pipeline
 
     cv2.setNumThreads(1)  # one thread: img/s per core
     shaped = type("Shapes", (), {"shapes": shapes, "imgsz": shapes[0][0], "names": {}})()
     full, reduced = Pipeline(shaped, 0, 10**9, DecodePolicy(reduce=False)), Pipeline(shaped, 0, 10**9)
+    on_device = device_pipeline(shaped, device) if device is not None else None
 
     def prepare(pipeline: Pipeline, frames: list[bytes], i: int) -> int:
         pipeline.prepare(frames[i % len(frames)])
@@ -70,6 +79,9 @@ def preprocess_stage(images: list[Path], shapes: tuple[tuple[int, int], ...], se
         variants: dict[str, Callable[[int], int]] = {
             "full decode + letterbox": partial(prepare, full, frames),
             "reduced decode + letterbox": partial(prepare, reduced, frames)}
+        if on_device is not None:
+            variants[f"device decode + letterbox ({device}, batch {DEVICE_BATCH})"] = \
+                partial(device_batch, on_device, frames)
         sample = reduced.prepare(frames[0])
         for name, result in rounds(variants, seconds, rounds_n).items():
             rows.append({"stage": "preprocess", "frames": label, "variant": name,
@@ -77,6 +89,30 @@ def preprocess_stage(images: list[Path], shapes: tuple[tuple[int, int], ...], se
                          "reduction": sample.reduction if "reduced" in name else 1,
                          "jpeg_kb": round(np.mean([len(f) for f in frames]) / 1024)} | result)
     return rows
+
+
+def device_pipeline(shaped: Any, device: str) -> Any:
+    """A pipeline over ``shaped`` whose JPEGs are decoded on ``device`` (CAMPUSGUARD_DECODE=device)."""
+    import torch
+
+    from app.inference.decoding import DecoderInfo
+    from app.inference.device_decode import DeviceDecoder
+    from app.inference.pipeline import Pipeline
+
+    torch.set_num_threads(1)  # one thread, as the host variants (cv2.setNumThreads above)
+    return Pipeline(shaped, 0, 10**9, decoder=DeviceDecoder(device, DecoderInfo("device", "device", device, "bench")))
+
+
+def device_batch(pipeline: Any, frames: list[bytes], i: int) -> int:
+    """One micro-batch as the lane sees it: each frame probed (the request thread's share), then
+    one decode call and the letterbox on the device, synchronised."""
+    import torch
+
+    pending = [pipeline.prepare(frames[(i * DEVICE_BATCH + k) % len(frames)]).letterboxed for k in range(DEVICE_BATCH)]
+    batch = pipeline.decoder.letterbox_batch(pending)
+    if batch.device.type == "cuda":
+        torch.cuda.synchronize(batch.device)
+    return DEVICE_BATCH
 
 
 def legacy_postprocess(head: np.ndarray, conf: float, iou: float):
@@ -169,7 +205,9 @@ def run_stage(args) -> int:
 
         return report_inflight(args, images, started)
     if args.stage == "preprocess":
-        rows = preprocess_stage(images, parse_shapes(args.stage_shapes, args.imgsz), args.stage_seconds, args.rounds)
+        device_decode = args.device_decode if args.device_decode is not None else args.device != "cpu"
+        rows = preprocess_stage(images, parse_shapes(args.stage_shapes, args.imgsz), args.stage_seconds, args.rounds,
+                                args.device if device_decode else None)
     else:
         weights = Path(dict(args.weights).get("n", "../shared/models/yolov8n.pt"))
         rows = postprocess_stage(weights, images, args.device, args.stage_seconds, args.rounds)

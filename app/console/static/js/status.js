@@ -128,6 +128,7 @@ function render(st, openWorst) {
         ["Backend", hl.backend], ["Provider", hl.provider], ["Precision", hl.precision],
         ...(chosen ? [["Chosen by", chosen]] : []), ["Version", hl.version]]),
       facts("Device", [["Device", hl.device], ["Name", hl.device_name], ["Memory", vram],
+        ["Decode", hl.decode ? `${hl.decode.decoder} on ${hl.decode.device} (${hl.decode.reason})` : null],
         ["Up for", hl.uptime_s !== undefined ? age(hl.uptime_s).replace(" ago", "") : null]]),
       facts("Work", [["Queue depth", String(st.queue_depth ?? hl.queue_depth ?? 0)],
         ["Images (total)", String(hl.images ?? 0)], ["Inferences (total)", String(hl.inferences ?? 0)],
