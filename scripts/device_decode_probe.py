@@ -55,8 +55,14 @@ def engines() -> dict:
         return {"nvidia_smi": smi, "amd_smi": amd}
     lines = [line.strip() for line in smi["output"].splitlines()]
     found = {key: next((line for line in lines if line.startswith(key)), None) for key in ("Decoder", "JPEG", "OFA")}
-    return {"nvidia_smi": {"available": True}, "nvdec": found["Decoder"], "nvjpg": found["JPEG"], "ofa": found["OFA"],
-            "exposes_nvdec": found["Decoder"] is not None, "exposes_nvjpg": found["JPEG"] is not None}
+
+    def exposed(line: str | None) -> bool:  # "Decoder : 0 %" is an engine; "N/A" or no line is none
+        return line is not None and "N/A" not in line.partition(":")[2]
+
+    name = command(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"])
+    return {"nvidia_smi": {"available": True, "gpu": name.get("output")}, "nvdec": found["Decoder"],
+            "nvjpg": found["JPEG"], "ofa": found["OFA"], "exposes_nvdec": exposed(found["Decoder"]),
+            "exposes_nvjpg": exposed(found["JPEG"])}
 
 
 def frames(images: Path, count: int) -> list[bytes]:
@@ -144,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     args.out.write_text(json.dumps(report, indent=2))
     e, d = report["engines"], report["decode_stage"]
     print(f"probe: NVDEC exposed {e.get('exposes_nvdec')}, NVJPG exposed {e.get('exposes_nvjpg')}, "
-          f"ffmpeg hwaccels {'cuda' in report['ffmpeg'].get('output', '')!s} (cuda), "
+          f"ffmpeg lists the cuda hwaccel {'cuda' in report['ffmpeg'].get('output', '')!s}, "
           f"torchvision decode_jpeg on the GPU {report['torchvision_device_decode']}")
     for key in ("cpu_opencv_one_thread", "gpu_torchvision_single", "gpu_torchvision_batch16"):
         if key in d:

@@ -149,3 +149,34 @@ def test_preflight_counts_the_working_tree_against_the_carry_limit(tmp_path):
     (repo / "tracked.bin").unlink()
     proc = preflight("--device-dir", str(root), "--dry-run", "--repo", str(repo))
     assert proc.returncode == 0, proc.stderr
+
+
+def fake_tool(bin_dir: Path, name: str, output: str) -> None:
+    bin_dir.mkdir(exist_ok=True)
+    (bin_dir / name).write_text(f"#!/bin/sh\ncat <<'EOF'\n{output}\nEOF\n")
+    (bin_dir / name).chmod(0o755)
+
+
+def test_decode_probe_reports_the_engines_the_driver_exposes_and_the_cpu_decode_rate(tmp_path):
+    """Step 1 of gpu-node.sh on this CPU machine, with an nvidia-smi that lists NVDEC but shows
+    the JPEG engine as N/A (a VM that hides it): the JSON says exactly that, decodes real 1080p
+    frames on the CPU, and reports the GPU decode as not possible rather than failing."""
+    images = Path(os.environ.get("CAMPUSGUARD_TEST_DATASET", REPO.parent / "shared/datasets/coco-val128")) / "images"
+    fake_tool(tmp_path / "bin", "nvidia-smi", "==============NVSMI LOG==============\n    Utilization\n"
+              "        Gpu                               : 0 %\n        Encoder                           : 0 %\n"
+              "        Decoder                           : 0 %\n        JPEG                              : N/A\n")
+    env = {**os.environ, "PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}"}
+    out = tmp_path / "probe.json"
+    proc = subprocess.run([sys.executable, str(SCRIPTS / "device_decode_probe.py"), "--images", str(images),
+                           "--out", str(out), "--seconds", "0.2", "--frames", "2"],
+                          capture_output=True, text=True, cwd=REPO, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    import json
+
+    report = json.loads(out.read_text())
+    assert report["engines"]["exposes_nvdec"] is True and report["engines"]["exposes_nvjpg"] is False
+    stage = report["decode_stage"]
+    assert stage["frame"] == "1920x1080 q90" and stage["frame_bytes_mean"] > 100_000
+    assert stage["cpu_opencv_one_thread"]["frames_per_s"] > 0
+    assert report["torchvision_device_decode"] is False  # no GPU here: said, not crashed
+    assert "NVDEC exposed True, NVJPG exposed False" in proc.stdout
