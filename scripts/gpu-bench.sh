@@ -3,7 +3,7 @@
 # tool: no registry, 64 MiB carried, its python3 has torch but not this service's packages).
 #
 #   scripts/device-wheelhouse.sh               # here, once: builds .device/ (wheels, model, images, CPU reference)
-#   scripts/gpu-bench.sh --dry-run             # here: wheelhouse, preflight, carried tree, the plan and its budget
+#   scripts/gpu-bench.sh --dry-run             # here: wheelhouse, preflight, carried tree + working tree vs 64 MiB, the plan
 #   scripts/gpu-bench.sh [RESULTS_DIR]         # there (docs/benchmarks.md: the one `run` call)
 #
 # Steps and their time budgets (seconds; each step is cut at its budget by `timeout`):
@@ -47,7 +47,7 @@ WEIGHTS_N=$DEVICE_DIR/models/yolov8n.pt
 IMAGES=$DEVICE_DIR/images
 
 echo "== 1. setup (budget ${SETUP_BUDGET_S}s)"
-device_setup gpu-bench.sh "fastapi, pydantic_settings, ultralytics, uvicorn, sqlalchemy"
+device_setup gpu-bench.sh "fastapi, pydantic_settings, ultralytics, uvicorn, sqlalchemy" --repo .
 
 BENCH_CMD=("$PY" -m app.cli bench --device "$DEVICE" --backends "$BACKENDS" --sizes "$SIZES" --precisions "$PRECISIONS"
   --batches "$BATCHES" --references raw --warmup "$WARMUP" --iterations "$ITERATIONS" --weights "n=$WEIGHTS_N"
