@@ -3,7 +3,7 @@
 # tool: no registry, 64 MiB carried, its python3 has torch but not this service's packages).
 #
 #   scripts/device-wheelhouse.sh               # here, once: builds .device/ (wheels, model, images, CPU reference)
-#   scripts/gpu-bench.sh --dry-run             # here: wheelhouse, preflight, carried tree, the plan and its budget
+#   scripts/gpu-bench.sh --dry-run             # here: wheelhouse, preflight, carried tree + working tree vs 64 MiB, the plan
 #   scripts/gpu-bench.sh [RESULTS_DIR]         # there (docs/benchmarks.md: the one `run` call)
 #
 # Steps and their time budgets (seconds; each step is cut at its budget by `timeout`):
@@ -21,15 +21,9 @@
 #                  copied there so they come back.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-DRY_RUN=0
-if [ "${1:-}" = "--dry-run" ]; then DRY_RUN=1; shift; fi
-TOOL_OUT=${OUT:-}
-export YOLO_OFFLINE=1 YOLO_CONFIG_DIR=${YOLO_CONFIG_DIR:-/tmp/ultralytics} PYTHONUNBUFFERED=1
-DEVICE_DIR=${DEVICE_DIR:-.device}
-PY=${PY:-.venv/bin/python}
-[ -x "$PY" ] || PY=python3
+source scripts/device-common.sh
+[ "$DRY_RUN" = 0 ] || shift
 RESULTS=${1:-results/gpu-$(hostname)-$(date -u +%Y%m%dT%H%M%SZ)}
-DEVICE=${DEVICE:-cuda:0}
 SIZES=${SIZES:-n,m,l}
 PRECISIONS=${PRECISIONS:-fp32,fp16}
 BATCHES=${BATCHES:-1,8,16}
@@ -52,22 +46,9 @@ PARITY_BUDGET_S=${PARITY_BUDGET_S:-50}
 TOTAL_BUDGET_S=$((SETUP_BUDGET_S + BENCH_BUDGET_S + STAGES_BUDGET_S + LOADTEST_BUDGET_S + PARITY_BUDGET_S))
 WEIGHTS_N=$DEVICE_DIR/models/yolov8n.pt
 IMAGES=$DEVICE_DIR/images
-START=$(date +%s)
-elapsed() { echo $(( $(date +%s) - START )); }
 
 echo "== 1. setup (budget ${SETUP_BUDGET_S}s)"
-if [ "$DRY_RUN" = 1 ]; then
-  scripts/device-wheelhouse.sh
-  "$PY" scripts/device_preflight.py --device-dir "$DEVICE_DIR" --device "$DEVICE" --dry-run
-else
-  if ! "$PY" -c "import fastapi, pydantic_settings, ultralytics, uvicorn, sqlalchemy" 2>/dev/null; then
-    [ -d "$DEVICE_DIR/wheels" ] || { echo "gpu-bench.sh: $DEVICE_DIR/wheels missing: run scripts/device-wheelhouse.sh here and carry $DEVICE_DIR" >&2; exit 1; }
-    "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-      --target /tmp/campusguard-site "$DEVICE_DIR"/wheels/*.whl
-    export PYTHONPATH=/tmp/campusguard-site:$PWD${PYTHONPATH:+:$PYTHONPATH}
-  fi
-  "$PY" scripts/device_preflight.py --device-dir "$DEVICE_DIR" --device "$DEVICE"
-fi
+device_setup gpu-bench.sh "fastapi, pydantic_settings, ultralytics, uvicorn, sqlalchemy" --repo .
 
 BENCH_CMD=("$PY" -m app.cli bench --device "$DEVICE" --backends "$BACKENDS" --sizes "$SIZES" --precisions "$PRECISIONS"
   --batches "$BATCHES" --references raw --warmup "$WARMUP" --iterations "$ITERATIONS" --weights "n=$WEIGHTS_N"

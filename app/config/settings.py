@@ -83,8 +83,9 @@ class Settings(BaseSettings):
         "openvino, onnx on CPU: requests run side by side, one engine lane each; 0 = auto (OpenVINO's "
         "choice; ORT: one per thread of THREADS), 1 = one at a time"))
     onnx_providers: Annotated[list[str], NoDecode] = Field(
-        default_factory=lambda: ["migraphx", "rocm", "cuda", "cpu"],
-        description="Ordered execution-provider preference; the first available is used",
+        default_factory=lambda: ["migraphx", "cuda", "cpu"],
+        description="Ordered execution-provider preference; the first available is used ('rocm' names the ROCm "
+        "provider of onnxruntime-rocm <= 1.22, removed in ONNX Runtime 1.23: use migraphx)",
     )
     data_dir: Path = Field(DEFAULT_DATA_DIR, description="The service's data folder: the defaults of the ONNX cache, "
         "the SQLite event store, snapshots, `serve --starter-site`'s site file and the demo clip live here")

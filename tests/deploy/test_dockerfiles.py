@@ -178,7 +178,7 @@ def test_rocm_pip_installs_are_constrained_to_base_torch():
     ins = instructions(DOCKERFILES["rocm"])
     text = DOCKERFILES["rocm"].read_text()
     installs = pip_installs(ins)
-    assert len(installs) >= 3
+    assert len(installs) >= 2
     for cmd in installs:
         assert "-c /tmp/constraints.txt" in cmd and "--no-deps" in cmd, f"unconstrained or resolving: {cmd}"
     # the constraints = the shipped file + the base image's own torch/torchvision versions
@@ -186,20 +186,30 @@ def test_rocm_pip_installs_are_constrained_to_base_torch():
     assert "cp rocm-constraints.txt /tmp/constraints.txt" in text
     freeze = next(c for op, rest in ins if op == "RUN" for c in rest.split("&&") if "--format=freeze" in c)
     assert ">> /tmp/constraints.txt" in freeze and "torch|torchvision" in freeze
-    # the lock leaves out what the base image and AMD provide (tests/deploy/test_locks.py checks its content)
+    # everything else, ONNX Runtime for MIGraphX included, from the hashed lock (tests/deploy/test_locks.py)
     assert any("--require-hashes --no-deps -c /tmp/constraints.txt -r rocm.txt" in c for c in installs)
-    # AMD's wheel: only with the sha256 pinned in ORT_ROCM_SHA256, and the build stops while it is empty
-    assert 'onnxruntime-rocm @ ${ORT_ROCM_WHEEL} --hash=sha256:${ORT_ROCM_SHA256}' in text
-    assert 'if [ -z "${ORT_ROCM_SHA256}" ]' in text and "deploy/scripts/pin-wheels.sh" in text
-    assert any("-r /tmp/onnxruntime-rocm.txt" in c and "--require-hashes" in c for c in installs)
     assert "python -m pip check" in text
     # the project itself without dependencies, and the build fails if torch is not ROCm
     assert any("--no-deps --no-build-isolation" in c and c.endswith(" .") for c in installs)
     assert text.count("torch.version.hip") >= 2
-    # ONNX Runtime for AMD GPUs: AMD's wheel with MIGraphX/ROCm execution providers
-    defaults = args_defaults(ins)
-    assert re.match(r"https://repo\.radeon\.com/rocm/manylinux/rocm-rel-[\d.]+/onnxruntime_rocm-", defaults["ORT_ROCM_WHEEL"])
-    assert "MIGraphXExecutionProvider" in text and "migraphx" in text
+    # nothing from outside PyPI any more: AMD's site-pinned onnxruntime_rocm wheel is gone
+    assert "ORT_ROCM" not in text and "repo.radeon.com" not in text and "pin-wheels" not in text
+
+
+def test_rocm_image_runs_onnx_on_migraphx_and_never_silently_on_the_cpu():
+    """ONNX Runtime 1.23 removed the ROCm execution provider: the build stops unless MIGraphX is
+    offered, the image asks for migraphx then cpu (the service refuses the CPU fallback on a GPU
+    device unless CAMPUSGUARD_ONNX_CPU_FALLBACK=true), and it runs on ROCm 7.x."""
+    ins = instructions(DOCKERFILES["rocm"])
+    text = DOCKERFILES["rocm"].read_text()
+    froms = [rest.split()[0] for op, rest in ins if op == "FROM"]
+    assert re.match(r"rocm/pytorch:rocm7\.\d+\.\d+_ubuntu24\.04_py3\.12_pytorch_release_\d", froms[-1]), froms[-1]
+    assert "assert 'MIGraphXExecutionProvider' in p" in text
+    env = " ".join(rest for op, rest in ins if op == "ENV")
+    assert re.search(r"CAMPUSGUARD_ONNX_PROVIDERS=migraphx,cpu\b", env)
+    assert "ROCMExecutionProvider" not in text and "migraphx,rocm" not in text
+    assert "apt-get install -y --no-install-recommends migraphx" in text  # libmigraphx_c.so.3 for the provider
+    assert "librocjpeg" in text  # the build says whether torchvision can decode JPEG on the GPU
     # MIOpen find mode: no exhaustive tuning on the first requests
     assert re.search(r"MIOPEN_FIND_MODE=(FAST|2)\b", text)
 

@@ -101,3 +101,23 @@ def test_a_server_without_rules_never_loads_the_rules_stack():
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "", f"loaded without a site file: {out.stdout.strip()}"
+
+
+def test_rules_with_clips_off_never_load_pyav(tmp_path):
+    """The GPU node's device run carries rules (SQLAlchemy, Alembic, ruamel, lap) but not PyAV's
+    ~30 MB wheel: with CAMPUSGUARD_CLIPS=false the rules stack must not import ``av`` (the clip
+    writer imports it when it writes a clip)."""
+    from app.tooling.bench.campus import camera_ids, site_yaml
+
+    site = tmp_path / "site.yaml"
+    site.write_text(site_yaml(camera_ids(2)))
+    code = ("import sys; from app.config import Settings; from app.core.metrics import Metrics; "
+            "from app.wiring.rules import build_rules_stack; "
+            f"s = Settings(_env_file=None, site_config={str(site)!r}, data_dir={str(tmp_path)!r}, clips=False); "
+            "stack = build_rules_stack(s, Metrics(s.metrics_max_cameras)); "
+            "print(type(stack.rules).__name__, 'av' in sys.modules, 'alembic' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    name, av, alembic = out.stdout.split()[-3:]
+    assert name != "NoRules" and alembic == "True", out.stdout  # the rules stack really loaded
+    assert av == "False", "PyAV imported with clips off"

@@ -51,6 +51,9 @@ def test_onnx_providers_aliases_and_order(monkeypatch):
     assert Settings().onnx_providers == ["ROCMExecutionProvider", "CPUExecutionProvider"]
     assert Settings(onnx_providers="MIGraphX,cuda").onnx_providers == ["MIGraphXExecutionProvider", "CUDAExecutionProvider"]
     assert Settings().onnx_providers[-1] == "CPUExecutionProvider"
+    monkeypatch.delenv("CAMPUSGUARD_ONNX_PROVIDERS")  # default: MIGraphX, then CUDA; no ROCm provider (ORT 1.23)
+    assert Settings(_env_file=None).onnx_providers == ["MIGraphXExecutionProvider", "CUDAExecutionProvider",
+                                                      "CPUExecutionProvider"]
     with pytest.raises(ValidationError, match="unknown onnx provider"):
         Settings(onnx_providers="vulkan")
 

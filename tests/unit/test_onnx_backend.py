@@ -69,6 +69,17 @@ def test_gpu_device_without_gpu_provider_is_refused(monkeypatch, tiny_model):
         OnnxDetector(tiny_model, device="cuda:0", imgsz=32, providers=["CUDAExecutionProvider", "CPUExecutionProvider"])
 
 
+def test_asking_for_the_removed_rocm_provider_names_migraphx(monkeypatch, tiny_model):
+    """ONNX Runtime 1.23 removed the ROCm provider: CAMPUSGUARD_ONNX_PROVIDERS=rocm,cpu on a build
+    without it stops with the reason and the provider to ask for, not only "no GPU provider"."""
+    fake_gpu(monkeypatch, ["CPUExecutionProvider"])
+    with pytest.raises(ConfigError, match=r"removed the ROCm execution provider.*'migraphx'"):
+        OnnxDetector(tiny_model, device="cuda:0", imgsz=32, providers=["ROCMExecutionProvider", "CPUExecutionProvider"])
+    with pytest.raises(ConfigError) as err:  # CUDA asked for: no word about ROCm
+        OnnxDetector(tiny_model, device="cuda:0", imgsz=32, providers=["CUDAExecutionProvider", "CPUExecutionProvider"])
+    assert "ROCm" not in str(err.value)
+
+
 def test_silent_fallback_after_ep_error_is_refused_with_the_reason(monkeypatch, tiny_model):
     printed = ("*************** EP Error ***************\n"
                "EP Error libcudnn.so.9: cannot open shared object file when using ['CUDAExecutionProvider', "

@@ -1,10 +1,13 @@
 """ONNX Runtime: one session, ``ORT_ENABLE_ALL``, provider chosen by ordered fallback.
 
 AMD builds: ``onnxruntime-migraphx`` (ORT >= 1.23) offers MIGraphX only; older
-``onnxruntime-rocm`` (<= 1.22) offers ROCm. MIGraphX compiles the graph when the session
-starts (minutes for large models) and again whenever the input shape changes, so on
-MIGraphX every call runs one fixed batch (``max_batch_size``, padded) and the compiled
-program is cached under ``onnx_cache_dir``, keyed by model content, batch and precision.
+``onnxruntime-rocm`` (<= 1.22) offers ROCm, a provider ONNX Runtime 1.23 removed. The ``rocm``
+alias still names it (a site on an old AMD wheel keeps working), and asking for it on a
+build without it says so and names ``migraphx`` instead of a bare "no GPU provider".
+MIGraphX compiles the graph when the session starts (minutes for large models) and again
+whenever the input shape changes, so on MIGraphX every call runs one fixed batch
+(``max_batch_size``, padded) and the compiled program is cached under ``onnx_cache_dir``,
+keyed by model content, batch and precision.
 
 A GPU device that ends up on the CPU provider is refused: ONNX Runtime's Python wrapper
 prints an "EP Error" and silently retries on CPU when a GPU provider fails to start, and a
@@ -47,6 +50,7 @@ GPU_PROVIDERS = ("MIGraphXExecutionProvider", "ROCMExecutionProvider", "CUDAExec
                  "TensorrtExecutionProvider")
 CPU = "CPUExecutionProvider"
 MIGRAPHX = "MIGraphXExecutionProvider"
+ROCM = "ROCMExecutionProvider"  # onnxruntime-rocm <= 1.22 only
 MIGRAPHX_CACHE_DIR_SINCE = Version("1.23")  # microsoft/onnxruntime#25338 replaced the save/load keys
 
 
@@ -67,9 +71,12 @@ def require_gpu_provider(device: str, preferred: Sequence[str], cpu_fallback: bo
     available = ort.get_available_providers()
     wanted = next((p for p in choose_providers(list(preferred), available, device) if p != CPU), None)
     if device != "cpu" and wanted is None and not cpu_fallback:
+        removed = (" ONNX Runtime 1.23 removed the ROCm execution provider ('rocm'): on AMD GPUs ask for "
+                   "'migraphx' (CAMPUSGUARD_ONNX_PROVIDERS=migraphx,cpu) with onnxruntime-migraphx."
+                   if ROCM in preferred and MIGRAPHX not in available else "")
         raise ConfigError(
             f"device {device!r} needs a GPU execution provider, but this onnxruntime build "
-            f"({ort.__version__}) offers only {available} (asked for {list(preferred)}). Install "
+            f"({ort.__version__}) offers only {available} (asked for {list(preferred)}).{removed} Install "
             "onnxruntime-gpu / onnxruntime-migraphx, use device=cpu, or set CAMPUSGUARD_ONNX_CPU_FALLBACK=true.")
     return wanted
 

@@ -35,7 +35,6 @@ from app.core.files import temp_path
 from app.core.timeutil import as_utc
 from app.core.types import Detection
 from app.inference.vision.annotate import ZoneOverlay, alerts_of_pairs, draw
-from app.inference.vision.mp4 import write_mp4
 from app.rules.evidence.files import CLIP, EvidenceFiles, clip_url
 from app.rules.evidence.framering import BufferedFrame, FrameRing
 
@@ -188,6 +187,8 @@ class ClipRecorder(Clips):
                 raise ValueError("no frames of the camera are buffered for its window")
             path.parent.mkdir(parents=True, exist_ok=True)
             size = frames[0].size  # a camera that changes resolution mid-clip is resized to its first
+            from app.inference.vision.mp4 import write_mp4  # PyAV only once a clip is written (clips off: never)
+
             n = write_mp4(tmp, ((f.at, render(f, job.zones, size)) for f in frames))
             tmp.replace(path)
             log.info("clip of event %s: %d frame(s), %s to %s", job.event.id, n,
