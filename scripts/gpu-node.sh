@@ -15,7 +15,7 @@
 #                 site file of `campus-load --write-site`, clips off) then `campusguard campus-load`
 #                 (300 cameras x 2 fps, 1920x1080 q90, newest frame wins): frames answered,
 #                 superseded, refused, p50/p95, server and generator CPU per frame.
-#                 Settings: "baseline" (today's design) and "device" (CAMPUSGUARD_DECODE=device).
+#                 Settings: "baseline" (today's design: CAMPUSGUARD_DECODE=cpu) and "device" (CAMPUSGUARD_DECODE=device).
 #   4. parity   - `campusguard parity --upscale 1920`: --decode full writes the reference on the
 #                 GPU, --decode device is compared with it (recall and precision >= 0.98).
 #   5. report   - RESULTS_DIR/report.md; with the device tool's $OUT set, at most 8 files go there.
@@ -33,7 +33,7 @@ SERVER_PRECISION=${SERVER_PRECISION:-fp16}
 SERVER_SHAPES=${SERVER_SHAPES:-384x640}
 SERVER_MAX_BATCH=${SERVER_MAX_BATCH:-32}
 # One server per entry, NAME[:VAR=value,VAR=value]; the names become the result files' names.
-SETTINGS=${SETTINGS:-baseline device:CAMPUSGUARD_DECODE=device}
+SETTINGS=${SETTINGS:-baseline:CAMPUSGUARD_DECODE=cpu device:CAMPUSGUARD_DECODE=device}  # on a GPU `auto` is device: the baseline says cpu
 # Budgets (s): setup 30 + probe 25 + campus 80 per setting + parity 60 + report 5 = 280 s < 300 s.
 SETUP_BUDGET_S=${SETUP_BUDGET_S:-30}
 PROBE_BUDGET_S=${PROBE_BUDGET_S:-25}

@@ -113,7 +113,7 @@ def test_gpu_node_dry_run_checks_the_carry_and_plans_issue_40s_call_within_5_min
         assert re.search(rf"^\s+{step}\s+\d+s", out, re.M), step
     # the target workload at two settings: today's design and device decode, rules on, clips off
     campus = [line for line in out.splitlines() if line.strip().startswith("campus")]
-    assert len(campus) == 2 and "[baseline]" in campus[0] and "CAMPUSGUARD_DECODE=device" in campus[1]
+    assert len(campus) == 2 and "[baseline: CAMPUSGUARD_DECODE=cpu]" in campus[0] and "CAMPUSGUARD_DECODE=device" in campus[1]
     assert all("--cameras 300 --fps 2" in line and "--size 1920x1080 --quality 90" in line
                and "rules on, clips off" in line for line in campus)
     assert "--decode full --write-reference" in out and "--decode device --reference" in out
