@@ -68,7 +68,9 @@ def api(server):
 
 @pytest.fixture
 def poster(server, dataset):
-    frames = FramePoster(server.url, KEYS["camera"], frames_of(dataset, 24), ["cam-1", "cam-2"])
+    # a few frames a second: the comparator keeps up (nothing of the shadow's still queued when the
+    # canary starts), and the chart gets a point a second before a window has its frames
+    frames = FramePoster(server.url, KEYS["camera"], frames_of(dataset, 24), ["cam-1", "cam-2"], every_s=0.3)
     yield frames
     frames.stop()
 
@@ -265,7 +267,6 @@ def test_a_drifted_candidate_is_rolled_back_by_the_server_and_a_viewer_sees_why(
     assert r.status_code == 202, r.text
     page = open_page(server.url, KEYS["viewer"], SHOT)
     goto_models(page)
-    poster.every_s = 0.3  # a few frames a second: the chart gets a point a second until the window has its 24
     poster.start()
     ended = until_phase_leaves(api, "shadow")
     poster.stop()
