@@ -113,3 +113,25 @@ def client(server: LiveServer, key: str, timeout: float = 60) -> Iterator[httpx.
     """An HTTP client of ``server`` sending ``key`` (the tests' side door to the JSON routes)."""
     with httpx.Client(base_url=server.url, headers={"x-api-key": key}, timeout=timeout) as http:
         yield http
+
+
+# --- the Models page (test_console_models.py, test_console_rollout.py) ---------------------------
+def goto_models(page) -> None:
+    page.goto("/ui/#/models")
+    page.wait_for_selector("body[data-ready=true]")
+    page.locator("article.model").first.wait_for()
+
+
+def card(page, name: str):
+    """The model card of ``name``."""
+    return page.locator(f"article.model[data-model='{name}']")
+
+
+def fact(scope, name: str) -> str:
+    """The text of the ``<dd>`` after the ``<dt>`` reading ``name`` in ``scope``."""
+    return scope.locator(f"dt:text-is('{name}') + dd").first.inner_text()
+
+
+def no_horizontal_overflow(page) -> None:
+    width, inner = page.evaluate("[document.documentElement.scrollWidth, window.innerWidth]")
+    assert width <= inner, f"page is {width} px wide in a {inner} px window"

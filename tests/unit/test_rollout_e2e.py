@@ -28,73 +28,14 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from app.config import Settings
 from tests.deploy.conftest import ALERT_RULES, require_tool
+from tests.support.models import onnx_candidates, renamed_onnx
 from tests.support.net import free_port
+from tests.support.rollout import TWO_CAMERAS_SITE, frames_of, labelled_set
 
 pytestmark = pytest.mark.slow  # real servers and two engines per test: over 20 s each
 
 MODEL = "yolov8n"
 ALERT = "CampusGuardRolloutRolledBack"
-SITE = """cameras:
-  - id: cam-1
-    zones:
-      - {name: all, polygon: [[0, 0], [1, 0], [1, 1], [0, 1]], rules: [{type: intrusion, classes: [person]}]}
-  - id: cam-2
-    zones:
-      - {name: all, polygon: [[0, 0], [1, 0], [1, 1], [0, 1]], rules: [{type: intrusion, classes: [person]}]}
-"""
-
-
-def drifted(source: Path, target: Path, factor: float = 0.5) -> Path:
-    """``source`` with its output's class-score rows multiplied by ``factor``: YOLOv8's output is
-    [batch, 4 + classes, anchors]; a Mul by a [1, 4 + classes, 1] constant (1.0 for the 4 box rows)
-    inserted before the graph's output. Metadata (names, imgsz) kept."""
-    import numpy as np
-    import onnx
-    from onnx import helper, numpy_helper
-
-    model = onnx.load(str(source))
-    graph = model.graph
-    output = graph.output[0]
-    rows = output.type.tensor_type.shape.dim[1].dim_value
-    assert rows > 4, "a YOLOv8 detection output"
-    raw = f"{output.name}_before_drift"
-    for node in graph.node:
-        node.output[:] = [raw if name == output.name else name for name in node.output]
-    scale = np.ones((1, rows, 1), np.float32)
-    scale[0, 4:, 0] = factor
-    graph.initializer.append(numpy_helper.from_array(scale, "class_score_drift"))
-    graph.node.append(helper.make_node("Mul", [raw, "class_score_drift"], [output.name], name="drift"))
-    onnx.checker.check_model(model)
-    onnx.save(model, str(target))
-    return target
-
-
-def renamed(source: Path, target: Path, names: dict[int, str]) -> Path:
-    """``source`` with some class names changed in its ``names`` metadata (a custom model)."""
-    import ast
-
-    import onnx
-
-    model = onnx.load(str(source))
-    meta = next(prop for prop in model.metadata_props if prop.key == "names")
-    meta.value = repr({**ast.literal_eval(meta.value), **names})
-    onnx.save(model, str(target))
-    return target
-
-
-def labelled_set(dataset: Path, target: Path, images: int = 16) -> Path:
-    """The first ``images`` of ``dataset`` as a YOLO folder of their own (the operator's labelled set)."""
-    import shutil
-
-    (target / "images").mkdir(parents=True)
-    (target / "labels").mkdir()
-    shutil.copy(dataset / "data.yaml", target / "data.yaml")
-    for image in sorted((dataset / "images").glob("*.jpg"))[:images]:
-        shutil.copy(image, target / "images" / image.name)
-        label = dataset / "labels" / f"{image.stem}.txt"
-        if label.is_file():
-            shutil.copy(label, target / "labels" / label.name)
-    return target
 
 
 @pytest.fixture(scope="module")
@@ -102,18 +43,15 @@ def served(weights, dataset, tmp_path_factory):
     """The server, its models folder (the export, a second export, the drifted copy) and frames."""
     import uvicorn
 
-    from app.inference.export import export_onnx
     from app.main import create_app
 
     tmp = tmp_path_factory.mktemp("rollout-e2e")
     folder = tmp / "models"
     folder.mkdir()
-    export_onnx(weights, folder / f"{MODEL}.onnx", imgsz=320, dynamic_batch=True, threads=2)
-    export_onnx(weights, folder / f"{MODEL}-reexported.onnx", imgsz=320, dynamic_batch=True, threads=2)
-    drifted(folder / f"{MODEL}.onnx", folder / f"{MODEL}-drifted.onnx")
-    renamed(folder / f"{MODEL}.onnx", folder / f"{MODEL}-vehicle.onnx", {2: "vehicle"})
+    onnx_candidates(weights, folder, MODEL)
+    renamed_onnx(folder / f"{MODEL}.onnx", folder / f"{MODEL}-vehicle.onnx", {2: "vehicle"})
     site = tmp / "site.yaml"
-    site.write_text(SITE)
+    site.write_text(TWO_CAMERAS_SITE)
     settings = Settings(_env_file=None, weights=folder / f"{MODEL}.onnx", backend="onnx", precision="fp32", imgsz=320,
                         warmup_iters=0, threads=2, preprocess_workers=1, ingest="off", data_dir=tmp,
                         snapshot_dir=tmp / "snapshots", fleet_interval_s=0, site_config=site,
@@ -128,7 +66,7 @@ def served(weights, dataset, tmp_path_factory):
     while not (server.started and httpx.get(f"{url}/health/ready").status_code == 200):
         assert thread.is_alive() and time.monotonic() < deadline, "the server did not become ready"
         time.sleep(0.2)
-    frames = [p.read_bytes() for p in sorted((dataset / "images").glob("*.jpg"))[:48]]
+    frames = frames_of(dataset)
     try:
         with httpx.Client(base_url=url, timeout=120) as client:
             yield client, frames

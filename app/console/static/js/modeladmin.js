@@ -151,6 +151,15 @@ export function modelActions(name, changed, notify) {
   };
 }
 
+/** What a started rollout (the reply of POST .../rollout) does first: shadow, or, with other classes, canary. */
+function started(r) {
+  if (r.phase === "canary") {
+    return `Rollout started: ${r.candidate_weights} serves ${r.cameras.join(", ")} as a canary (other classes: `
+      + "its mAP held; judged on errors and latency).";
+  }
+  return `Rollout started: ${r.candidate_weights} runs as the shadow of ${r.current_weights}.`;
+}
+
 /** "Start a rollout": the candidate weights, the canary cameras and the bounds (unset: the server's). */
 function rolloutForm(name, changed, cardResult) {
   const result = h("div", { class: "result", role: "status", "aria-live": "polite" });
@@ -161,6 +170,7 @@ function rolloutForm(name, changed, cardResult) {
     field("Window (s)", "window_s", "number", { min: 1, step: "any" }),
     field("Minimum frames", "min_frames", "number", { min: 1, step: 1 }),
     field("Agreement floor (0 to 1)", "agreement_floor", "number", { min: 0, max: 1, step: "any" }),
+    field("Latency bound (× the current's p50)", "max_latency_ratio", "number", { min: 0.01, step: "any" }),
     h("div", { class: "field actions" }, button));
   form.addEventListener("submit", async (ev) => {
     ev.preventDefault();
@@ -168,11 +178,10 @@ function rolloutForm(name, changed, cardResult) {
     const body = { weights: data.weights.trim() };
     const cameras = data.cameras.split(",").map((c) => c.trim()).filter(Boolean);
     if (cameras.length) body.cameras = cameras;
-    for (const key of ["window_s", "min_frames", "agreement_floor"]) if (data[key] !== "") body[key] = Number(data[key]);
+    for (const key of ["window_s", "min_frames", "agreement_floor", "max_latency_ratio"]) if (data[key] !== "") body[key] = Number(data[key]);
     const ok = await run(button, result, `Starting a rollout of ${body.weights} for ${name}…`,
       () => api(path(name, "/rollout"), { method: "POST", body }),
-      (r) => (r && r.current_weights ? `Rollout started: ${r.candidate_weights} runs as the shadow of ${r.current_weights}.`
-        : `Rollout of ${body.weights} started.`));
+      started);
     if (ok) { // the form folds away (and goes while the rollout runs): the outcome moves to the card's line
       show(cardResult, true, result.textContent);
       replace(result);

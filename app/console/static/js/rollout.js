@@ -1,7 +1,9 @@
-// A model's rollout on the Models page (GET /models' `rollout`, docs/models.md): the phase as
-// steps (shadow → canary → promoted or rolled back), what it is judged on against its bounds
-// (frames compared, agreement, errors, latency), the canary cameras, why it ended, and the
+// A model's rollout on the Models page (GET /models' `rollout`, the object GET
+// /admin/models/{name}/rollout answers; docs/models.md): the phase as steps (shadow → canary →
+// promoted or rolled back), what it is judged on against its bounds (frames compared in the
+// window, agreement, errors per frame, latency), the canary cameras, why it last moved, and the
 // agreement over time as a small SVG chart with the floor drawn as a line (no chart library).
+// A candidate with other classes (`comparable` false) has no agreement: its mAP check (`map`) is shown.
 
 import { h, idList, s, when } from "./dom.js";
 
@@ -25,15 +27,29 @@ function steps(r) {
 }
 
 const ms = (v) => (v === null || v === undefined ? "n/a" : `${Math.round(v)} ms`);
-const count = (v) => (v === null || v === undefined ? "n/a" : Number.isInteger(v) ? String(v) : pct(v));
+const count = (v) => (v === null || v === undefined ? "n/a" : String(v));
 
-/** "candidate 41 ms · current 38 ms (×1.08, bound ×1.5)", marked when beyond the bound. */
-function versus(candidate, current, fmt, bound) {
-  const ratio = current > 0 && candidate > 0 ? candidate / current : null; // 0 of 1 errors is no ratio to show
+/** "candidate 41 ms · current 38 ms (×1.08, bound ×2)", marked when beyond the bound. */
+function latency(l, bound) {
+  const ratio = l.current_p50 > 0 && l.candidate_p50 > 0 ? l.candidate_p50 / l.current_p50 : null;
   const over = ratio !== null && bound ? ratio > bound : false;
   const why = [ratio !== null ? `×${ratio.toFixed(2)}` : null, bound ? `bound ×${bound}` : null].filter(Boolean).join(", ");
-  return h("span", { class: over ? "refused" : "" }, `candidate ${fmt(candidate)} · current ${fmt(current)}`,
+  return h("span", { class: over ? "refused" : "" }, `candidate ${ms(l.candidate_p50)} · current ${ms(l.current_p50)}`,
     why ? ` (${why})` : "");
+}
+
+/** "candidate 0 · current 1 (bound +0.01 per frame)": failed frames in the window; the bound is
+ * absolute (the candidate's errors per frame minus the current's), so no ratio is shown. */
+function errors(e, bound) {
+  return h("span", {}, `candidate ${count(e.candidate)} · current ${count(e.current)}`,
+    bound !== null && bound !== undefined ? ` (bound +${bound} per frame)` : "");
+}
+
+/** The mAP check of a candidate with other classes: "candidate 0.412 · current 0.415 (floor 0.405) on 79 shared classes, 16 images". */
+function mapCheck(m) {
+  const f = (v) => (Number.isFinite(v) ? v.toFixed(3) : "n/a");
+  return `candidate ${f(m.candidate_map)} · current ${f(m.current_map)} (floor ${f(m.floor)}) on `
+    + `${m.shared_classes} shared classes, ${m.images} images`;
 }
 
 function minutes(seconds) {
@@ -43,20 +59,20 @@ function minutes(seconds) {
 
 function facts(r) {
   const st = r.settings || {};
-  const errors = r.errors || {};
-  const latency = r.latency_ms || {};
+  const comparable = r.comparable !== false;
   const below = r.agreement !== null && r.agreement !== undefined && r.agreement < st.agreement_floor;
   const filled = st.min_frames ? Math.min(r.compared || 0, st.min_frames) : 0;
   const rows = [
     ["Weights", [h("span", { class: "mono" }, r.candidate_weights), " replacing ", h("span", { class: "mono" }, r.current_weights)]],
     ["Frames compared", [`${r.compared ?? 0} of ${st.min_frames ?? "?"} needed `,
       st.min_frames ? h("progress", { max: st.min_frames, value: filled, "aria-label": "Compared frames of the minimum" }) : null]],
-    ["Agreement", h("span", { class: below ? "refused" : "" }, `${pct(r.agreement)} (floor ${pct(st.agreement_floor)})`)],
-    ["Errors", versus(errors.candidate, errors.current, count, st.max_error_ratio)],
-    ["Latency p50", versus(latency.candidate_p50, latency.current_p50, ms, st.max_latency_ratio)],
+    comparable ? ["Agreement", h("span", { class: below ? "refused" : "" }, `${pct(r.agreement)} (floor ${pct(st.agreement_floor)})`)]
+      : ["Agreement", "not compared: other classes (judged by mAP, then errors and latency)"],
+    r.map ? ["mAP check", mapCheck(r.map)] : null,
+    ["Errors", errors(r.errors || {}, st.max_error_ratio)],
+    ["Latency p50", latency(r.latency_ms || {}, st.max_latency_ratio)],
     ["Canary cameras", (r.cameras || []).length ? idList(r.cameras) : "none chosen"],
     ["Window", `${minutes(st.window_s)}, this phase since ${when(r.phase_started_at)}`],
-    st.map_floor !== null && st.map_floor !== undefined ? ["mAP floor", String(st.map_floor)] : null,
     ["Started", when(r.started_at)],
     r.ended_at ? ["Ended", when(r.ended_at)] : null,
   ];
@@ -100,12 +116,13 @@ function chart(r) {
       s("text", { x: pad.l + 4, y: y(floor) + 14, class: "tick floor-label" }, `floor ${pct(floor)}`));
   }
   if (pts.length > 1) svg.append(s("polyline", { points: pts.map((p) => `${x(p.t)},${y(p.agreement)}`).join(" "), class: "line a" }));
-  for (const p of pts) {
+  const dotted = pts.length <= 60 ? pts : pts.filter((p, i) => p.agreement < floor || i === pts.length - 1); // one a second: a line
+  for (const p of dotted) {
     svg.append(s("circle", { cx: x(p.t), cy: y(p.agreement), r: 3.5, class: `dot phase-${p.phase}${p.agreement < floor ? " below" : ""}` }));
   }
   if (!pts.length) {
     svg.append(s("text", { x: (pad.l + W - pad.r) / 2, y: (pad.t + H - pad.b) / 2, class: "tick", "text-anchor": "middle" },
-      "No frames compared yet"));
+      r.comparable === false ? "Other classes: no agreement to draw" : "No frames compared yet"));
   }
   return h("figure", { class: "rollout-figure" }, h("figcaption", {}, "Agreement over time"), svg);
 }
