@@ -12,7 +12,7 @@ from PIL import Image
 
 from app import wiring
 from app.config import Settings
-from tests.unit.test_device_decode import corrupt_huffman
+from tests.support.images import corrupt_huffman
 
 
 def progressive(data: bytes) -> bytes:

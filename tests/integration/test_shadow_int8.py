@@ -139,7 +139,8 @@ def test_the_primary_is_the_gated_int8_model(served):
     assert status["reference"]["backend"] == "torch" and status["reference"]["precision"] == "fp32"
     # an int8 replica alerts below its own floor, which /status and the metric both say
     assert status["alert_below"] == ALERT_BELOW["int8"] < ALERT_BELOW["fp32"]
-    assert f"campusguard_shadow_alert_below {ALERT_BELOW['int8']}" in served["metrics"]
+    model = served["health"]["model"]  # the series carry the name of the model they shadow
+    assert f'campusguard_shadow_alert_below{{model="{model}"}} {ALERT_BELOW["int8"]}' in served["metrics"]
 
 
 def test_agreement_per_camera_and_overall_equals_the_f1_of_campusguard_parity(served, parity_says, frames):

@@ -36,3 +36,12 @@ def png_declaring(width: int, height: int) -> bytes:
     row = b"\x00" + b"\x00" * 3 * 16
     idat = zlib.compress(row * 16, 9)
     return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", idat) + chunk(b"IEND", b"")
+
+
+def corrupt_huffman(data: bytes) -> bytes:
+    """A JPEG whose header and end marker are fine but whose Huffman table id is invalid: neither
+    libjpeg (torchvision) nor OpenCV decodes it."""
+    at = data.find(b"\xff\xc4")
+    broken = bytearray(data)
+    broken[at + 4] = 0x07
+    return bytes(broken)

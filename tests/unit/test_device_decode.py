@@ -25,7 +25,7 @@ from app.inference.pipeline import DecodePolicy, DetectParams, Pending, Pipeline
 from app.inference.vision.decode import image_files
 from app.wiring.decoding import choose_decoder
 from tests.support.fakes import FakeDetector
-from tests.support.images import encode, noise_image
+from tests.support.images import corrupt_huffman, encode, noise_image
 
 
 def iou(a, b) -> float:
@@ -69,15 +69,6 @@ def pil_jpeg(data: bytes, mode: str = "RGB", **params) -> bytes:
     out = io.BytesIO()
     Image.open(io.BytesIO(data)).convert(mode).save(out, "JPEG", quality=90, **params)
     return out.getvalue()
-
-
-def corrupt_huffman(data: bytes) -> bytes:
-    """A JPEG whose header and end marker are fine but whose Huffman table id is invalid: neither
-    libjpeg (torchvision) nor OpenCV decodes it."""
-    at = data.find(b"\xff\xc4")
-    broken = bytearray(data)
-    broken[at + 4] = 0x07
-    return bytes(broken)
 
 
 def test_jpeg_refusal_reads_the_frame_header(bus_jpg):

@@ -18,6 +18,7 @@ from app.api.state import state_of
 from app.config import Settings
 from app.core.metrics import Metrics
 from app.inference.engine import DetectResult
+from app.inference.leases import Leases
 from app.rules.service.facade import RulesService
 from app.wiring import api_options, build_gate, build_rules
 from tests.support.fakes import FakeDetector
@@ -35,6 +36,7 @@ class FakeEngine:
         self.executor = ThreadPoolExecutor(2)
         self.pipeline = SimpleNamespace(detector=FakeDetector(names=NAMES, provider="cpu"))  # what the routes' MaybeDetectorDep reads
         self.calls = 0
+        self.leases = Leases()  # a request leases the engine it reads (app/flow/models.py)
 
     def check_capacity(self) -> None:
         pass
