@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from decimal import ROUND_HALF_UP, Decimal
 
 import httpx
 import pytest
@@ -106,8 +107,14 @@ def until_phase_leaves(api: httpx.Client, phase: str) -> dict:
     return until(api, lambda r: r["phase"] != phase)
 
 
+def fixed(v: float, digits: int) -> str:
+    """``v`` as the page writes it (JavaScript's ``toFixed``, ``Math.round``): a tie rounds up
+    (Python's format rounds it to even: 16.5 ms is "17 ms" on the page, "16" in an f-string)."""
+    return str(Decimal(v).quantize(Decimal(1).scaleb(-digits), ROUND_HALF_UP))
+
+
 def pct(v: float) -> str:
-    return f"{v * 100:.1f} %"
+    return f"{fixed(v * 100, 1)} %"
 
 
 def start_box(page):
@@ -145,8 +152,9 @@ def same_figures(page, api: httpx.Client, limit_s: float = 20) -> dict:
                 "Canary cameras": ", ".join(r["cameras"])}
         if lat["candidate_p50"] and lat["current_p50"]:
             ratio = lat["candidate_p50"] / lat["current_p50"]
-            want["Latency p50"] = (f"candidate {round(lat['candidate_p50'])} ms · current {round(lat['current_p50'])} "
-                                   f"ms (×{ratio:.2f}, bound ×{st['max_latency_ratio']:g})")
+            want["Latency p50"] = (f"candidate {fixed(lat['candidate_p50'], 0)} ms · current "
+                                   f"{fixed(lat['current_p50'], 0)} ms (×{fixed(ratio, 2)}, "
+                                   f"bound ×{st['max_latency_ratio']:g})")
         shown = {k: fact(panel, k).strip() for k in want}
         if shown == want:
             return r
@@ -178,7 +186,7 @@ def test_a_rollout_started_on_the_page_goes_from_shadow_to_canary_and_is_promote
         "Canary cameras (comma separated)": "cam-2", "Window (s)": WINDOW_S, "Minimum frames": MIN_FRAMES,
         "Latency bound (× the current's p50)": 50})
     assert started == f"Rollout started: {MODEL}-reexported.onnx runs as the shadow of {MODEL}.onnx."
-    assert yolo.locator("details.rollout-start-box").is_hidden()  # no second rollout while this one runs
+    yolo.locator("details.rollout-start-box").wait_for(state="hidden")  # on the next refresh: one rollout at a time
     r = rollout(api)
     assert r["phase"] == "shadow" and r["cameras"] == ["cam-2"] and r["comparable"] is True
     assert r["settings"] == {"window_s": WINDOW_S, "min_frames": MIN_FRAMES, "agreement_floor": 0.95,
@@ -305,8 +313,9 @@ def test_a_candidate_with_other_classes_shows_its_map_check_and_goes_straight_to
     assert step_states(panel) == [["Shadow (skipped)", "skipped"], ["Canary", "current"],
                                   ["Promoted or rolled back", "pending"]]
     m = r["map"]
-    assert fact(panel, "mAP check") == (f"candidate {m['candidate_map']:.3f} · current {m['current_map']:.3f} (floor "
-                                        f"{m['floor']:.3f}) on 79 shared classes, {m['images']} images")
+    assert fact(panel, "mAP check") == (f"candidate {fixed(m['candidate_map'], 3)} · current "
+                                        f"{fixed(m['current_map'], 3)} (floor {fixed(m['floor'], 3)}) on 79 shared "
+                                        f"classes, {m['images']} images")
     assert fact(panel, "Agreement") == "not compared: other classes (judged by mAP, then errors and latency)"
     chart = panel.locator("svg.rollout-chart")
     assert chart.locator("circle.dot").count() == 0

@@ -116,8 +116,7 @@ function chart(r) {
       s("text", { x: pad.l + 4, y: y(floor) + 14, class: "tick floor-label" }, `floor ${pct(floor)}`));
   }
   if (pts.length > 1) svg.append(s("polyline", { points: pts.map((p) => `${x(p.t)},${y(p.agreement)}`).join(" "), class: "line a" }));
-  const dotted = pts.length <= 60 ? pts : pts.filter((p, i) => p.agreement < floor || i === pts.length - 1); // one a second: a line
-  for (const p of dotted) {
+  for (const p of pts) {
     svg.append(s("circle", { cx: x(p.t), cy: y(p.agreement), r: 3.5, class: `dot phase-${p.phase}${p.agreement < floor ? " below" : ""}` }));
   }
   if (!pts.length) {
