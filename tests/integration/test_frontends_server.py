@@ -71,8 +71,7 @@ class Server:
         raise AssertionError("no front end holds the connection")
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory) -> Iterator[Server]:
+def start(tmp_path_factory) -> Server:
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("CAMPUSGUARD_")}
     env.update(CAMPUSGUARD_FRONTENDS="2", CAMPUSGUARD_PORT=str(port), CAMPUSGUARD_API_KEYS=KEY,
@@ -83,22 +82,39 @@ def server(tmp_path_factory) -> Iterator[Server]:
     proc = subprocess.Popen([sys.executable, "-m", "app.cli", "serve"], cwd=REPO, env=env, stdout=log,
                             stderr=subprocess.STDOUT)
     srv = Server(proc, port)
-    try:
-        def ready() -> bool:
-            try:
-                return srv.request("GET", "/health/ready")[0] == 200
-            except OSError:
-                return False
 
+    def ready() -> bool:
+        try:
+            return srv.request("GET", "/health/ready")[0] == 200
+        except OSError:
+            return False
+
+    try:
         wait_for(ready, timeout=120, step=0.3)
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        raise
+    return srv
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory) -> Iterator[Server]:
+    srv = start(tmp_path_factory)
+    front_ends = srv.frontends()
+    try:
         yield srv
     finally:
-        proc.send_signal(signal.SIGTERM)
+        front_ends += srv.frontends()  # the restarted one too
+        srv.proc.send_signal(signal.SIGTERM)
         try:
-            proc.wait(30)
+            code = srv.proc.wait(30)
         except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+            srv.proc.kill()
+            srv.proc.wait()
+            raise
+    assert code == 0  # drained: the front ends first, then the owner
+    assert not [p for p in front_ends if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
 
 
 def spread_connections(server: Server) -> dict[int, http.client.HTTPConnection]:
@@ -189,3 +205,15 @@ def test_a_killed_front_end_costs_only_its_in_flight_requests(server: Server) ->
     assert len(failed) <= len(threads)  # at most one in flight per client thread was on the victim
     assert after_kill - before > 10  # the other front end kept serving meanwhile
     assert server.metrics()["campusguard_frontend_restarts_total"] == 1.0
+
+
+def test_front_ends_leave_when_the_owner_dies(tmp_path_factory) -> None:
+    """A killed owner (its engine, rules and state gone) leaves no front end accepting frames
+    no one answers: they exit, and the orchestrator restarts the container."""
+    srv = start(tmp_path_factory)
+    front_ends = srv.frontends()
+    assert len(front_ends) == 2
+    srv.proc.send_signal(signal.SIGKILL)
+    srv.proc.wait()
+    gone, alive = psutil.wait_procs(front_ends, timeout=10)
+    assert not alive and len(gone) == 2
