@@ -38,18 +38,24 @@ class Bridge:
         self.app, self.path, self.series = app, path, series
         self.sequencer = CameraSequencer()
         self._server: asyncio.AbstractServer | None = None
+        self._connections: set[asyncio.Task[Any]] = set()
 
     async def start(self) -> None:
         self._server = await asyncio.start_unix_server(self._connection, path=self.path, limit=1 << 20)
 
     async def stop(self) -> None:
+        """No new connections; the open ones (idle in the front ends' pools by now) closed."""
         if self._server is not None:
             self._server.close()
-            with suppress(Exception):
-                await asyncio.wait_for(self._server.wait_closed(), 1.0)
+        for task in list(self._connections):
+            task.cancel()
+        await asyncio.gather(*self._connections, return_exceptions=True)
 
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         """One front-end connection: requests one after another until it closes."""
+        task = asyncio.current_task()
+        assert task is not None
+        self._connections.add(task)
         try:
             while True:
                 try:
@@ -61,7 +67,10 @@ class Bridge:
                     return
                 if not await Exchange(self, head, reader, writer).run():
                     return  # the client went away mid-request: this connection's stream is not reusable
+        except asyncio.CancelledError:
+            return  # stop(): the owner is shutting down
         finally:
+            self._connections.discard(task)
             writer.close()
 
 
@@ -131,8 +140,8 @@ class Exchange:
         return {"type": "http.request", "body": data, "more_body": more}
 
     async def _wait_gone(self) -> None:
-        """After the whole body: a streamed reply's receive() waits until the client leaves
-        (the front end says ``gone``) or the reply ends (never returns then)."""
+        """After the whole body: a streamed reply's receive() waits until the client leaves (the
+        front end closes the connection) or the reply ends (then it is cancelled)."""
         self.waiting = True
         try:
             message, _ = await read_message(self.reader)
@@ -143,8 +152,10 @@ class Exchange:
             log.warning("front-end connection out of step (%s mid-request)", message.get("t"))
 
     async def send(self, message: dict[str, Any]) -> None:
+        """A reply message to the front end; after the client left, dropped silently (as uvicorn
+        does in one process: the app finishes, nobody reads the answer)."""
         if self.gone:
-            raise ConnectionError("the client went away")
+            return
         kind = message["type"]
         try:
             if kind == "http.response.start":
@@ -158,7 +169,6 @@ class Exchange:
                 await write_message(self.writer, header, message.get("body", b""))
         except ConnectionError:
             self.gone = True
-            raise
 
     async def _error(self) -> None:
         """The app ended without a whole reply: a 500 in the service's shape (or the end of a started one)."""

@@ -77,11 +77,13 @@ class Client:
         self.body = b""
         self.sent_bodies = 0
 
+    leaves_after_s = 3600.0  # the client stays
+
     async def receive(self) -> dict[str, Any]:
         if self.read < len(self.incoming):
             self.read += 1
             return self.incoming[self.read - 1]
-        await asyncio.sleep(3600)  # the client stays
+        await asyncio.sleep(self.leaves_after_s)
         return {"type": "http.disconnect"}
 
     async def send(self, message: dict[str, Any]) -> None:
@@ -165,6 +167,24 @@ def test_bodies_in_chunks_the_client_address_and_one_count_per_request(tmp_path:
     counted = {s.labels["frontend"]: s.value for s in metrics.registry.collect() for s in s.samples
                if s.name == "campusguard_frontend_requests_total"}
     assert counted == {"0": 3.0, "1": 3.0}
+
+
+def test_a_client_that_leaves_mid_frame_costs_the_owner_nothing_but_that_frame(tmp_path: Path, caplog) -> None:
+    """The owner's app finishes the frame and its reply is dropped, as in one process; nothing
+    is logged as a failure, and the next request on that front end is served."""
+    app = OwnerApp({b"slow": 0.2})
+
+    async def scenario(fe0: Proxy, fe1: Proxy):
+        leaving = Client("POST", "/detect", b"camera_id=a", b"slow")
+        leaving.leaves_after_s = 0.05
+        await leaving.through(fe0)
+        await asyncio.sleep(0.3)  # the owner finishes the frame meanwhile
+        return leaving, await Client("POST", "/detect", b"camera_id=a", b"next").through(fe0)
+
+    _, (leaving, after) = asyncio.run(with_bridge(tmp_path, app, scenario))
+    assert leaving.status is None  # nobody to answer
+    assert ("end", b"slow") in app.log and after.body == b"ok:next"
+    assert not [r for r in caplog.records if r.levelname in ("ERROR", "WARNING")]
 
 
 def test_a_streamed_reply_streams(tmp_path: Path) -> None:
