@@ -1,5 +1,5 @@
 """A real `campusguard serve` with CAMPUSGUARD_FRONTENDS=2: one owner, two front-end processes
-on one socket (issue 40, item 2).
+on one socket (issue 40, item 2), rules on with campus-load's site file as the device run has.
 
 Each rule has its check here: every request counted once in /metrics whichever process
 carried it; wrong keys spread over both front ends trip the failed-key throttle at the same
@@ -9,7 +9,9 @@ requests, is restarted, and the other keeps serving; the console and the frame r
 
 from __future__ import annotations
 
+import datetime as dt
 import http.client
+import json
 import os
 import signal
 import subprocess
@@ -22,6 +24,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from app.tooling.bench.campus import camera_ids, site_yaml
 from tests.conftest import REPO
 from tests.support.net import free_port
 from tests.support.wait import wait_for
@@ -29,6 +32,7 @@ from tests.support.wait import wait_for
 pytestmark = pytest.mark.timeout(240)
 KEY = "frontends-test-key-0123456789"
 FAIL_LIMIT = 5
+CAMERAS = camera_ids(2)
 BUS = (Path(__import__("ultralytics").__file__).parent / "assets" / "bus.jpg").read_bytes()
 
 
@@ -72,12 +76,16 @@ class Server:
 
 
 def start(tmp_path_factory) -> Server:
+    """The server as the device run starts it: rules on, with campus-load's site file."""
     port = free_port()
+    site = tmp_path_factory.mktemp("site") / "site.yaml"
+    site.write_text(site_yaml(CAMERAS))
     env = {k: v for k, v in os.environ.items() if not k.startswith("CAMPUSGUARD_")}
     env.update(CAMPUSGUARD_FRONTENDS="2", CAMPUSGUARD_PORT=str(port), CAMPUSGUARD_API_KEYS=KEY,
                CAMPUSGUARD_WEIGHTS=os.environ["CAMPUSGUARD_TEST_WEIGHTS"], CAMPUSGUARD_IMGSZ="320",
                CAMPUSGUARD_WARMUP_ITERS="0", CAMPUSGUARD_AUTH_FAIL_LIMIT=str(FAIL_LIMIT),
-               CAMPUSGUARD_DATA_DIR=str(tmp_path_factory.mktemp("data")), YOLO_OFFLINE="1")
+               CAMPUSGUARD_DATA_DIR=str(tmp_path_factory.mktemp("data")), YOLO_OFFLINE="1",
+               CAMPUSGUARD_SITE_CONFIG=str(site), CAMPUSGUARD_CLIPS="false")
     log = (tmp_path_factory.mktemp("log") / "serve.log").open("wb")
     proc = subprocess.Popen([sys.executable, "-m", "app.cli", "serve"], cwd=REPO, env=env, stdout=log,
                             stderr=subprocess.STDOUT)
@@ -138,6 +146,30 @@ def test_frames_and_the_console_answer_through_the_front_ends(server: Server) ->
     assert status == 200 and b'"bus"' in body
     assert server.request("GET", "/ui/")[0] == 200
     assert server.request("GET", "/", key=None)[0] in (302, 307)
+
+
+def test_a_cameras_frames_through_both_front_ends_meet_one_rules_owner(server: Server) -> None:
+    """Frames of one camera over both front ends, the second captured earlier than the first
+    (a late frame): both answered, the camera's clock stays at the newest capture time (the
+    late one clamped by the one rules owner, as in one process), and its events are one set."""
+    camera = CAMERAS[0]
+    conns = list(spread_connections(server).values())
+    now = dt.datetime.now(dt.timezone.utc).replace(microsecond=0, tzinfo=None)
+    newer, older = now - dt.timedelta(seconds=5), now - dt.timedelta(seconds=10)
+    for conn, when in ((conns[0], newer), (conns[1], older)):
+        status, _, body = server.request("POST", f"/detect?camera_id={camera}&timestamp={when.isoformat()}",
+                                         BUS, conn=conn, **{"Content-Type": "image/jpeg"})
+        assert status == 200, body
+    status, _, body = server.request("GET", f"/cameras/{camera}")
+    assert status == 200, body
+    # the last frame evaluated is the last one received, the late one (its capture time as sent;
+    # the rules' own clock clamps it, as in one process: tests/unit/test_rules_logic.py)
+    assert json.loads(body)["last_frame_at"].startswith(older.isoformat()), (json.loads(body), older)
+    events = json.loads(server.request("GET", f"/events?camera_id={camera}")[2])["items"]
+    assert [(e["rule"], e["state"]) for e in events] == [("intrusion", "started")]  # one event, from the first frame
+    assert events[0]["started_at"].startswith(newer.isoformat())
+    for conn in conns:
+        conn.close()
 
 
 def test_each_request_is_counted_once_whichever_front_end_carried_it(server: Server) -> None:
