@@ -55,8 +55,13 @@ class Frontends:
                  series: FrontendSeries) -> None:
         self.count, self.sock, self.owner, self.settings, self.series = count, sock, owner, settings, series
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
+        self.restarts = 0
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._watch, name="campusguard-frontends", daemon=True)
+
+    def describe(self) -> dict[str, int]:
+        """What /health shows of them (``processes``)."""
+        return {"frontends": self.count, "alive": len(self.pids()), "restarts": self.restarts}
 
     def pids(self) -> list[int]:
         return [p.pid for p in list(self.procs.values()) if p.returncode is None]
@@ -85,6 +90,7 @@ class Frontends:
                     return
                 log.warning("front end %d (pid %d) exited with %s: restarting it", index, proc.pid, proc.returncode)
                 self.series.restarts.inc()
+                self.restarts += 1
                 time.sleep(RESTART_PAUSE_S)
                 self._spawn(index)
             self._stopping.wait(0.2)
@@ -167,6 +173,7 @@ async def _owner(app: Any, server: OwnerServer, sock: socket.socket, path: str, 
     await bridge.start()
     frontends = Frontends(settings.frontends, sock, path, settings, series)
     frontends.start()
+    state_of(app).processes.put(frontends.describe)
     server.frontends = frontends
     try:
         await serving

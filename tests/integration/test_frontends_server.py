@@ -145,6 +145,8 @@ def test_frames_and_the_console_answer_through_the_front_ends(server: Server) ->
     status, _, body = server.request("POST", "/detect?camera_id=gate", BUS, **{"Content-Type": "image/jpeg"})
     assert status == 200 and b'"bus"' in body
     assert server.request("GET", "/ui/")[0] == 200
+    health = json.loads(server.request("GET", "/health")[2])
+    assert health["processes"]["frontends"] == 2 and health["processes"]["alive"] == 2
     assert server.request("GET", "/", key=None)[0] in (302, 307)
 
 
@@ -237,6 +239,7 @@ def test_a_killed_front_end_costs_only_its_in_flight_requests(server: Server) ->
     assert len(failed) <= len(threads)  # at most one in flight per client thread was on the victim
     assert after_kill - before > 10  # the other front end kept serving meanwhile
     assert server.metrics()["campusguard_frontend_restarts_total"] == 1.0
+    assert json.loads(server.request("GET", "/health")[2])["processes"] == {"frontends": 2, "alive": 2, "restarts": 1}
 
 
 def test_front_ends_leave_when_the_owner_dies(tmp_path_factory) -> None:
