@@ -85,7 +85,8 @@ def start(tmp_path_factory) -> Server:
                CAMPUSGUARD_WEIGHTS=os.environ["CAMPUSGUARD_TEST_WEIGHTS"], CAMPUSGUARD_IMGSZ="320",
                CAMPUSGUARD_WARMUP_ITERS="0", CAMPUSGUARD_AUTH_FAIL_LIMIT=str(FAIL_LIMIT),
                CAMPUSGUARD_DATA_DIR=str(tmp_path_factory.mktemp("data")), YOLO_OFFLINE="1",
-               CAMPUSGUARD_SITE_CONFIG=str(site), CAMPUSGUARD_CLIPS="false")
+               CAMPUSGUARD_SITE_CONFIG=str(site), CAMPUSGUARD_CLIPS="false",
+               TMPDIR=str(tmp_path_factory.mktemp("tmp")))  # the owner's socket folder (a killed owner leaves it)
     log = (tmp_path_factory.mktemp("log") / "serve.log").open("wb")
     proc = subprocess.Popen([sys.executable, "-m", "app.cli", "serve"], cwd=REPO, env=env, stdout=log,
                             stderr=subprocess.STDOUT)
