@@ -27,6 +27,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "parity": ("app.commands.parity", "detections on a device/precision against a stored CPU reference"),
     "bench-shadow": ("app.commands.bench_shadow",
                      "detection p50/p95 and admission with the shadow reference on vs off"),
+    "bench-frontends": ("app.commands.bench_frontends", "the server's CPU per request with 1, 2 and 4 HTTP "
+                        "processes (CAMPUSGUARD_FRONTENDS) and an instant backend"),
     "bench-swap": ("app.commands.bench_swap", "the weights behind a name replaced under load: failed requests, p99 "
                                               "around the switch, the server's memory before and after"),
     "replay": ("app.commands.replay", "re-run a site file's rules over the detection log, next to the recorded events"),

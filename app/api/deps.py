@@ -80,7 +80,8 @@ async def get_startup(state: StateDep) -> dict:
     """What the loader is doing (in words), the precision it settled on and each served model's
     state, for /health."""
     provisioned = state.provisioned.get()
-    return {"phase_detail": state.progress.describe(),
+    processes = state.processes.get()
+    return {"phase_detail": state.progress.describe(), "processes": processes() if processes else None,
             "precision_report": provisioned.report() if provisioned is not None else None,
             "backend_choice": state.backend_choice.get(),
             "models": {model.name: model.state for model in state.models.models.all()}}

@@ -108,6 +108,9 @@ class Health(BaseModel):
     classes: list[str] = Field(default_factory=list)
     models: dict[str, str] | None = Field(None, description="Every served model and its state (loading, ready, "
                                           "unavailable); the fields above are the default model's (GET /models)")
+    processes: dict[str, int] | None = Field(None, description=(
+        "With CAMPUSGUARD_FRONTENDS >= 2: frontends (configured), alive, restarts (front-end processes "
+        "restarted since start); null with one process (docs/deploy.md, Front-end processes)"))
     uptime_s: float
     inferences: int = 0
     images: int = 0

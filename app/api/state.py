@@ -11,6 +11,7 @@ the same way, with the parts it needs and null objects for the rest.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from fastapi import FastAPI
@@ -54,6 +55,9 @@ class AppState:
     rollouts: Slot[RolloutController] = field(default=None)  # type: ignore[arg-type]
     # how the other replicas' model changes reach this one (app/wiring/model_sync.py): GET /models's sync
     model_sync: Slot[ReplicaSync] = field(default_factory=lambda: Slot[ReplicaSync](NoReplicaSync()))
+    # CAMPUSGUARD_FRONTENDS >= 2: the front-end processes as /health shows them (app/wiring/frontends.py)
+    processes: Slot[Callable[[], dict[str, int]] | None] = field(
+        default_factory=lambda: Slot[Callable[[], dict[str, int]] | None](None))
 
     def __post_init__(self) -> None:
         if self.switch is None:

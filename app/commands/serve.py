@@ -79,6 +79,10 @@ def serve(overrides: dict) -> int:
     # a drained shutdown exit 0 (what orchestrators expect), not "killed by signal".
     signal.signal(signal.SIGTERM, lambda *_: None)
     signal.signal(signal.SIGHUP, lambda *_: _reload(app))
+    if settings.frontends > 1:  # the owner and its front-end processes (docs/deploy.md)
+        from app.wiring.frontends import serve_frontends
+
+        return serve_frontends(app, settings, config)
     server.run()
     if not server.started:
         return 1  # lifespan startup failed (bad settings, device, site file): already logged

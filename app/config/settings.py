@@ -212,6 +212,9 @@ class Settings(BaseSettings):
     fleet_orphan_after_s: float = Field(
         120.0, ge=0, description="A replica silent this long: its open events end; 0 = never")
     fleet_frame_interval_s: float = Field(3.0, ge=0, le=3600, description="Share a newest frame at most this often")
+    frontends: int = Field(1, ge=1, le=64, description=(
+        "HTTP processes on the one socket: 1 = the service is one process; N >= 2 = N front-end processes "
+        "parse HTTP and read bodies, one owner process runs the engine, the rules and the state (docs/deploy.md)"))
     rules_workers: int = Field(1, ge=1, le=64, description="Rules processes: 1 = in-process; N >= 2 = camera shards")
     rules_worker_timeout_s: float = Field(30.0, gt=0, le=600, description="A rules worker (RULES_WORKERS >= 2) that "
                                           "has not answered a frame within this is hung: killed and restarted")

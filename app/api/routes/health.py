@@ -78,7 +78,8 @@ def health_document(engine: InferenceEngine | None, detector: Detector | None, p
                  backend_choice=startup.get("backend_choice"),
                  precision_fallback=report["fallback"] if report else None,
                  precision_gate=report.get("gate") if report else None,
-                 precision_note=report.get("note") if report else None, models=startup.get("models"))
+                 precision_note=report.get("note") if report else None, models=startup.get("models"),
+                 processes=startup.get("processes"))
     if engine is not None and detector is not None:
         info = detector.device_info()
         mem = detector.memory()

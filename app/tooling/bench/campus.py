@@ -14,7 +14,8 @@ with ``camera_id`` and ``timestamp`` (its capture time), as the gateway posts it
 The cameras are split over several processes (threads of one interpreter would contend
 for its lock at hundreds of frames per second), each reporting its own CPU time so the
 generator's cost is stated beside the server's. The server's CPU comes from its
-``campusguard_process_cpu_seconds_total`` before and after.
+``campusguard_process_cpu_seconds_total`` (plus ``campusguard_frontend_cpu_seconds_total``
+with front-end processes) before and after.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from urllib.parse import quote, urlsplit
 from app.tooling.bench.stats import summarize
 
 CPU_METRIC = "campusguard_process_cpu_seconds_total"
+FRONTEND_CPU_METRIC = "campusguard_frontend_cpu_seconds_total"  # app/frontend/series.py
 
 
 @dataclass(frozen=True)
@@ -243,8 +245,10 @@ def summary(plan: CampusPlan, total: Tally, generator_cpu_s: Sequence[float]) ->
 
 
 def server_cpu_seconds(metrics_text: str) -> float | None:
-    """The service's own CPU seconds from a /metrics scrape (None when absent)."""
+    """The service's own CPU seconds from a /metrics scrape (None when absent): the process's,
+    plus its front-end processes' where it has them (CAMPUSGUARD_FRONTENDS)."""
+    found = None
     for line in metrics_text.splitlines():
-        if line.startswith(CPU_METRIC + " "):
-            return float(line.split()[1])
-    return None
+        if line.startswith((CPU_METRIC + " ", FRONTEND_CPU_METRIC + " ")):
+            found = (found or 0.0) + float(line.split()[1])
+    return found
