@@ -57,7 +57,7 @@ def test_the_device_calls_front_end_row_fits_5_minutes_and_is_a_known_setting(tm
     plans it within 300 s and does not skip the row as an unknown setting."""
     import re
 
-    from tests.unit.test_device_scripts import node_dry_run
+    from tests.support.device_scripts import node_dry_run
 
     proc = node_dry_run(tmp_path, CAMPUS_S="20", CAMPUS_BUDGET_S="60", SETTINGS=(
         "baseline:CAMPUSGUARD_DECODE=cpu device:CAMPUSGUARD_DECODE=device "

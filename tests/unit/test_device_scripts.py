@@ -4,7 +4,6 @@ wheelhouse -> preflight -> plan within their budgets (gpu-bench.sh 8 minutes, gp
 
 from __future__ import annotations
 
-import importlib.metadata as md
 import os
 import re
 import subprocess
@@ -12,25 +11,7 @@ import sys
 from pathlib import Path
 
 from tests.conftest import REPO
-
-SCRIPTS = REPO / "scripts"
-
-
-def listed() -> list[str]:
-    return [l.strip() for l in (SCRIPTS / "device-wheels.txt").read_text().splitlines() if l.strip() and l[0] != "#"]
-
-
-def carried_tree(root: Path, wheels: list[str]) -> Path:
-    """A .device/ as device-wheelhouse.sh leaves it (placeholder files, real names)."""
-    (root / "wheels").mkdir(parents=True)
-    for name in wheels:
-        (root / "wheels" / f"{name.replace('-', '_')}-{md.version(name)}-py3-none-any.whl").write_bytes(b"")
-    (root / "models").mkdir()
-    (root / "models" / "yolov8n.pt").write_bytes(b"weights")
-    (root / "images").mkdir()
-    (root / "images" / "a.jpg").write_bytes(b"jpeg")
-    (root / "cpu-reference.json").write_text("{}")
-    return root
+from tests.support.device_scripts import SCRIPTS, carried_tree, listed, node_dry_run
 
 
 def preflight(*args: str) -> subprocess.CompletedProcess:
@@ -86,17 +67,6 @@ def test_gpu_bench_dry_run_walks_every_step_and_fits_the_budget(tmp_path):
         assert re.search(rf"^\s+{step}\s+\d+s", out, re.M), step
     assert "--precisions fp32,fp16" in out and "--sizes n,m,l" in out
     assert not (tmp_path / "results").exists()  # nothing measured, nothing written
-
-
-def node_dry_run(tmp_path, **extra: str) -> subprocess.CompletedProcess:
-    root = tmp_path / ".device"
-    if not root.exists():
-        carried_tree(root, listed())
-    env = {**os.environ, "DEVICE_DIR": str(root), "PY": sys.executable, "IMAGES": str(root / "images"),
-           "WEIGHTS_N": str(root / "models" / "yolov8n.pt"), "IMAGES_N": "1", **extra}
-    env.pop("OUT", None)
-    return subprocess.run(["bash", str(SCRIPTS / "gpu-node.sh"), "--dry-run", str(tmp_path / "results")],
-                          capture_output=True, text=True, cwd=REPO, env=env, timeout=120)
 
 
 def test_gpu_node_dry_run_checks_the_carry_and_plans_issue_40s_call_within_5_minutes(tmp_path):
