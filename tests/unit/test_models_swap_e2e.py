@@ -16,6 +16,7 @@ import httpx
 
 from app.config import Settings
 from tests.support.models import renamed_copy
+from tests.support.net import ready_server
 
 
 def free_port() -> int:
@@ -37,7 +38,6 @@ def client_loop(port: int, frame: bytes, stop: threading.Event, out: list) -> No
 
 
 def test_a_swap_under_load_fails_no_request_and_moves_to_the_new_classes(tmp_path: Path, weights: Path):
-    import uvicorn
     from ultralytics.utils import ASSETS
 
     from app.main import create_app
@@ -49,17 +49,8 @@ def test_a_swap_under_load_fails_no_request_and_moves_to_the_new_classes(tmp_pat
     settings = Settings(_env_file=None, weights=folder / "yolov8n.pt", backend="torch", precision="fp32", imgsz=320,
                         warmup_iters=0, threads=2, preprocess_workers=1, ingest="off", data_dir=tmp_path,
                         snapshot_dir=tmp_path / "snapshots", fleet_interval_s=0)
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(create_app(settings), host="127.0.0.1", port=port, lifespan="on",
-                                           log_level="warning", access_log=False))
-    thread = threading.Thread(target=server.run, name="swap-e2e-server", daemon=True)
-    thread.start()
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 180
-    while not (server.started and httpx.get(f"{url}/health/ready").status_code == 200):
-        assert thread.is_alive() and time.monotonic() < deadline, "the server did not become ready"
-        time.sleep(0.2)
-    try:
+    with ready_server(create_app(settings), "swap-e2e-server") as url:
+        port = int(url.rsplit(":", 1)[1])
         frame = (Path(ASSETS) / "bus.jpg").read_bytes()
         stop, results = threading.Event(), [[] for _ in range(3)]
         clients = [threading.Thread(target=client_loop, args=(port, frame, stop, out)) for out in results]
@@ -81,6 +72,3 @@ def test_a_swap_under_load_fails_no_request_and_moves_to_the_new_classes(tmp_pat
         assert all("student" not in names for names in before)
         listed = httpx.get(f"{url}/models").json()["models"][0]
         assert listed["weights"] == "campus.pt" and "student" in listed["classes"]
-    finally:
-        server.should_exit = True
-        thread.join(30)

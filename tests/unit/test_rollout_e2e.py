@@ -17,7 +17,6 @@ from __future__ import annotations
 import datetime as dt
 import itertools
 import subprocess
-import threading
 import time
 from pathlib import Path
 
@@ -29,7 +28,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from app.config import Settings
 from tests.deploy.conftest import ALERT_RULES, require_tool
 from tests.support.models import onnx_candidates, renamed_onnx
-from tests.support.net import free_port
+from tests.support.net import ready_server
 from tests.support.rollout import TWO_CAMERAS_SITE, frames_of, labelled_set
 
 pytestmark = pytest.mark.slow  # real servers and two engines per test: over 20 s each
@@ -41,7 +40,6 @@ ALERT = "CampusGuardRolloutRolledBack"
 @pytest.fixture(scope="module")
 def served(weights, dataset, tmp_path_factory):
     """The server, its models folder (the export, a second export, the drifted copy) and frames."""
-    import uvicorn
 
     from app.main import create_app
 
@@ -56,23 +54,10 @@ def served(weights, dataset, tmp_path_factory):
                         warmup_iters=0, threads=2, preprocess_workers=1, ingest="off", data_dir=tmp,
                         snapshot_dir=tmp / "snapshots", fleet_interval_s=0, site_config=site,
                         onnx_cache_dir=tmp / "onnx-cache", gate_dataset=labelled_set(dataset, tmp / "labelled"))
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(create_app(settings), host="127.0.0.1", port=port, lifespan="on",
-                                           log_level="warning", access_log=False))
-    thread = threading.Thread(target=server.run, name="rollout-e2e-server", daemon=True)
-    thread.start()
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 180
-    while not (server.started and httpx.get(f"{url}/health/ready").status_code == 200):
-        assert thread.is_alive() and time.monotonic() < deadline, "the server did not become ready"
-        time.sleep(0.2)
     frames = frames_of(dataset)
-    try:
-        with httpx.Client(base_url=url, timeout=120) as client:
-            yield client, frames
-    finally:
-        server.should_exit = True
-        thread.join(30)
+    with ready_server(create_app(settings), "rollout-e2e-server") as url, \
+            httpx.Client(base_url=url, timeout=120) as client:
+        yield client, frames
 
 
 def post_rollout(client: httpx.Client, body: dict) -> httpx.Response:
