@@ -75,14 +75,14 @@ class Server:
         raise AssertionError("no front end holds the connection")
 
 
-def start(tmp_path_factory) -> Server:
+def start(tmp_path_factory, weights: Path) -> Server:
     """The server as the device run starts it: rules on, with campus-load's site file."""
     port = free_port()
     site = tmp_path_factory.mktemp("site") / "site.yaml"
     site.write_text(site_yaml(CAMERAS))
     env = {k: v for k, v in os.environ.items() if not k.startswith("CAMPUSGUARD_")}
     env.update(CAMPUSGUARD_FRONTENDS="2", CAMPUSGUARD_PORT=str(port), CAMPUSGUARD_API_KEYS=KEY,
-               CAMPUSGUARD_WEIGHTS=os.environ["CAMPUSGUARD_TEST_WEIGHTS"], CAMPUSGUARD_IMGSZ="320",
+               CAMPUSGUARD_WEIGHTS=str(weights), CAMPUSGUARD_IMGSZ="320",
                CAMPUSGUARD_WARMUP_ITERS="0", CAMPUSGUARD_AUTH_FAIL_LIMIT=str(FAIL_LIMIT),
                CAMPUSGUARD_DATA_DIR=str(tmp_path_factory.mktemp("data")), YOLO_OFFLINE="1",
                CAMPUSGUARD_SITE_CONFIG=str(site), CAMPUSGUARD_CLIPS="false",
@@ -108,8 +108,8 @@ def start(tmp_path_factory) -> Server:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory) -> Iterator[Server]:
-    srv = start(tmp_path_factory)
+def server(tmp_path_factory, weights: Path) -> Iterator[Server]:
+    srv = start(tmp_path_factory, weights)
     front_ends = srv.frontends()
     try:
         yield srv
@@ -243,10 +243,10 @@ def test_a_killed_front_end_costs_only_its_in_flight_requests(server: Server) ->
     assert json.loads(server.request("GET", "/health")[2])["processes"] == {"frontends": 2, "alive": 2, "restarts": 1}
 
 
-def test_front_ends_leave_when_the_owner_dies(tmp_path_factory) -> None:
+def test_front_ends_leave_when_the_owner_dies(tmp_path_factory, weights: Path) -> None:
     """A killed owner (its engine, rules and state gone) leaves no front end accepting frames
     no one answers: they exit, and the orchestrator restarts the container."""
-    srv = start(tmp_path_factory)
+    srv = start(tmp_path_factory, weights)
     front_ends = srv.frontends()
     assert len(front_ends) == 2
     srv.proc.send_signal(signal.SIGKILL)
