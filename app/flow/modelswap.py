@@ -5,8 +5,10 @@ A swap never leaves a name without an engine and never changes anything before i
 1. the new weights are checked first (inside the models folder, classes readable, classes
    still those of every rule of the cameras on that model, memory for a second copy): any
    refusal is a 4xx and nothing has changed;
-2. the new engine is built, gated and warmed beside the old one, on a thread of its own at a
-   lower CPU priority (nice +10 on Linux), so the serving engine keeps the machine;
+2. the new engine is built, gated and warmed beside the old one by the loader, which does the
+   heavy part at a lower CPU priority (``low_priority``: nice +10 on Linux) and opens the model
+   that will serve at the usual one (threads inherit their creator's nice value, and the
+   runtime's pools and the engine's workers must not serve at +10);
 3. traffic moves atomically: the entry (weights, classes) and the slot's engine are replaced
    under the set's lock; a request reads the slot once (``FrameFlow`` keeps its engine), so
    a request in flight finishes on the engine it started on;
@@ -103,7 +105,8 @@ class ModelLoader(Protocol):
         """The memory a copy of ``path`` needs and the memory free now."""
 
     def build(self, name: str, path: Path) -> InferenceEngine:
-        """An engine over ``path``: loaded, gated, warmed, started and ready."""
+        """An engine over ``path``: loaded, gated, warmed, started and ready. Called at the usual
+        priority: the heavy part belongs in ``low_priority``, what will serve is made outside it."""
 
     def free(self, engine: InferenceEngine) -> None:
         """Stop a drained engine and give its memory back."""
@@ -125,7 +128,8 @@ class NoModelLoader:
 def low_priority(work: Callable[[], T], niceness: int = 10) -> T:
     """``work()`` on a thread of its own at a lower CPU priority (Linux threads have their own nice
     value), so loading a model beside the serving one does not slow the requests; its result or
-    its exception comes back to the caller."""
+    its exception comes back to the caller. Every thread ``work`` creates inherits that nice value
+    for good (an unprivileged process cannot lower it again): nothing made here may serve."""
     box: dict[str, object] = {}
 
     def run() -> None:
@@ -312,7 +316,7 @@ class ModelSwitch:
 
     def _build(self, name: str, path: Path) -> InferenceEngine:
         try:
-            return low_priority(lambda: self.loader.build(name, path))
+            return self.loader.build(name, path)
         except ServiceError:
             raise
         except Exception as exc:  # a file that reads as a model but does not load or run

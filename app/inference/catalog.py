@@ -206,7 +206,17 @@ def onnx_class_names(path: Path) -> dict[int, str]:
 
 
 def checkpoint_class_names(path: Path) -> dict[int, str]:
-    """An Ultralytics checkpoint's ``names`` (loading it is how Ultralytics reads it too)."""
+    """An Ultralytics checkpoint's ``names``: read from its pickle with stand-ins, without torch
+    (app/inference/checkpoint_names.py); a file that does not read that way (a legacy torch
+    format, names kept elsewhere, a corrupt file: its error) is loaded as Ultralytics loads it."""
+    from app.inference.checkpoint_names import checkpoint_names
+
+    try:
+        names = checkpoint_names(path)
+    except ValueError:
+        names = None
+    if names is not None:
+        return parse_names(names)
     from app.inference.backends.models import load_detection_model
 
     return parse_names(load_detection_model(path).names)

@@ -10,7 +10,9 @@ what needs the settings, the runtimes and the site file.
   free on the serving model's device: ``torch.cuda.mem_get_info`` on a GPU, psutil's
   ``available`` memory on the CPU;
 - an engine is built like a model of the models file at startup (the runtime resolved and
-  gated, its own queue and batches) but warmed with one inference only, then marked ready.
+  gated, its own queue and batches) but warmed with one inference only, then marked ready;
+  the heavy part (load, build, gate) runs at nice +10 and the model is then opened again at the
+  usual priority, since the threads a runtime makes inherit the nice value of their creator.
 
 Nothing is written to the models folder or file, so a read-only one (a Kubernetes ConfigMap)
 does not stop a change; the change is shared with the other replicas, and kept over a restart,
@@ -87,11 +89,19 @@ class RuntimeModels:
                                       "warmup_iters": min(1, self.settings.warmup_iters)})
 
     def build(self, name: str, path: Path) -> InferenceEngine:
-        from app.wiring.runtime import build_engine, build_pipeline, provision_served, resolve_runtime
+        """Provisioned (loaded, built, gated) on a thread at nice +10, so the serving engines keep
+        the machine; then opened again and started on the calling thread, at the usual priority,
+        so the threads that will serve (the engine's workers, the runtime's pools) do not inherit
+        the loader's nice value for good (``reopen`` in app/inference/precision/provision.py)."""
+        from app.flow.modelswap import low_priority
+        from app.wiring.runtime import build_engine, build_pipeline, provision_served, reopen_served, resolve_runtime
 
         own = self._settings_for(name, path)
-        _, provisioned = provision_served(own, resolve_runtime(own))
-        engine = build_engine(own, build_pipeline(own, provisioned.detector), self.metrics)
+        choice, provisioned = low_priority(lambda: provision_served(own, resolve_runtime(own)))
+        provisioned.detector.close()  # its runtime threads were made at nice +10
+        gc.collect()
+        provisioned.detector.release_cache()  # that copy's memory back before the second one is made
+        engine = build_engine(own, build_pipeline(own, reopen_served(own, choice, provisioned)), self.metrics)
         engine.start()
         try:
             engine.warmup(own.warmup_iters)

@@ -125,6 +125,14 @@ def provision_served(settings: Settings, choice: Choice, progress: Callable[[str
             on_fallback(choice, exc)
 
 
+def reopen_served(settings: Settings, choice: Choice, provisioned: Provisioned) -> Detector:
+    """What ``provision_served`` returned, loaded again on the calling thread without a second
+    gate: the runtime's threads take this thread's priority (app/inference/precision/provision.py)."""
+    from app.inference.precision.provision import reopen
+
+    return reopen(backend_options(settings, choice), precision_options(settings, choice), provisioned)
+
+
 def load_detector(settings: Settings, choice: Choice | None = None) -> Detector:
     """The configured runtime with the model loaded (the backend registry picks it; a reduced
     precision is built and gated first)."""

@@ -184,13 +184,13 @@ def test_a_rollout_started_on_the_page_goes_from_shadow_to_canary_and_is_promote
 
     started = start_on_page(page, f"{MODEL}-reexported.onnx", **{
         "Canary cameras (comma separated)": "cam-2", "Window (s)": WINDOW_S, "Minimum frames": MIN_FRAMES,
-        "Latency bound (× the current's p50)": 1000})
+        "Latency bound (× the current's p50)": 50})
     assert started == f"Rollout started: {MODEL}-reexported.onnx runs as the shadow of {MODEL}.onnx."
     yolo.locator("details.rollout-start-box").wait_for(state="hidden")  # on the next refresh: one rollout at a time
     r = rollout(api)
     assert r["phase"] == "shadow" and r["cameras"] == ["cam-2"] and r["comparable"] is True
     assert r["settings"] == {"window_s": WINDOW_S, "min_frames": MIN_FRAMES, "agreement_floor": 0.95,
-                             "max_error_ratio": 0.01, "max_latency_ratio": 1000, "map_floor": None}
+                             "max_error_ratio": 0.01, "max_latency_ratio": 50, "map_floor": None}
     panel = yolo.locator("section.rollout")
     panel.wait_for()
     assert yolo.locator(".model-head .phase-shadow").inner_text() == "rollout: shadow"
@@ -271,7 +271,7 @@ def test_an_aborted_rollout_is_rolled_back_and_says_so(server, api, poster, open
 def test_a_drifted_candidate_is_rolled_back_by_the_server_and_a_viewer_sees_why(server, api, poster, open_page):
     no_change(api)
     r = api.post(f"/admin/models/{MODEL}/rollout", json={"weights": f"{MODEL}-drifted.onnx", "window_s": 60,
-                                                          "min_frames": 24, "max_latency_ratio": 1000})
+                                                          "min_frames": 24, "max_latency_ratio": 50})
     assert r.status_code == 202, r.text
     page = open_page(server.url, KEYS["viewer"], SHOT)
     goto_models(page)

@@ -92,6 +92,23 @@ def provision(options: BackendOptions, precision: PrecisionOptions, progress: Pr
     return Provisioned(reference, requested, verdict)
 
 
+def reopen(options: BackendOptions, precision: PrecisionOptions, provisioned: Provisioned) -> Detector:
+    """The model ``provisioned`` serves, loaded again from what provisioning left on disk (exports,
+    int8 models and IR are cached: found, not built) and not gated again.
+
+    Why: a runtime makes its thread pools when its model is loaded (ONNX Runtime's intra-op pool
+    with the session, OpenVINO's streams at compile), and on Linux a thread inherits the nice
+    value of the thread that creates it. A model provisioned at low priority beside the serving
+    one (a swap, a rollout's candidate) is therefore opened again on a thread at the usual
+    priority before it serves; an unprivileged process could not lower its threads' nice value
+    back afterwards."""
+    if provisioned.detector.precision == REFERENCE:  # fp32 asked for, or the gate refused the reduced one
+        return load_backend(replace(options, precision=REFERENCE))
+    if options.weights.suffix.lower() == ".onnx":  # a ready-made model at its own precision
+        return load_backend(options)
+    return build_model(options, precision)
+
+
 def _pipeline(detector: Detector, precision: PrecisionOptions) -> Pipeline:
     return Pipeline(detector, cache_clear_every=0, max_pixels=precision.max_pixels, decode=precision.decode)
 
