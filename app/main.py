@@ -81,7 +81,8 @@ def load_engine(state: AppState, settings: Settings, choice: Choice, metrics: Me
         engine.warmup(settings.warmup_iters)
         if settings.shadow_backend:
             progress.note(f"loading the shadow reference ({settings.shadow_backend} on {settings.shadow_device})")
-        shadow = wiring.build_shadow(settings, engine, metrics)  # ConfigError: a reference that cannot run
+        # ConfigError: a reference that cannot run; it checks for idle on the engine behind the default's name
+        shadow = wiring.build_shadow(settings, engine, metrics, wiring.serving_default(state.models))
         shadow.start()
         state.shadow.put(shadow)
         info = detector.device_info()

@@ -197,7 +197,7 @@ class RolloutController:
         lane.start()
         self._rollouts[name] = rollout
         self._parts[name] = (candidate, lane)
-        self.series.started(name)
+        self.series.started(name, settings.agreement_floor)
         if comparable:
             self.router.reroute(name, RolloutRoute(frozenset(cameras), None, lane.taps))
         else:

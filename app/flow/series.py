@@ -2,10 +2,12 @@
 models, at most 32 in a models file plus runtime loads).
 
 Registered on the app's registry by ``Metrics.part`` (``RolloutSeries.of(metrics)``); a
-model's counters are declared at 0 when the controller is built (every model served then) or
-when its first rollout starts, every phase and outcome, so
+model's series are declared when the controller is built (every model served then) or when its
+first rollout starts: the counters at 0 for every phase and outcome, so
 ``increase(campusguard_rollout_total{outcome="rolled_back"}[...])`` (the alert
-CampusGuardRolloutRolledBack) sees the step from 0 to 1.
+CampusGuardRolloutRolledBack) sees the step from 0 to 1; the phase at 0 for every phase (no
+rollout yet) and the agreement and its floor at NaN (nothing compared), so the dashboard's
+rollout row (deploy/grafana) queries series that exist from the first scrape.
 """
 
 from __future__ import annotations
@@ -32,17 +34,30 @@ class RolloutSeries:
                                 "phase", ["model", "phase"], namespace=ns, registry=r)
         self.total = Counter("rollout", "Rollouts ended, by outcome: promoted, rolled_back (automatically), "
                              "aborted (by hand)", ["model", "outcome"], namespace=ns, registry=r)
+        self.floor = Gauge("rollout_agreement_floor", "The agreement floor of the model's latest rollout: below it "
+                           "the candidate is rolled back (NaN: no rollout since the start)", ["model"],
+                           namespace=ns, registry=r)
+        self._declared: set[str] = set()
 
     def declare(self, model: str) -> None:
-        """The counters of ``model`` at 0 (every served model at startup: the alert's series exist)."""
+        """The series of ``model`` (every served model at startup: the alert's and the dashboard's
+        series exist); a model declared already keeps its values."""
+        if model in self._declared:
+            return
+        self._declared.add(model)
         for phase in PHASES[:2]:
             self.compared.labels(model, phase)
         for outcome in OUTCOMES:
             self.total.labels(model, outcome)
+        for phase in PHASES:
+            self.phase.labels(model, phase).set(0)
+        self.agreement.labels(model).set(float("nan"))
+        self.floor.labels(model).set(float("nan"))
 
-    def started(self, model: str) -> None:
+    def started(self, model: str, floor: float) -> None:
         self.declare(model)
         self.agreement.labels(model).set(float("nan"))
+        self.floor.labels(model).set(floor)
         self.in_phase(model, "shadow")
 
     def in_phase(self, model: str, phase: str) -> None:

@@ -17,8 +17,9 @@ CAMPUSGUARD_WEIGHTS, and the service behaves as it always did.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -70,10 +71,15 @@ class ServedModel:
         return "loading" if engine is None else "ready" if engine.ready else "unavailable"
 
 
-class ModelSet:
-    """Name -> ``ServedModel``, in the models file's order; the first is the default."""
+# name -> (backend, precision) the configuration asks for a model of that name (app/wiring/models.py)
+RequestedRuntime = Callable[[str], tuple[str, str]]
 
-    def __init__(self, models: Iterable[ServedModel]) -> None:
+
+class ModelSet:
+    """Name -> ``ServedModel``, in the models file's order; the first is the default. ``requested``:
+    what the configuration asks for a name added at runtime (``add``)."""
+
+    def __init__(self, models: Iterable[ServedModel], requested: RequestedRuntime | None = None) -> None:
         entries: dict[str, ServedModel] = {}
         for model in models:
             if model.name in entries:
@@ -82,6 +88,7 @@ class ModelSet:
         if not entries:
             raise ValueError("a model set needs at least one model")
         self._entries = entries
+        self._requested = requested
         self._lock = threading.Lock()
 
     @classmethod
@@ -127,7 +134,13 @@ class ModelSet:
         return old
 
     def add(self, model: ServedModel) -> None:
-        """A new name, served last (a runtime load); ValueError if the name is served already."""
+        """A new name, served last (a runtime load); ValueError if the name is served already. Its
+        ``backend`` and ``precision`` become what ``requested`` says the configuration asks for that
+        name (its models-file entry, else the service's settings: what the loader builds it with),
+        so GET /models reports what was asked, as for the models loaded at startup, not ``auto``."""
+        if self._requested is not None:
+            backend, precision = self._requested(model.name)
+            model = dataclasses.replace(model, backend=backend, precision=precision)
         with self._lock:
             if model.name in self._entries:
                 raise ValueError(f"model {model.name!r} is served already")

@@ -65,6 +65,7 @@ from app.wiring.shadow import (
     check_shadow,
     reference_options,
     register_shadow_metrics,
+    serving_default,
     shadow_options,
     shadow_weights,
 )
@@ -78,5 +79,5 @@ __all__ = [
     "reference_options", "register_shadow_metrics", "replica_id", "resolve_runtime", "shadow_options",
     "shadow_weights", "site_resolutions", "build_model_set", "check_models", "check_site_models", "default_settings",
     "follow_site_models", "install_model_switch", "install_rollouts", "build_model_sync", "load_catalog",
-    "model_settings", "other_models",
+    "model_settings", "other_models", "serving_default",
 ]

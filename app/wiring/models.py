@@ -22,7 +22,7 @@ from app.flow.models import ModelRouter
 from app.inference.backends.auto import Choice
 from app.inference.catalog import Catalog, ModelsConfigError, NamedModel, load_models
 from app.inference.engine import InferenceEngine
-from app.inference.modelset import ModelSet, ServedModel
+from app.inference.modelset import ModelSet, RequestedRuntime, ServedModel
 
 if TYPE_CHECKING:
     from app.rules.site.schema import SiteConfig
@@ -87,15 +87,30 @@ def build_model_set(settings: Settings, catalog: Catalog | None, engine: Slot[In
     """The served models, the default's engine in ``engine`` (the slot /health and the shadow
     lane read); the others get their own slots. Classes come from each model's metadata with a
     models file; without one they are known once the model is loaded."""
+    requested = requested_runtime(settings, catalog)
     if catalog is None:
         return ModelSet([ServedModel(settings.display_model_name, settings.weights, settings.backend,
-                                     settings.precision, slot=engine)])
+                                     settings.precision, slot=engine)], requested)
     served = []
     for index, model in enumerate(catalog.models):
         own = model_settings(settings, model)
         served.append(ServedModel(model.name, model.path, own.backend, own.precision, dict(model.names),
                                   slot=engine if index == 0 else Slot[InferenceEngine | None](None)))
-    return ModelSet(served)
+    return ModelSet(served, requested)
+
+
+def requested_runtime(settings: Settings, catalog: Catalog | None) -> RequestedRuntime:
+    """The (backend, precision) a model loaded at runtime (POST /admin/models, a replica's or the
+    restart's replay of one) is asked for: its models-file entry's where the file names it (a model
+    unloaded and loaded again), else the service's settings: what the loader builds it with
+    (app/wiring/model_admin.py). A swap keeps the entry's, so it keeps these too."""
+
+    def requested(name: str) -> tuple[str, str]:
+        named = catalog.get(name) if catalog is not None else None
+        own = model_settings(settings, named) if named is not None else settings
+        return own.backend, own.precision
+
+    return requested
 
 
 def model_classes(models: ModelSet) -> dict[str, Mapping[int, str] | None]:

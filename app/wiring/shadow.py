@@ -16,6 +16,7 @@ import numpy as np
 from app.config import Settings
 from app.core.errors import ConfigError
 from app.core.metrics import Metrics
+from app.flow.models import ModelRouter
 from app.inference.backends.base import BackendOptions
 from app.inference.engine import InferenceEngine
 from app.inference.pipeline import DecodePolicy, Pipeline
@@ -71,9 +72,31 @@ def shadow_options(settings: Settings) -> ShadowOptions:
                          max_age_s=max(120.0, settings.request_timeout_s))
 
 
-def build_shadow(settings: Settings, engine: InferenceEngine, metrics: Metrics) -> ShadowLane | NoShadow:
+def serving_idle(serving: Callable[[], InferenceEngine | None]) -> Callable[[], bool]:
+    """The lane's idle check, read through ``serving`` (the default model's slot) at every check: a
+    swap of the default puts another engine there and drains and frees the old one, so a check on
+    an engine captured at startup would read a freed engine that is always idle and let the
+    reference run beside a busy one. No engine there (only while the first one loads) is not idle."""
+
+    def idle() -> bool:
+        engine = serving()
+        return engine is not None and engine.idle
+
+    return idle
+
+
+def serving_default(router: ModelRouter) -> Callable[[], InferenceEngine | None]:
+    """The engine behind the default model's name now (the one the lane shadows)."""
+    return lambda: router.engine(router.default)
+
+
+def build_shadow(settings: Settings, engine: InferenceEngine, metrics: Metrics,
+                 serving: Callable[[], InferenceEngine | None] | None = None) -> ShadowLane | NoShadow:
     """The reference loaded and run once, or ``NoShadow`` when CAMPUSGUARD_SHADOW_BACKEND is empty. A
-    reference that cannot load or run is a ConfigError naming the settings: never a silent no-op."""
+    reference that cannot load or run is a ConfigError naming the settings: never a silent no-op.
+    ``engine``: the primary it is built against (its runtime and precision); ``serving``: where the
+    idle check finds the engine serving now (``serving_default``: the service; None: ``engine``
+    itself, for a command that runs one engine and never swaps it)."""
     from app.inference.shadow.book import AgreementBook, alert_floor
     from app.inference.shadow.lane import NoShadow, ShadowLane
     from app.inference.shadow.worst import WorstFrames
@@ -99,7 +122,7 @@ def build_shadow(settings: Settings, engine: InferenceEngine, metrics: Metrics) 
     floor = alert_floor(engine.pipeline.detector.precision, settings.shadow_alert_below)
     return ShadowLane(reference, shadow_options(settings), AgreementBook(window, alert_below=floor),
                       WorstFrames(WORST_PER_CAMERA, settings.metrics_max_cameras + 2, window),
-                      idle=lambda: engine.idle, label=metrics.camera_label,
+                      idle=serving_idle(serving or (lambda: engine)), label=metrics.camera_label,
                       describe={"backend": detector.backend, "provider": detector.provider, "device": options.device,
                                 "precision": detector.precision, "weights": options.weights.name})
 

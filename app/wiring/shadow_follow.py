@@ -13,7 +13,9 @@ are other weights, so ``ShadowFollower`` (an observer of the ``ModelSwitch``) re
   that cannot load turns the lane off (``NoShadow``: comparing against the old weights would be
   wrong), logged as an error and audited ``refused``;
 - CAMPUSGUARD_SHADOW_WEIGHTS set: the operator chose the reference; it stays, and the lane keeps
-  comparing the new primary against it (logged).
+  comparing the new primary against it (logged). Its idle check reads the engine behind the
+  default's name at every check (``serving_default``), so it waits for the new engine to be idle,
+  never reads the old one, drained and freed.
 
 Swaps of other models, loads and unloads do not touch the reference: it shadows the default.
 """
@@ -30,7 +32,7 @@ from app.core.metrics import Metrics
 from app.flow.modelchanges import ModelChange
 from app.flow.modelswap import low_priority
 from app.inference.shadow.lane import NoShadow
-from app.wiring.shadow import build_shadow
+from app.wiring.shadow import build_shadow, serving_default
 
 log = logging.getLogger("campusguard.shadow")
 
@@ -56,7 +58,7 @@ class ShadowFollower:
         own = self.settings.model_copy(update={"weights": new_weights})
         old = self.state.shadow.get()
         try:
-            lane = low_priority(lambda: build_shadow(own, engine, self.metrics))
+            lane = low_priority(lambda: build_shadow(own, engine, self.metrics, serving_default(self.state.models)))
         except ConfigError as exc:
             log.error("model %s: the shadow reference could not follow the swap to %s, so the shadow lane is off "
                       "until the next swap or restart: %s", change.name, new_weights.name, exc.message)

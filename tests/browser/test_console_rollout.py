@@ -7,7 +7,8 @@ page is watched.
 
 1. An admin starts a rollout from the page's form (a refusal first, shown under it); the page
    follows it from shadow to canary, its figures those of GET /admin/models/{name}/rollout, with
-   the agreement chart; Promote makes the name serve the candidate (screenshot models.png).
+   the agreement chart (the start's "runs as the shadow" line goes once it is in its canary);
+   Promote makes the name serve the candidate (screenshot models.png).
 2. An admin aborts a rollout: rolled back, and why.
 3. The drifted candidate is rolled back by the server within its window; a viewer sees why, the
    chart's points below the floor, and no button (screenshot models-rollout-rolled-back.png).
@@ -196,6 +197,7 @@ def test_a_rollout_started_on_the_page_goes_from_shadow_to_canary_and_is_promote
     assert yolo.locator(".model-head .phase-shadow").inner_text() == "rollout: shadow"
     assert step_states(panel) == [["Shadow", "current"], ["Canary", "pending"], ["Promoted or rolled back", "pending"]]
     assert fact(panel, "Weights") == f"{MODEL}-reexported.onnx replacing {MODEL}.onnx"
+    assert yolo.locator(".action-result").inner_text() == started  # the shadow it speaks of is running
 
     poster.start()  # live frames as both cameras: the shadow compares them, then holds for its window
     canary = until_phase_leaves(api, "shadow")
@@ -207,6 +209,8 @@ def test_a_rollout_started_on_the_page_goes_from_shadow_to_canary_and_is_promote
     until(api, lambda r: r["history"][-1]["phase"] == "canary" and r["compared"] > 0)  # judged once in the canary
     yolo.locator(".model-head .phase-canary").wait_for()
     assert step_states(panel) == [["Shadow", "done"], ["Canary", "current"], ["Promoted or rolled back", "pending"]]
+    # "runs as the shadow of" is out of date in the canary: the line goes (the panel says where it is)
+    assert yolo.locator(".action-result").inner_text() == ""
     r = same_figures(page, api)
     assert r["phase"] == "canary" and 0 < r["compared"] < MIN_FRAMES
     assert panel.locator(".reason").count() == 0  # nothing ended: no reason
@@ -312,6 +316,7 @@ def test_a_candidate_with_other_classes_shows_its_map_check_and_goes_straight_to
     yolo.locator(".model-head .phase-canary").wait_for()
     assert step_states(panel) == [["Shadow (skipped)", "skipped"], ["Canary", "current"],
                                   ["Promoted or rolled back", "pending"]]
+    assert yolo.locator(".action-result").inner_text() == started  # it started in the canary it speaks of
     m = r["map"]
     assert fact(panel, "mAP check") == (f"candidate {fixed(m['candidate_map'], 3)} · current "
                                         f"{fixed(m['current_map'], 3)} (floor {fixed(m['floor'], 3)}) on 79 shared "

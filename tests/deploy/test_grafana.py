@@ -110,7 +110,8 @@ def test_replica_variable_filters_every_campusguard_query(dashboard):
 
 
 PER_MODEL = ("campusguard_stage_duration_seconds", "campusguard_batch_size", "campusguard_queue_", "campusguard_images",
-             "campusguard_inferences", "campusguard_inference_errors", "campusguard_model_ready", "campusguard_shadow_")
+             "campusguard_inferences", "campusguard_inference_errors", "campusguard_model_ready", "campusguard_shadow_",
+             "campusguard_rollout_")
 
 
 def test_model_variable_filters_every_per_model_query(dashboard):
@@ -147,3 +148,29 @@ def test_shadow_panels_show_agreement_against_the_replicas_alert_floor(dashboard
     assert "campusguard_shadow_alert_below" in shown
     flow = " ".join(exprs(panel(dashboard, "Shadow frames compared and dropped per minute")))
     assert "campusguard_shadow_compared_total" in flow and "campusguard_shadow_dropped_total" in flow and "by (reason)" in flow
+
+
+def test_rollout_row_shows_phase_agreement_against_its_floor_frames_and_outcomes(dashboard):
+    """Issue 41 part 4: a rollout is followed on the dashboard from the series the controller exports
+    (app/flow/series.py): the phase of each model's latest rollout per replica, its agreement against
+    the floor it is rolled back below, the frames compared by phase, and how rollouts ended."""
+    rows = [p["title"] for p in dashboard["panels"] if p["type"] == "row"]
+    assert "Rollouts (a candidate behind the shadow reference)" in rows
+    phase = panel(dashboard, "Rollout phase by model")
+    assert phase["type"] == "state-timeline"
+    (expr,) = exprs(phase)
+    assert metric_names(expr) == {"campusguard_rollout_phase"} and "by (model, replica)" in expr
+    # one number per phase, each named by the value mapping (a replica is in one phase at a time)
+    codes = {int(e.split(" * ")[0]): e.split('phase="')[1].split('"')[0] for e in expr.split(" + ")}
+    assert codes == {1: "shadow", 2: "canary", 3: "promoted", 4: "rolled_back"}
+    (mapping,) = phase["fieldConfig"]["defaults"]["mappings"]
+    texts = {int(k): v["text"] for k, v in mapping["options"].items()}
+    assert texts == {0: "none", 1: "shadow", 2: "canary", 3: "promoted", 4: "rolled back"}
+    agreement = panel(dashboard, "Rollout agreement by model, with its floor")
+    assert [metric_names(e) for e in exprs(agreement)] == [{"campusguard_rollout_agreement"},
+                                                            {"campusguard_rollout_agreement_floor"}]
+    assert all("by (model)" in e for e in exprs(agreement))
+    (compared,) = exprs(panel(dashboard, "Rollout frames compared per minute by model / phase"))
+    assert "rate(campusguard_rollout_compared_total" in compared and "by (model, phase)" in compared
+    (ended,) = exprs(panel(dashboard, "Rollouts ended per hour by model / outcome"))
+    assert "increase(campusguard_rollout_total" in ended and "by (model, outcome)" in ended

@@ -28,10 +28,12 @@ from app.core.metrics import Metrics
 from app.core.roles import Keyring
 from app.flow.models import ModelRouter
 from app.flow.modelswap import ModelSwitch
+from app.inference.catalog import class_names, parse_models
 from app.inference.engine import InferenceEngine
 from app.inference.modelset import ModelSet, ServedModel
 from app.rules.site.loader import parse_site_text
 from app.wiring import model_admin as wiring_admin
+from app.wiring.models import build_model_set
 from tests.support.fakes import FakeDetector, make_engine
 from tests.support.inprocess import png
 from tests.support.models import write_onnx_names
@@ -242,6 +244,28 @@ def test_load_and_unload_a_model_at_runtime(env):
     assert actions == [("model.load", "campus", "ok"), ("model.load", "campus", "refused"),
                        ("model.load", "../x", "refused"), ("model.load", "other", "refused"),
                        ("model.unload", "campus", "ok")]
+
+
+def test_a_model_loaded_at_runtime_reports_the_runtime_asked_for_it(env):
+    """GET /models's requested_backend / requested_precision of a runtime load are what the loader
+    builds it with, as for the models of the startup: its models-file entry's, else the service's
+    settings (they read ``auto`` whatever was asked), and a swap keeps them."""
+    settings = Settings(weights=env.folder / "coco.onnx", models_dir=env.folder, backend="onnx", precision="fp32")
+    catalog = parse_models(b"models:\n  - {name: coco, weights: coco.onnx}\n"
+                           b"  - {name: campus, weights: campus.onnx, backend: openvino, precision: int8}\n",
+                           "models.yaml", env.folder, class_names)
+    env.router.models = build_model_set(settings, catalog, env.router.models.get("coco").slot)
+    assert env.client.delete("/admin/models/campus").status_code == 200  # the file's model, unloaded...
+    assert env.client.post("/admin/models", json={"name": "campus", "weights": "campus.onnx"}).status_code == 201
+    assert env.client.post("/admin/models", json={"name": "extra", "weights": "coco.onnx"}).status_code == 201
+    assert env.client.put("/admin/models/extra", json={"weights": "coco-v2.onnx"}).status_code == 200
+
+    def requested() -> dict[str, tuple[str, str]]:
+        return {m["name"]: (m["requested_backend"], m["requested_precision"])
+                for m in env.client.get("/models").json()["models"]}
+
+    # ...and loaded again: its entry's runtime; a name the file does not list: the service's settings
+    assert requested() == {"coco": ("onnx", "fp32"), "campus": ("openvino", "int8"), "extra": ("onnx", "fp32")}
 
 
 def test_the_default_and_a_model_a_camera_uses_cannot_be_unloaded(env):

@@ -172,9 +172,16 @@ def actions(env) -> list[str]:
 
 
 def test_a_candidate_that_agrees_goes_shadow_canary_promoted_once_each_window_has_held(env):
+    # before any rollout the dashboard's series exist: no phase, nothing compared, no floor
+    assert [sample(env, "campusguard_rollout_phase", phase=p) for p in ("shadow", "canary", "promoted",
+                                                                         "rolled_back")] == [0, 0, 0, 0]
+    assert math.isnan(sample(env, "campusguard_rollout_agreement"))
+    assert math.isnan(sample(env, "campusguard_rollout_agreement_floor"))
     r = start(env)
     assert r.phase == "shadow" and r.cameras == ["a", "b"]  # the first half of coco's cameras
     assert r.settings.agreement_floor == 0.9  # the served precision's floor
+    assert sample(env, "campusguard_rollout_agreement_floor") == 0.9  # what the agreement is held against
+    assert sample(env, "campusguard_rollout_phase", phase="shadow") == 1
     candidate = env.loader.built[0]
     book = env.lanes[0].book
     # shadow: every camera answered by the current engine, the current side tapped

@@ -1,7 +1,8 @@
 """Issue 41: the shadow reference follows a swap of the default model. Without
 CAMPUSGUARD_SHADOW_WEIGHTS the reference is the default model's own weights in fp32, so after
 ``PUT /admin/models/{default}`` it is rebuilt from the new weights (a new lane, its agreement
-book restarted, the old lane stopped, audited); with CAMPUSGUARD_SHADOW_WEIGHTS it stays. The
+book restarted, the old lane stopped, audited); with CAMPUSGUARD_SHADOW_WEIGHTS it stays, its idle
+check following the engine now behind the name (never the old one, drained and freed). The
 real app in process (its lifespan loads yolov8n with torch at 320 px and a torch fp32 reference)."""
 
 from __future__ import annotations
@@ -88,7 +89,19 @@ def test_an_explicit_shadow_weights_reference_stays_through_a_swap(folder: Path,
     with TestClient(create_app(settings)) as client:
         wait_until_ready(client, 180)
         old = compare_one(client, bus)
+        models = state_of(client.app).models
+        before = models.engine("yolov8n")
         assert client.put("/admin/models/yolov8n", json={"weights": "campus.pt"}).status_code == 200
         assert state_of(client.app).shadow.get() is old and old.describe["weights"] == "yolov8n.pt"
+        assert state_of(client.app).switch.get().wait_drained("yolov8n", 30)
+        serving = models.engine("yolov8n")
+        assert serving is not None and serving is not before and before is not None and before.idle
+        # the kept lane waits for the engine serving now, not the old one (drained, freed, always idle)
+        serving._admitted += 1  # a frame admitted to the new engine: it is busy
+        try:
+            assert not old.idle()
+        finally:
+            serving._admitted -= 1
+        assert old.idle()
         assert compare_one(client, bus).status()["compared"] == 2  # the same book, still comparing
         assert client.get("/audit", params={"action": "shadow.reference"}).json()["items"] == []

@@ -2,7 +2,9 @@
 // model, swap the weights behind a name, unload one (POST /admin/models, PUT and DELETE
 // /admin/models/{name}), and a rollout's buttons: start, promote, abort
 // (/admin/models/{name}/rollout...). A refusal's message (the ServiceError body) is shown next
-// to the form that was refused; nothing is changed by a refused request.
+// to the form that was refused; nothing is changed by a refused request. "Rollout started …"
+// says what the rollout's first phase does, so it goes once the rollout has left that phase (the
+// rollout panel then shows where it is); the outcome of any other action stays until the next.
 
 import { api } from "./api.js";
 import { h, input, replace } from "./dom.js";
@@ -10,8 +12,24 @@ import { h, input, replace } from "./dom.js";
 const ACTIVE = ["shadow", "canary"];
 const path = (name, tail = "") => `/admin/models/${encodeURIComponent(name)}${tail}`;
 
+/** A result line no longer tied to a rollout's phase (`startedIn`). */
+function forget(result) {
+  delete result.dataset.phase;
+  delete result.dataset.rollout;
+}
+
+/** Whether `r` (GET /models' rollout) has moved on from what `result` said of it: the same rollout
+ * (its `started_at`) in another phase, or a later one. A refresh that was under way while the
+ * rollout started answers with the one before it (or none): that says nothing of this one. */
+function movedOn(result, r) {
+  const { phase, rollout } = result.dataset;
+  if (!phase || !r) return false;
+  return r.started_at === rollout ? r.phase !== phase : Date.parse(r.started_at) > Date.parse(rollout);
+}
+
 /** The outcome under a form: what was done, or the server's refusal with its code. */
 function show(result, ok, ...text) {
+  forget(result); // whatever it said of a rollout's phase is replaced
   result.classList.remove("ok", "error", "pending");
   result.classList.add(ok ? "ok" : "error");
   replace(result, ...text);
@@ -147,8 +165,19 @@ export function modelActions(name, changed, notify) {
       rolloutButtons.hidden = !active;
       promote.hidden = !active || m.rollout.phase !== "canary";
       start.hidden = !knows || active;
+      if (movedOn(result, m.rollout)) { // "Rollout started …" is out of date: the panel says where it is
+        forget(result);
+        result.classList.remove("ok", "error", "pending");
+        replace(result);
+      }
     },
   };
+}
+
+/** `result` speaks of rollout `r` in its first phase (`movedOn` tells when that is out of date). */
+function startedIn(result, r) {
+  result.dataset.phase = r.phase;
+  result.dataset.rollout = r.started_at;
 }
 
 /** What a started rollout (the reply of POST .../rollout) does first: shadow, or, with other classes, canary. */
@@ -179,11 +208,13 @@ function rolloutForm(name, changed, cardResult) {
     const cameras = data.cameras.split(",").map((c) => c.trim()).filter(Boolean);
     if (cameras.length) body.cameras = cameras;
     for (const key of ["window_s", "min_frames", "agreement_floor", "max_latency_ratio"]) if (data[key] !== "") body[key] = Number(data[key]);
+    let rollout = null;
     const ok = await run(button, result, `Starting a rollout of ${body.weights} for ${name}…`,
       () => api(path(name, "/rollout"), { method: "POST", body }),
-      started);
+      (r) => { rollout = r; return started(r); });
     if (ok) { // the form folds away (and goes while the rollout runs): the outcome moves to the card's line
       show(cardResult, true, result.textContent);
+      if (rollout) startedIn(cardResult, rollout); // until the rollout leaves the phase it started in
       replace(result);
       form.reset();
       details.open = false;
