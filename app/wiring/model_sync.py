@@ -63,6 +63,7 @@ class ModelSync:
         self._pending: list[LoggedChange] = []  # written here, not yet stored (the store was down)
         self._own: set[int] = set()  # seqs this process wrote: already in force here
         self._lock = threading.Lock()
+        self._flushing = threading.Lock()  # one writer of the pending rows at a time (a change's thread, the poller)
         self._applying = threading.local()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -87,20 +88,23 @@ class ModelSync:
         self._flush()
 
     def _flush(self) -> None:
-        while True:
-            with self._lock:
-                if not self._pending:
+        """The pending rows written in order, each once: a change's thread and the poller may both
+        call this, so one writes while the other finds the list already handled."""
+        with self._flushing:
+            while True:
+                with self._lock:
+                    if not self._pending:
+                        return
+                    row = self._pending[0]
+                try:
+                    seq = self.log.append(row)
+                except Exception as exc:  # noqa: BLE001 - the store is down or not migrated yet: kept, retried
+                    log.warning("model %s: the %s could not be written to the event store (retried every %.1fs): "
+                                "%s", row.name, row.action, self.options.poll_s, exc)
                     return
-                row = self._pending[0]
-            try:
-                seq = self.log.append(row)
-            except Exception as exc:  # noqa: BLE001 - the store is down or not migrated yet: kept, retried
-                log.warning("model %s: the %s could not be written to the event store (retried every %.1fs): %s",
-                            row.name, row.action, self.options.poll_s, exc)
-                return
-            with self._lock:
-                self._pending.pop(0)
-                self._own.add(seq)
+                with self._lock:
+                    self._pending.pop(0)
+                    self._own.add(seq)
 
     # --- apply (the poller) ----------------------------------------------------------
     def attach(self, changes: ChangeLog, ready: Callable[[], bool]) -> None:

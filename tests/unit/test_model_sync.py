@@ -7,6 +7,8 @@ until a later change of the name applies."""
 from __future__ import annotations
 
 import dataclasses
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -116,3 +118,43 @@ def test_the_sync_publishes_late_retries_busy_names_and_shows_what_it_refused(fo
     sync.poll()
     assert switch.calls[-2:] == [("load", "extra", "d.pt"), ("unload", "extra")]
     assert sync.report()["refused"] == [] and sync.last_seq == 5 and router.models.find("extra") is None
+
+
+class SlowLog(MemoryLog):
+    """A store that takes a while to write: a second flush arrives meanwhile."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writing = threading.Event()
+
+    def append(self, change: LoggedChange) -> int:
+        self.writing.set()
+        time.sleep(0.2)
+        return super().append(change)
+
+
+def test_a_change_and_the_poller_flushing_at_once_write_each_row_once(folder: Path):
+    router = ModelRouter(ModelSet([ServedModel("coco", folder / "a.pt")]))
+    log = SlowLog()
+    sync = ModelSync(Slot(RecordingSwitch(router, folder)), router,  # type: ignore[arg-type]
+                     SyncOptions("replica-1", 0.0, folder, None))
+    sync.attach(log, ready=lambda: True)
+    before = router.models.get("coco")
+    after = dataclasses.replace(before, weights=folder / "b.pt")
+    router.models.replace(after)
+    errors: list[BaseException] = []
+
+    def poll() -> None:
+        log.writing.wait(5)
+        try:
+            sync.poll()  # while the change's own flush is writing
+        except BaseException as exc:  # noqa: BLE001 - what the poller thread would die of
+            errors.append(exc)
+
+    poller = threading.Thread(target=poll)
+    poller.start()
+    sync.changed(ModelChange("swap", "coco", before, after))
+    poller.join(10)
+    assert errors == []
+    assert [(r.name, r.weights) for r in log.rows] == [("coco", "b.pt")]
+    assert sync.report()["unpublished"] == 0
