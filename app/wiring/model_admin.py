@@ -32,7 +32,7 @@ from app.flow.modelchanges import SwitchObserver, SwitchObservers
 from app.flow.modelswap import MemoryCheck, ModelSwitch
 from app.inference.catalog import Catalog, class_names, confine
 from app.inference.engine import InferenceEngine
-from app.wiring.models import model_classes, model_settings
+from app.wiring.models import model_classes, named_settings
 
 MEMORY_FACTOR = 4  # bytes of memory per byte of weights file for one more served copy (module docstring)
 
@@ -83,8 +83,7 @@ class RuntimeModels:
                            f"{MEMORY_FACTOR}x the weights file vs. available memory (psutil)")
 
     def _settings_for(self, name: str, path: Path) -> Settings:
-        named = self.catalog.get(name) if self.catalog is not None else None
-        own = model_settings(self.settings, named) if named is not None else self.settings
+        own = named_settings(self.settings, self.catalog, name)  # as GET /models reports it (requested_runtime)
         return own.model_copy(update={"weights": path, "model_name": name, "models_dir": self.folder,
                                       "warmup_iters": min(1, self.settings.warmup_iters)})
 

@@ -99,6 +99,13 @@ def build_model_set(settings: Settings, catalog: Catalog | None, engine: Slot[In
     return ModelSet(served, requested)
 
 
+def named_settings(settings: Settings, catalog: Catalog | None, name: str) -> Settings:
+    """The settings a model of that name is built with: its models-file entry's where the file
+    names it, else the service's own."""
+    named = catalog.get(name) if catalog is not None else None
+    return model_settings(settings, named) if named is not None else settings
+
+
 def requested_runtime(settings: Settings, catalog: Catalog | None) -> RequestedRuntime:
     """The (backend, precision) a model loaded at runtime (POST /admin/models, a replica's or the
     restart's replay of one) is asked for: its models-file entry's where the file names it (a model
@@ -106,8 +113,7 @@ def requested_runtime(settings: Settings, catalog: Catalog | None) -> RequestedR
     (app/wiring/model_admin.py). A swap keeps the entry's, so it keeps these too."""
 
     def requested(name: str) -> tuple[str, str]:
-        named = catalog.get(name) if catalog is not None else None
-        own = model_settings(settings, named) if named is not None else settings
+        own = named_settings(settings, catalog, name)
         return own.backend, own.precision
 
     return requested
