@@ -21,13 +21,15 @@ import pytest
 
 from app import wiring
 from app.config import Settings
+from app.core.errors import ConfigError
 from app.inference.pipeline import DetectParams, Pipeline
+from app.inference.precision.agreement import as_boxes, f1_agreement
+from app.inference.precision.cpu import BF16_FLAGS, cpu_flags
 from app.inference.vision.candidates import compact
 from app.inference.vision.preprocess import to_batch
-from app.inference.precision.agreement import as_boxes, f1_agreement
 from tests.conftest import REPO, ultralytics_asset
-from tests.support.detection_match import match_same_class
 from tests.support.datasets import make_dataset
+from tests.support.detection_match import match_same_class
 
 pytest.importorskip("openvino")
 pytestmark = pytest.mark.timeout(300)
@@ -178,6 +180,18 @@ def test_no_telemetry_no_network(fp32):
     assert out.stdout.split() == ["MagicMock", "openvino.tools.ovc.telemetry_stub", "False"], out.stderr[-2000:]
 
 
+HAS_BF16 = bool(set(BF16_FLAGS) & cpu_flags())
+
+
+@pytest.mark.skipif(HAS_BF16, reason="this CPU has native bf16: test_bf16_agrees_with_fp32 runs instead")
+def test_bf16_is_refused_on_a_cpu_without_it(weights, openvino_cache):
+    """Without avx512_bf16 / amx_bf16 the service refuses bf16 at startup, naming the flag,
+    rather than letting OpenVINO emulate it or quietly run f32."""
+    with pytest.raises(ConfigError, match=r"bf16 needs a CPU with the avx512_bf16 \(or amx_bf16\) flag"):
+        detections(settings(weights, openvino_cache, precision="bf16"), [])
+
+
+@pytest.mark.skipif(not HAS_BF16, reason="this CPU has no native bf16: the refusal is tested instead")
 def test_bf16_agrees_with_fp32(weights, openvino_cache, images, fp32):
     provisioned, dets = detections(settings(weights, openvino_cache, precision="bf16", calibration_images=8,
                                             gate_min_f1=0.9), images)
