@@ -67,8 +67,7 @@ class CompactFrames:
 
     def config(self) -> dict[str, Any]:
         o = self.state.options
-        return {"compact": True, "max_body": o.max_body_bytes, "body_timeout_s": o.body_read_timeout_s,
-                "public": ROUTE in o.public_routes} | self.keys()
+        return {"compact": True, "max_body": o.max_body_bytes, "body_timeout_s": o.body_read_timeout_s} | self.keys()
 
     def keys(self) -> dict[str, Any]:
         """The keyring in force for the front ends' checks (digests only; a private Unix socket)."""
