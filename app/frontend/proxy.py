@@ -2,8 +2,9 @@
 
 The front end does the per-request work that needs no state: HTTP parsing (uvicorn),
 reading the body off a slow client, writing the reply back (a streamed one chunk by chunk).
-It decides nothing: the owner's app authenticates, admits, detects and answers, so every
-route (console, events, admin, metrics) keeps working and nothing stateful is split. The body
+For every route but the compact frame (below) it decides nothing: the owner's app
+authenticates, admits, detects and answers, so every route (console, events, admin, metrics)
+keeps working and nothing stateful is split. The body
 crosses only when the owner's app asks for it (``pull``), so a request refused before its
 body is read (401, 429, 503 + Retry-After) never costs its upload's copy to the owner.
 
