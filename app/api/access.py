@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from starlette.requests import Request
@@ -73,18 +74,32 @@ class Gate:
         if not keyring.required:
             request.state.principal = OPEN
             return OPEN
-        client = self.check_throttle(request)
+        def audit(client: str, reason: str, who: str) -> None:
+            self._audit_refusal(request, client, reason, who, permission)
+
+        principal = self.settle(client_address(request), f"{request.method} {request.url.path}",
+                                lambda: keyring.identify(supplied), key_id(supplied or ""), permission, audit)
+        request.state.principal = principal
+        return principal
+
+    def settle(self, client: str, what: str, identify: Callable[[], Principal], wrong_key: str,
+               permission: str | None, audit: Callable[[str, str, str], None] | None = None) -> Principal:
+        """The throttle, then the key (``identify``: the caller or 401 / 403), then the permission;
+        every refusal counted, logged and (``audit``) recorded, a wrong key (``wrong_key``: its id)
+        counted by the throttle. ``check`` runs it on a request; a front end's compact frame
+        (app/wiring/compact.py) on the outcome of the key check the front end made."""
+        self.throttled(client)
         principal: Principal | None = None
         try:
-            principal = keyring.identify(supplied)
+            principal = identify()
             if permission is not None:
                 check_permission(principal, permission)
         except InsufficientRole:
             assert principal is not None
-            self._refused(request, client, "insufficient_role", principal.name, permission)
+            self._refused(what, client, "insufficient_role", principal.name, audit)
             raise
         except Forbidden:
-            self._refused(request, client, "invalid_key", key_id(supplied or ""), permission)
+            self._refused(what, client, "invalid_key", wrong_key, audit)
             blocked = self.throttle.failed(client)
             if blocked:
                 self.metrics.auth_blocks.inc()
@@ -92,14 +107,16 @@ class Gate:
                             self.throttle.options.max_failures)
             raise
         except Unauthorized:
-            self._refused(request, client, "missing_key", None, permission)
+            self._refused(what, client, "missing_key", None, audit)
             raise
-        request.state.principal = principal
         return principal
 
     def check_throttle(self, request: Request) -> str:
         """The client's address, or 429 while it is blocked for sending wrong keys."""
-        client = client_address(request)
+        return self.throttled(client_address(request))
+
+    def throttled(self, client: str) -> str:
+        """``client``, or 429 while it is blocked for sending wrong keys."""
         wait = self.throttle.blocked_for(client)
         if wait > 0:
             self.metrics.auth_failures.labels("throttled").inc()
@@ -107,11 +124,15 @@ class Gate:
                                       retry_after=wait)
         return client
 
-    def _refused(self, request: Request, client: str, reason: str, who: str | None, permission: str | None) -> None:
+    def _refused(self, what: str, client: str, reason: str, who: str | None,
+                 audit: Callable[[str, str, str], None] | None) -> None:
         self.metrics.auth_failures.labels(reason).inc()
-        log.warning("auth refused (%s): %s %s from %s, key %s", reason, request.method, request.url.path, client,
-                    who or "none")
-        if who is not None and (permission == "admin" or "admin" in route_permissions(request)):
+        log.warning("auth refused (%s): %s from %s, key %s", reason, what, client, who or "none")
+        if who is not None and audit is not None:
+            audit(client, reason, who)
+
+    def _audit_refusal(self, request: Request, client: str, reason: str, who: str, permission: str | None) -> None:
+        if permission == "admin" or "admin" in route_permissions(request):
             # a person tried to change something (the route's read check may be the one that refused)
             # the route names the group its repeats are folded into (app/core/refusal_digest.py)
             route = getattr(request.scope.get("route"), "path", request.url.path)

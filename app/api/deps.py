@@ -26,6 +26,7 @@ from app.api.options import ApiOptions
 from app.api.state import AppState, state_of
 from app.core.audit import AuditTrail
 from app.core.errors import NotReady
+from app.core.framequery import MAX_MODEL_CHARS
 from app.core.metrics import Metrics
 from app.core.roles import Permission, Principal
 from app.core.sources import SourceBook
@@ -176,7 +177,7 @@ async def get_models(state: StateDep) -> ModelRouter:
 
 
 ModelsDep = Annotated[ModelRouter, Depends(get_models)]
-ModelQuery = Annotated[str | None, Query(max_length=64, description=(
+ModelQuery = Annotated[str | None, Query(max_length=MAX_MODEL_CHARS, description=(
     "The model to detect with (GET /models lists them); default: the camera's (`model:` in the site file), "
     "else the first. A model other than the camera's is refused (422 model_mismatch)"))]
 

@@ -16,8 +16,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.formparsers import MultiPartException
 
 from app.core.errors import InvalidImage, InvalidParameter, PayloadTooLarge, ServiceError, UnsupportedMediaType, shorten
+from app.core.framequery import RAW_TYPES
 
-RAW_TYPES = ("image/", "application/octet-stream")
 MAX_FORM_FIELDS = 32
 
 

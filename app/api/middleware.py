@@ -81,8 +81,7 @@ class RequestGuard:
                 try:
                     message = await asyncio.wait_for(receive(), max(deadline - time.perf_counter(), 0.001))
                 except asyncio.TimeoutError:
-                    await self._refuse(scope, send, state, 408, "request_timeout", "body_timeout",
-                                       f"the request body was not received within {self.body_timeout:g} s")
+                    await self._refuse(scope, send, state, *too_slow(self.body_timeout))
                     return DISCONNECT
                 if message["type"] == "http.request":
                     received += len(message.get("body", b""))
@@ -107,27 +106,13 @@ class RequestGuard:
         self._finished(scope, state, start)
 
     def _finished(self, scope: Scope, state: dict, start: float) -> None:
-        """One request's outcome: the request counter, the latency histogram, the recent
-        window of detection routes and the access-log line."""
-        elapsed = time.perf_counter() - start
-        route = route_label(scope)
-        self.metrics.requests.labels(route, str(state["status"])).inc()
-        self.metrics.request_latency.labels(route).observe(elapsed)
-        if is_detection(scope):
-            self.metrics.recent.observe(elapsed, scope["state"].get("images", 0), state["status"] >= 500)
-        extra = scope["state"]
-        principal = extra.get("principal")  # set by the auth check (app/api/access.py): a name, never a key
         client = scope.get("client")
-        access_log.info(
-            "%s %s %s %.1fms", scope["method"], scope["path"], state["status"], elapsed * 1e3,
-            extra={"route": route, "status": state["status"], "latency_ms": round(elapsed * 1e3, 2),
-                   "method": scope["method"], "camera_id": extra.get("camera_id"),
-                   "detections": extra.get("detections"), "key": getattr(principal, "name", None),
-                   "client": client[0] if client else None},
-        )
+        record_request(self.metrics, scope["method"], scope["path"], route_label(scope), state["status"],
+                       time.perf_counter() - start, scope["state"], client[0] if client else None,
+                       is_detection(scope))
 
     def _too_large(self) -> tuple[int, str, str, str]:
-        return 413, "payload_too_large", "payload_too_large", f"request body exceeds the limit of {self.max_body} bytes"
+        return too_large(self.max_body)
 
     async def _refuse(self, scope: Scope, send: Send, state: dict, status: int, code: str, reason: str,
                       message: str) -> None:
@@ -135,13 +120,49 @@ class RequestGuard:
             state["cut"] = True
             return
         state["cut"], state["status"], state["responded"] = True, status, True
-        self.metrics.rejected.labels(reason).inc()
-        status, payload = error_body(status, code, message, scope["path"])
-        body = json.dumps(payload).encode()
-        await send({"type": "http.response.start", "status": status,
-                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-                                (b"connection", b"close")]})
+        status, headers, body = refusal(self.metrics, status, code, reason, message, scope["path"])
+        await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": body})
+
+
+def too_large(max_body: int) -> tuple[int, str, str, str]:
+    """(status, code, reason, message) of a body over the limit."""
+    return 413, "payload_too_large", "payload_too_large", f"request body exceeds the limit of {max_body} bytes"
+
+
+def too_slow(timeout_s: float) -> tuple[int, str, str, str]:
+    """(status, code, reason, message) of a body not received in time."""
+    return 408, "request_timeout", "body_timeout", f"the request body was not received within {timeout_s:g} s"
+
+
+def refusal(metrics: Metrics, status: int, code: str, reason: str, message: str,
+            path: str) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+    """A body cut off (413 over the limit, 408 too slow): counted in ``rejected{reason}``; its
+    reply closes the connection (the rest of the body is not read). A front end's compact frame
+    (app/wiring/compact.py) is answered by the same function."""
+    metrics.rejected.labels(reason).inc()
+    status, payload = error_body(status, code, message, path)
+    body = json.dumps(payload).encode()
+    return status, [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                    (b"connection", b"close")], body
+
+
+def record_request(metrics: Metrics, method: str, path: str, route: str, status: int, elapsed: float, extra: dict,
+                   client: str | None, detection: bool) -> None:
+    """One request's outcome: the request counter, the latency histogram, the recent window of
+    detection routes and the access-log line (the guard's, and a front end's compact frame's)."""
+    metrics.requests.labels(route, str(status)).inc()
+    metrics.request_latency.labels(route).observe(elapsed)
+    if detection:
+        metrics.recent.observe(elapsed, extra.get("images", 0), status >= 500)
+    principal = extra.get("principal")  # set by the auth check (app/api/access.py): a name, never a key
+    access_log.info(
+        "%s %s %s %.1fms", method, path, status, elapsed * 1e3,
+        extra={"route": route, "status": status, "latency_ms": round(elapsed * 1e3, 2),
+               "method": method, "camera_id": extra.get("camera_id"),
+               "detections": extra.get("detections"), "key": getattr(principal, "name", None),
+               "client": client},
+    )
 
 
 def _content_length(scope: Scope) -> int | None:

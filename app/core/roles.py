@@ -63,6 +63,9 @@ def parse_key(entry: str) -> tuple[str, str]:
     return DEFAULT_ROLE, entry
 
 
+INVALID_KEY = "the API key is not valid"  # a front end's compact frame is refused with it too (app/wiring/compact.py)
+
+
 def digest(key: str) -> bytes:
     """The SHA-256 of a key: what the keyring keeps and what a keys file's ``sha256`` holds."""
     return hashlib.sha256(key.encode()).digest()
@@ -134,7 +137,7 @@ class Keyring:
             if hmac.compare_digest(candidate, entry.digest) and found is None:
                 found = entry
         if found is None:
-            raise Forbidden("the API key is not valid")
+            raise Forbidden(INVALID_KEY)
         return Principal(found.name, found.role, found.cameras)
 
     def role_of(self, supplied: str | None) -> str:

@@ -7,6 +7,13 @@ the body only once the app asks for it. So what the app checks before it reads t
 before a byte of the upload crosses, exactly as in one process, and by the same code: the
 owner does not parse HTTP, and a front end decides nothing.
 
+A front end that can read a ``POST /detect`` itself (app/frontend/compact.py) sends a
+compact ``frame`` head instead: the owner's ``frames`` handler (app/wiring/compact.py) answers
+it without the ASGI app, over a ``FrameLink`` (the same pull before the body, then the image's
+bytes, then a compact ``result`` the front end turns into the JSON reply). ``hello`` asks for
+what the front end needs for that (the keys, the body limits); without a handler the answer
+says "no compact frames" and every request takes the ASGI path.
+
 Messages, front end -> owner: ``head``; ``body`` (raw bytes, ``more``) after the owner's
 ``pull``; the front end closes the connection when the client went away. Owner -> front end:
 ``pull``, ``start`` (status, headers), ``body`` (raw bytes, ``more``: a streamed reply sends
@@ -20,7 +27,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, MutableMapping
 from contextlib import suppress
-from typing import Any
+from typing import Any, Protocol
 
 from app.frontend.sequencer import CameraSequencer, camera_of
 from app.frontend.series import FrontendSeries
@@ -31,11 +38,50 @@ ASGIApp = Callable[[MutableMapping[str, Any], Callable[[], Awaitable[dict]], Cal
                    Awaitable[None]]
 
 
-class Bridge:
-    """Serves the front ends' connections on ``path`` for ``app`` (the owner's event loop)."""
+class FrameLink:
+    """The owner's side of one compact frame on one connection (what a ``FrameHandler`` answers over)."""
 
-    def __init__(self, app: ASGIApp, path: str, series: FrontendSeries) -> None:
-        self.app, self.path, self.series = app, path, series
+    def __init__(self, head: dict[str, Any], reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.head, self.reader, self.writer = head, reader, writer
+        self.pulled = False
+
+    async def reply(self, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> None:
+        """A whole reply the owner made (a refusal, an error): the front end relays it as it is."""
+        await write_message(self.writer, {"t": "start", "status": status,
+                                          "headers": [[k.decode("latin-1"), v.decode("latin-1")] for k, v in headers]})
+        await write_message(self.writer, {"t": "body", "more": False, "keep": True}, body)
+
+    async def pull(self) -> tuple[dict[str, Any], bytes]:
+        """Ask for the body; the answer: ``image`` (its bytes), ``cut`` (over the limit, too slow:
+        ``reason``) or ``replay`` (the front end sends the request down the ASGI path instead)."""
+        self.pulled = True
+        await write_message(self.writer, {"t": "pull"})
+        return await read_message(self.reader)
+
+    async def send(self, header: dict[str, Any]) -> None:
+        """``result`` (the front end shapes the reply) or ``keys`` (its keys are stale: it checks again)."""
+        await write_message(self.writer, header)
+
+
+class FrameHandler(Protocol):
+    """The owner's compact-frame path (app/wiring/compact.py)."""
+
+    def config(self) -> dict[str, Any]:
+        """What a front end needs to send compact frames (``hello``'s answer)."""
+        ...
+
+    async def __call__(self, link: FrameLink) -> str:
+        """Answer one frame: ``done``, ``replay`` (not counted: the request comes again),
+        ``rekey`` (same) or ``closed`` (the connection is out of step)."""
+        ...
+
+
+class Bridge:
+    """Serves the front ends' connections on ``path`` for ``app`` (the owner's event loop), and
+    their compact frames for ``frames`` when given."""
+
+    def __init__(self, app: ASGIApp, path: str, series: FrontendSeries, frames: FrameHandler | None = None) -> None:
+        self.app, self.path, self.series, self.frames = app, path, series, frames
         self.sequencer = CameraSequencer()
         self._server: asyncio.AbstractServer | None = None
         self._connections: set[asyncio.Task[Any]] = set()
@@ -62,8 +108,16 @@ class Bridge:
                     head, _ = await read_message(reader)
                 except (asyncio.IncompleteReadError, ConnectionError):
                     return
-                if head.get("t") != "head":
-                    log.warning("front-end connection out of step (%s): closed", head.get("t"))
+                kind = head.get("t")
+                if kind == "hello":
+                    await write_message(writer, {"t": "config"} | (self.frames.config() if self.frames else {}))
+                    continue
+                if kind == "frame" and self.frames is not None:
+                    if not await self._frame(head, reader, writer):
+                        return
+                    continue
+                if kind != "head":
+                    log.warning("front-end connection out of step (%s): closed", kind)
                     return
                 if not await Exchange(self, head, reader, writer).run():
                     return  # the client went away mid-request: this connection's stream is not reusable
@@ -72,6 +126,19 @@ class Bridge:
         finally:
             self._connections.discard(task)
             writer.close()
+
+
+    async def _frame(self, head: dict[str, Any], reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+        """One compact frame, in its camera's turn; True when the connection can carry the next request."""
+        assert self.frames is not None
+        try:
+            async with self.sequencer.turn(head.get("camera")):
+                outcome = await self.frames(FrameLink(head, reader, writer))
+        except (asyncio.IncompleteReadError, ConnectionError):
+            outcome = "closed"
+        if outcome in ("done", "closed"):
+            self.series.requests.labels(str(head.get("fe", "?"))).inc()
+        return outcome != "closed"
 
 
 class Exchange:

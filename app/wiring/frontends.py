@@ -35,6 +35,7 @@ from app.config import Settings
 from app.frontend.bridge import Bridge
 from app.frontend.process import FrontendOptions
 from app.frontend.series import FrontendSeries
+from app.wiring.compact import CompactFrames
 
 log = logging.getLogger("campusguard")
 RESTART_PAUSE_S = 1.0  # a front end that dies at once is not restarted in a tight loop
@@ -169,7 +170,7 @@ async def _owner(app: Any, server: OwnerServer, sock: socket.socket, path: str, 
     if not server.started:
         await serving
         return 1  # lifespan startup failed: already logged
-    bridge = Bridge(app, path, series)
+    bridge = Bridge(app, path, series, CompactFrames(state_of(app), settings.forwarded_allow_ips))
     await bridge.start()
     frontends = Frontends(settings.frontends, sock, path, settings, series)
     frontends.start()

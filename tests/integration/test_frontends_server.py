@@ -198,14 +198,24 @@ def test_each_request_is_counted_once_whichever_front_end_carried_it(server: Ser
 
 def test_wrong_keys_spread_over_both_front_ends_trip_the_throttle_at_one_processs_count(server: Server) -> None:
     """The guesses come from 10.9.9.9 through a trusted proxy (loopback): the owner sees the
-    address each front end passed on, and the other tests' address stays unblocked."""
+    address each front end passed on, and the other tests' address stays unblocked. They
+    alternate between a frame (the front ends' compact path: the key checked there, counted by
+    the owner) and GET /models (the owner's app) and between the front ends: one count."""
     conns = list(spread_connections(server).values())
     guess = {"X-Forwarded-For": "10.9.9.9"}
-    statuses = [server.request("GET", "/models", key=f"wrong-{i}", conn=conns[i % 2], **guess)[0]
-                for i in range(FAIL_LIMIT)]
+    frame = {"Content-Type": "image/jpeg"} | guess
+
+    def attempt(i: int) -> int:
+        if i % 2:
+            return server.request("GET", "/models", key=f"wrong-{i}", conn=conns[i % 2], **guess)[0]
+        return server.request("POST", "/detect?camera_id=gate", BUS, key=f"wrong-{i}", conn=conns[i % 2], **frame)[0]
+
+    statuses = [attempt(i) for i in range(FAIL_LIMIT)]
     assert statuses[:-1] == [403] * (FAIL_LIMIT - 1), statuses  # wrong keys; the last one starts the block
-    for conn in conns:  # blocked on both front ends, whatever key it sends now
+    for conn in conns:  # blocked on both front ends and both paths, whatever key it sends now
         assert server.request("GET", "/models", conn=conn, **guess)[0] == 429
+        status, headers, _ = server.request("POST", "/detect?camera_id=gate", BUS, conn=conn, **frame)
+        assert status == 429 and int(headers["retry-after"]) >= 1
         assert server.request("GET", "/models", conn=conn)[0] == 200  # another address is not
         conn.close()
 

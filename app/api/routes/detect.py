@@ -25,6 +25,9 @@ from app.api.schemas import (
     error_responses,
 )
 from app.core.errors import InvalidParameter, ServiceError, shorten
+from app.core.framequery import CONF_BOUNDS as CONF
+from app.core.framequery import MAX_CLASSES_CHARS, prefers_jpeg
+from app.core.framequery import MAX_DET_BOUNDS as MAX_DET
 from app.core.timeutil import IsoDatetime
 from app.core.types import in_frame_pixels
 from app.flow.frame import FrameFlow
@@ -113,10 +116,10 @@ def resolve_classes(spec: str | None, names: dict[int, str], model: str = "") ->
 async def detect_params(
     options: OptionsDep,
     flow: FlowDep,
-    conf: Annotated[float | None, Query(ge=0, le=1, description="Confidence threshold")] = None,
-    iou: Annotated[float | None, Query(ge=0, le=1, description="NMS IoU threshold")] = None,
-    max_det: Annotated[int | None, Query(ge=1, le=10000, description="Most detections per image")] = None,
-    classes: Annotated[str | None, Query(max_length=2000, description=(
+    conf: Annotated[float | None, Query(ge=CONF[0], le=CONF[1], description="Confidence threshold")] = None,
+    iou: Annotated[float | None, Query(ge=CONF[0], le=CONF[1], description="NMS IoU threshold")] = None,
+    max_det: Annotated[int | None, Query(ge=MAX_DET[0], le=MAX_DET[1], description="Most detections per image")] = None,
+    classes: Annotated[str | None, Query(max_length=MAX_CLASSES_CHARS, description=(
         "Comma list of class names or ids; absent or empty = every class"))] = None,
 ) -> DetectParams:
     """Per-request overrides of the configured defaults."""
@@ -143,35 +146,9 @@ def shape_result(engine: InferenceEngine, options: ApiOptions, result: DetectRes
     )
 
 
-def accept_quality(accept: str, media_type: str) -> float:
-    """q of ``media_type`` in an Accept header (exact, ``type/*`` or ``*/*``; most specific wins)."""
-    best, specificity = 0.0, -1
-    kind = media_type.split("/")[0]
-    for part in accept.split(","):
-        fields = [f.strip() for f in part.split(";")]
-        name = fields[0].lower()
-        rank = {media_type: 2, f"{kind}/*": 1, "*/*": 0}.get(name)
-        if rank is None or rank < specificity:
-            continue
-        q = 1.0
-        for param in fields[1:]:
-            key, _, value = param.partition("=")
-            if key.strip().lower() == "q":
-                try:
-                    q = float(value)
-                except ValueError:
-                    q = 0.0
-        best, specificity = q, rank
-    return best
-
-
 def wants_jpeg(request: Request, annotate: bool) -> bool:
-    """annotate=true, or an Accept header that prefers image/jpeg to JSON (q=0 means "not")."""
-    accept = request.headers.get("accept", "")
-    if annotate:
-        return True
-    jpeg = accept_quality(accept, "image/jpeg") if "image/jpeg" in accept.lower() else 0.0
-    return jpeg > 0 and jpeg > accept_quality(accept, "application/json")
+    """annotate=true, or an Accept header that prefers image/jpeg to JSON (app/core/framequery.py)."""
+    return prefers_jpeg(request.headers.get("accept", ""), annotate)
 
 
 DETECT_RESPONSES = {**ERRORS, 200: {"description": "Detections (JSON), or the annotated frame with annotate=true",

@@ -15,10 +15,11 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from app.core.framequery import CAMERA_ID
 from app.rules.site.source import SourceSpec
 from app.rules.site.viewchecks import ViewCheckOptions
 
-IDENT = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$"
+IDENT = CAMERA_ID  # app/core/framequery.py: the front ends check camera ids by it too
 MODEL_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"  # as the models file's names (app/inference/catalog.py)
 WEEKDAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 VEHICLES = ("car", "truck", "bus", "motorcycle")
