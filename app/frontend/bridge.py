@@ -76,11 +76,23 @@ class FrameHandler(Protocol):
         ...
 
 
+class NoCompactFrames:
+    """The owner without a compact path: ``hello`` says so, and a ``frame`` head is out of step."""
+
+    def config(self) -> dict[str, Any]:
+        return {}
+
+    async def __call__(self, link: FrameLink) -> str:
+        log.warning("front-end connection sent a compact frame to an owner without the path: closed")
+        return "closed"
+
+
 class Bridge:
     """Serves the front ends' connections on ``path`` for ``app`` (the owner's event loop), and
-    their compact frames for ``frames`` when given."""
+    their compact frames for ``frames`` (``NoCompactFrames``: every request on the ASGI path)."""
 
-    def __init__(self, app: ASGIApp, path: str, series: FrontendSeries, frames: FrameHandler | None = None) -> None:
+    def __init__(self, app: ASGIApp, path: str, series: FrontendSeries,
+                 frames: FrameHandler = NoCompactFrames()) -> None:  # noqa: B008 - stateless
         self.app, self.path, self.series, self.frames = app, path, series, frames
         self.sequencer = CameraSequencer()
         self._server: asyncio.AbstractServer | None = None
@@ -110,9 +122,9 @@ class Bridge:
                     return
                 kind = head.get("t")
                 if kind == "hello":
-                    await write_message(writer, {"t": "config"} | (self.frames.config() if self.frames else {}))
+                    await write_message(writer, {"t": "config"} | self.frames.config())
                     continue
-                if kind == "frame" and self.frames is not None:
+                if kind == "frame":
                     if not await self._frame(head, reader, writer):
                         return
                     continue
@@ -127,10 +139,8 @@ class Bridge:
             self._connections.discard(task)
             writer.close()
 
-
     async def _frame(self, head: dict[str, Any], reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
         """One compact frame, in its camera's turn; True when the connection can carry the next request."""
-        assert self.frames is not None
         try:
             async with self.sequencer.turn(head.get("camera")):
                 outcome = await self.frames(FrameLink(head, reader, writer))
