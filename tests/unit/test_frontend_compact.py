@@ -30,8 +30,8 @@ from app.frontend.bridge import Bridge
 from app.frontend.proxy import Proxy
 from app.frontend.series import FrontendSeries
 from app.wiring.compact import CompactFrames
+from tests.support.asgi_client import Client
 from tests.support.inprocess import IMGSZ, InProcess, inprocess_app
-from tests.unit.test_frontend_bridge import Client
 
 pytestmark = pytest.mark.timeout(60)
 KEY, OTHER = "compact-test-key-0123456789", "compact-other-key-0123456789"
