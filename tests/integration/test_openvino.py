@@ -199,6 +199,7 @@ def test_bf16_agrees_with_fp32(weights, openvino_cache, images, fp32):
     assert agreement(fp32[1], dets) >= 0.95
 
 
+@pytest.mark.slow  # NNCF calibration and the gate's two scorings: 20-25 s on a 2-core CPU
 def test_int8_calibrated_with_nncf_and_gated(weights, openvino_cache, frames, images, fp32):
     """int8 through NNCF on the calibration frames, head decoding left in float, gated on a
     labelled set (mAP within 0.05 at 320 on 16 images: accuracy is measured at 640 elsewhere)."""

@@ -130,6 +130,7 @@ def parity_says(weights, onnx_cache, calibration, frames, served, tmp_path_facto
     return {"overall": f1(row["recall"], row["box_precision"]), "cameras": cameras, "row": row}
 
 
+@pytest.mark.slow  # its module's server builds and gates an int8 model first: 20-30 s on a 2-core CPU
 def test_the_primary_is_the_gated_int8_model(served):
     health = served["health"]
     assert health["precision"] == "int8" and health["precision_requested"] == "int8"
